@@ -1,0 +1,37 @@
+"""The errors fasta-sm raises; each message names the kernel, file or value at fault."""
+
+
+class FastaError(Exception):
+    """Base of every error fasta-sm raises on purpose."""
+
+
+class ConfigError(FastaError, ValueError):
+    """A config or config list that no tune can run on."""
+
+
+class StateFileError(FastaError):
+    """A state file that cannot be decoded into a TuneState (the loader's only error)."""
+
+
+class TableError(FastaError, ValueError):
+    """A replay table that breaks the table format."""
+
+
+class BackendError(FastaError):
+    """A backend returned something the engine cannot accept (NaN, negative, wrong length)."""
+
+
+class PolicyError(FastaError):
+    """A policy proposed something the engine cannot accept."""
+
+
+class TuneFailed(FastaError):
+    """A tune cannot reach a winner (every config failed), or a handler raised."""
+
+
+class LockTimeout(FastaError, TimeoutError):
+    """Another process held a kernel's lock for longer than we were willing to wait."""
+
+
+class StateDirError(FastaError, OSError):
+    """The state directory is missing, not a directory, or not writable."""

@@ -1,0 +1,50 @@
+"""Policies by name: the engine builds one per tune through `make_policy`."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from ..config import Config
+from ..errors import PolicyError
+from ..protocols import Policy
+
+PolicyFactory = Callable[..., Policy]
+
+_REGISTRY: dict[str, PolicyFactory] = {}
+
+
+def register(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Make a policy available by name to the engine and the CLI."""
+
+    def add(factory: PolicyFactory) -> PolicyFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return add
+
+
+def policy_names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] | None = None) -> Policy:
+    """Build policy `name` over `configs`; unknown names and parameters are errors."""
+    _load_builtin()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    try:
+        return factory(list(configs), **dict(params or {}))
+    except TypeError as exc:
+        raise PolicyError(f"policy {name!r}: bad parameters {dict(params or {})!r}: {exc}") from None
+
+
+def _load_builtin() -> None:
+    from . import baseline  # noqa: F401  (registers exhaustive, random)
+
+    try:
+        from . import fasta  # noqa: F401  (registers fasta)
+    except ImportError:
+        pass

@@ -1,0 +1,67 @@
+"""The yardsticks: exhaustive (the true best, at full cost) and random at a budget."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..config import Config
+from ..errors import PolicyError
+from ..protocols import Decision, Observations
+from . import register
+
+
+def budget_count(n_configs: int, budget: float) -> int:
+    """How many configs a fractional budget buys: at least one, at most all."""
+    if not (isinstance(budget, (int, float)) and 0.0 < budget <= 1.0):
+        raise PolicyError(f"budget={budget!r} must be a fraction in (0, 1]")
+    return max(1, min(n_configs, math.ceil(budget * n_configs)))
+
+
+@register("exhaustive")
+class Exhaustive:
+    """Measures every config once, in list order, in one round."""
+
+    name = "exhaustive"
+
+    def __init__(self, configs: Sequence[Config]) -> None:
+        self._n = len(configs)
+
+    def plan(self, rng: np.random.Generator) -> Decision:
+        return Decision(batch=list(range(self._n)), reason="exhaustive: every config")
+
+    def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
+        return Decision(batch=[], reason="exhaustive: every config measured")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+@register("random")
+class RandomSearch:
+    """Measures a uniform random sample of `budget` × N configs in one round."""
+
+    name = "random"
+
+    def __init__(self, configs: Sequence[Config], budget: float = 0.2) -> None:
+        self._n = len(configs)
+        self._count = budget_count(self._n, budget)
+        self.budget = budget
+
+    def plan(self, rng: np.random.Generator) -> Decision:
+        batch = np.sort(rng.choice(self._n, size=self._count, replace=False))
+        return Decision(batch=batch.tolist(), reason=f"random: {self._count} of {self._n} configs")
+
+    def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
+        return Decision(batch=[], reason=f"random: budget of {self._count} configs spent")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,111 @@
+"""The two seams every integration plugs into: backends measure, policies decide.
+
+A backend knows how to compile and time configs on some device (or a replay
+table); a policy knows which configs are worth measuring next. Neither knows
+about files, locks or the order of steps: that is the machine's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from .config import Config
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    """One config's compile: `error` is None when it compiled."""
+
+    error: str | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BenchmarkOutcome:
+    """Timings of a batch: one duration (µs) per config, `inf` if it failed to run.
+
+    `errors` maps a position in the batch to why it failed to run; `seconds` is
+    the wall time the benchmark cost (charged, for replay).
+    """
+
+    durations_us: Sequence[float]
+    seconds: float
+    errors: dict[int, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Compiles and times configs of one kernel."""
+
+    def describe(self) -> str:
+        """Where the timings come from, recorded in the state file."""
+
+    def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
+        """Compile each config; one outcome per config, in order."""
+
+    def benchmark(self, configs: Sequence[Config]) -> BenchmarkOutcome:
+        """Time configs that compiled; one duration per config, in order."""
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What a tune has measured, as arrays over the whole config space.
+
+    duration_us[i] is the mean timing of config i, NaN if never measured, inf if
+    it failed to compile or run; samples[i] counts its timings; compile_s[i] is
+    its compile time, NaN if not compiled yet.
+    """
+
+    duration_us: np.ndarray
+    samples: np.ndarray
+    compile_s: np.ndarray
+    spent_s: float
+
+    @property
+    def measured(self) -> np.ndarray:
+        return np.flatnonzero(np.isfinite(self.duration_us))
+
+    @property
+    def failed(self) -> np.ndarray:
+        return np.flatnonzero(np.isinf(self.duration_us))
+
+    @property
+    def unmeasured(self) -> np.ndarray:
+        return np.flatnonzero(np.isnan(self.duration_us))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's answer: the next batch, or an empty batch and why it stops.
+
+    `retime` marks a batch of configs measured before, timed again on purpose
+    (to guard against one lucky timing). `predicted_us` is the surrogate's
+    prediction for every config, kept in the state file to explain the pick.
+    """
+
+    batch: Sequence[int]
+    reason: str
+    retime: bool = False
+    predicted_us: np.ndarray | None = None
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Decides what to measure. Built per tune over its config list."""
+
+    name: str
+
+    def plan(self, rng: np.random.Generator) -> Decision:
+        """The R1 batch."""
+
+    def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
+        """The next R2 batch, or an empty batch to stop."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the policy must remember across processes (msgpack types only)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
