@@ -1,0 +1,1 @@
+"""Backends: where timings come from (a replay table here; live Triton and NPU elsewhere)."""

@@ -1,0 +1,171 @@
+"""Replay: tune against a recorded exhaustive table, with no GPU.
+
+Compiling a config charges its recorded `compile_s`; benchmarking returns its
+recorded mean, optionally with noise drawn to match the recorded spread. The
+noise of a config's k-th timing depends only on (seed, config, k), so a tune
+resumed in another process sees exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..config import Config
+from ..errors import ConfigError, TableError
+from ..protocols import BenchmarkOutcome, CompileOutcome
+
+BENCH_OVERHEAD_S = 0.125
+"""Seconds one timing costs on a live device: `triton.testing.do_bench`'s default
+25 ms warm-up plus 100 ms of repeats, charged per config benchmarked."""
+
+_TOP_FIELDS = ("kernel", "configs")
+_CONFIG_FIELDS = ("kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error")
+
+
+@dataclass(frozen=True)
+class ReplayTable:
+    """One kernel's recorded config space (see shared replay-format, v1)."""
+
+    kernel: str
+    configs: list[Config]
+    compile_s: np.ndarray
+    samples_us: list[list[float]]
+    errors: list[str | None]
+    meta: dict[str, Any]
+    source: str
+
+    @property
+    def mean_us(self) -> np.ndarray:
+        """Recorded mean per config; NaN where the config failed."""
+        return np.array([float(np.mean(s)) if e is None else math.nan for s, e in zip(self.samples_us, self.errors)])
+
+    @property
+    def true_best_us(self) -> float:
+        return float(np.nanmin(self.mean_us))
+
+    @property
+    def true_best(self) -> int:
+        return int(np.nanargmin(self.mean_us))
+
+    def index_of(self, config: Config) -> int:
+        return self._index[config.identity]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {c.identity: i for i, c in enumerate(self.configs)})
+
+
+def load_table(path: str | Path) -> ReplayTable:
+    """Read a replay table strictly: every documented field, no duplicate configs."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TableError(f"{path}: no such replay table") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TableError(f"{path}: not a JSON replay table ({exc})") from None
+    return table_from_dict(data, str(path))
+
+
+def table_from_dict(data: Any, source: str) -> ReplayTable:
+    if not isinstance(data, dict):
+        raise TableError(f"{source}: top level must be a JSON object")
+    for name in _TOP_FIELDS:
+        if name not in data:
+            raise TableError(f"{source}: missing field {name!r}")
+    rows = data["configs"]
+    if not isinstance(rows, list) or not rows:
+        raise TableError(f"{source}: 'configs' must be a non-empty list")
+    configs, compile_s, samples, errors = [], [], [], []
+    seen: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        where = f"{source}: configs[{index}]"
+        if not isinstance(row, dict):
+            raise TableError(f"{where} is not an object")
+        for name in _CONFIG_FIELDS:
+            if name not in row:
+                raise TableError(f"{where}: missing field {name!r}")
+        try:
+            config = Config(kwargs=row["kwargs"], num_warps=row["num_warps"], num_stages=row["num_stages"])
+        except (ConfigError, AttributeError, TypeError) as exc:
+            raise TableError(f"{where}: {exc}") from None
+        first = seen.setdefault(config.identity, index)
+        if first != index:
+            raise TableError(f"{where} duplicates configs[{first}] ({config.label()})")
+        seconds, durations, error = row["compile_s"], row["duration_us"], row["error"]
+        if not _is_number(seconds) or seconds < 0:
+            raise TableError(f"{where}: compile_s={seconds!r} must be a number ≥ 0")
+        if error is not None and not isinstance(error, str):
+            raise TableError(f"{where}: error={error!r} must be a string or null")
+        if not isinstance(durations, list) or not all(_is_number(d) and d >= 0 for d in durations):
+            raise TableError(f"{where}: duration_us={durations!r} must be a list of numbers ≥ 0")
+        if error is None and not durations:
+            raise TableError(f"{where}: no durations and no error")
+        configs.append(config)
+        compile_s.append(float(seconds))
+        samples.append([float(d) for d in durations] if error is None else [])
+        errors.append(error)
+    if all(e is not None for e in errors):
+        raise TableError(f"{source}: every config failed; the table has no best")
+    kernel = data["kernel"]
+    if not isinstance(kernel, str) or not kernel:
+        raise TableError(f"{source}: kernel={kernel!r} must be a non-empty string")
+    meta = {k: v for k, v in data.items() if k != "configs"}
+    return ReplayTable(kernel, configs, np.array(compile_s), samples, errors, meta, source)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class ReplayBackend:
+    """A backend that answers from a replay table instead of a device."""
+
+    def __init__(self, table: ReplayTable, *, noise: bool = False, seed: int = 0) -> None:
+        self.table = table
+        self.noise = noise
+        self.seed = seed
+
+    def describe(self) -> str:
+        mode = f"noise seed {self.seed}" if self.noise else "recorded means"
+        return f"replay {self.table.kernel} ({self.table.meta.get('device', 'unknown device')}, {mode})"
+
+    def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
+        outcomes = []
+        for config in configs:
+            index = self._index(config)
+            outcomes.append(CompileOutcome(error=self.table.errors[index], seconds=float(self.table.compile_s[index])))
+        return outcomes
+
+    def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
+        repeat = repeat if repeat is not None else [0] * len(configs)
+        durations, errors = [], {}
+        for position, (config, k) in enumerate(zip(configs, repeat)):
+            index = self._index(config)
+            if self.table.errors[index] is not None:
+                durations.append(math.inf)
+                errors[position] = self.table.errors[index]
+                continue
+            durations.append(self.timing(index, k))
+        return BenchmarkOutcome(durations_us=durations, seconds=BENCH_OVERHEAD_S * len(configs), errors=errors)
+
+    def timing(self, index: int, repeat: int = 0) -> float:
+        """The k-th timing of config `index`: its recorded mean, plus noise if enabled."""
+        samples = self.table.samples_us[index]
+        mean = float(np.mean(samples))
+        if not self.noise or len(samples) < 2:
+            return mean
+        spread = float(np.std(samples, ddof=1))
+        draw = np.random.default_rng([self.seed, index, repeat]).standard_normal()
+        return max(mean + spread * draw, mean * 0.5)
+
+    def _index(self, config: Config) -> int:
+        try:
+            return self.table.index_of(config)
+        except KeyError:
+            raise TableError(f"{self.table.source}: config {config.label()} is not in the table") from None

@@ -1,0 +1,347 @@
+"""TuningMachine: the one place that knows the order of a tune's steps.
+
+States R1, R2 and DONE; triggers `compile`, `benchmark` and `refine`. Each trigger
+calls its handler (backend or policy) and then checkpoints. One `transitions`
+machine is shared by every tune in the process; a tune is a model added to it.
+
+Within a round the machine compiles the batch, benchmarks what compiled, then
+asks the policy to refine: a new R2 round, or DONE. Compile and benchmark work
+in chunks so that a crash loses at most one chunk of work.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+from transitions import Machine
+
+from .config import Config
+from .errors import BackendError, PolicyError, TuneFailed
+from .protocols import Backend, Decision, Observations, Policy
+from .state import RoundRecord, TuneState, decode_rng, encode_rng, pack_state, unpack_state
+
+log = logging.getLogger("fasta_sm.machine")
+
+DEFAULT_CHUNK = 16
+
+STATES = ["R1", "R2", "DONE"]
+TRANSITIONS = [
+    {"trigger": "compile", "source": ["R1", "R2"], "dest": None,
+     "conditions": "at_compile", "before": "_compile_chunk", "after": "_checkpoint"},
+    {"trigger": "benchmark", "source": ["R1", "R2"], "dest": None,
+     "conditions": "at_benchmark", "before": "_benchmark_chunk", "after": "_checkpoint"},
+    {"trigger": "refine", "source": ["R1", "R2"], "dest": "DONE", "prepare": "_ask_policy",
+     "conditions": ["at_refine", "policy_stopped"], "before": "_finish", "after": "_checkpoint"},
+    {"trigger": "refine", "source": ["R1", "R2"], "dest": "R2",
+     "conditions": "at_refine", "before": "_next_round", "after": "_checkpoint"},
+]
+
+_machine: Machine | None = None
+_machine_lock = threading.Lock()
+
+
+def shared_machine() -> Machine:
+    """The process-wide machine; tunes join it with `add_model` (a few KB each)."""
+    global _machine
+    with _machine_lock:
+        if _machine is None:
+            _machine = Machine(
+                model=None,
+                states=STATES,
+                transitions=TRANSITIONS,
+                initial="R1",
+                auto_transitions=False,
+                model_attribute="machine_state",
+            )
+        return _machine
+
+
+Checkpoint = Callable[[TuneState, bytes], None]
+
+
+class Tune:
+    """One kernel's tune: a TuneState driven through the shared machine.
+
+    `checkpoint` receives the state and its packed bytes after every step (the
+    tuner writes them to the store); a handler that raises restores the state
+    of the last checkpoint, records the error there, and re-raises.
+    """
+
+    def __init__(
+        self,
+        state: TuneState,
+        backend: Backend,
+        policy: Policy,
+        checkpoint: Checkpoint | None = None,
+        chunk_size: int = DEFAULT_CHUNK,
+    ) -> None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size={chunk_size!r} must be at least 1")
+        self.state = state
+        self.backend = backend
+        self.policy = policy
+        self.chunk_size = chunk_size
+        self._on_checkpoint = checkpoint
+        self._decision: Decision | None = None
+        self._last_blob = pack_state(state)
+        if state.policy_state:
+            policy.load_state_dict(state.policy_state)
+        self._rng = decode_rng(state.rng_state) if state.rng_state else np.random.default_rng(state.seed)
+        shared_machine().add_model(self, initial=state.phase)
+
+    @classmethod
+    def start(
+        cls,
+        key: str,
+        kernel: str,
+        configs: Sequence[Config],
+        backend: Backend,
+        policy: Policy,
+        *,
+        policy_params: dict | None = None,
+        seed: int = 0,
+        checkpoint: Checkpoint | None = None,
+        chunk_size: int = DEFAULT_CHUNK,
+    ) -> "Tune":
+        """A new tune at R1 with its planned batch, checkpointed once."""
+        state = TuneState(
+            key=key,
+            kernel=kernel,
+            configs=list(configs),
+            policy=policy.name,
+            policy_params=dict(policy_params or {}),
+            seed=seed,
+            backend=backend.describe(),
+        )
+        tune = cls(state, backend, policy, checkpoint, chunk_size)
+        started = time.perf_counter()
+        decision = policy.plan(tune._rng)
+        if len(decision.batch) == 0:
+            tune.close()
+            raise PolicyError(f"kernel {kernel!r}: policy {policy.name!r} planned an empty R1 batch")
+        planned_s = time.perf_counter() - started
+        state.cost.policy_s += planned_s
+        tune._open_round(decision, "R1", 0, planned_s)
+        tune._checkpoint()
+        return tune
+
+    def close(self) -> None:
+        """Leave the shared machine (it keeps a reference to every model)."""
+        shared_machine().remove_model(self)
+
+    def drive(self) -> TuneState:
+        """Run from wherever the state stands to DONE."""
+        while not self.state.done:
+            self.advance()
+        return self.state
+
+    def advance(self) -> None:
+        """Fire the trigger the state says is next; roll back on error."""
+        step = self.state.step
+        try:
+            fired = getattr(self, step)()
+        except Exception as exc:
+            self._rollback(exc)
+            raise
+        if not fired:
+            raise TuneFailed(f"kernel {self.state.kernel!r}: trigger {step!r} did not fire at {self.state.position()}")
+
+    # conditions
+
+    def at_compile(self) -> bool:
+        return self.state.step == "compile"
+
+    def at_benchmark(self) -> bool:
+        return self.state.step == "benchmark"
+
+    def at_refine(self) -> bool:
+        return self.state.step == "refine"
+
+    def policy_stopped(self) -> bool:
+        return self._decision is not None and len(self._decision.batch) == 0
+
+    # handlers
+
+    def _compile_chunk(self) -> None:
+        state = self.state
+        todo = [i for i in state.pending if i not in state.compiled and i not in state.failed]
+        chunk = todo[: self.chunk_size]
+        if chunk:
+            outcomes = self.backend.compile([state.configs[i] for i in chunk])
+            if len(outcomes) != len(chunk):
+                raise BackendError(
+                    f"kernel {state.kernel!r}: backend compiled {len(outcomes)} outcomes for {len(chunk)} configs"
+                )
+            spent = 0.0
+            for index, outcome in zip(chunk, outcomes):
+                seconds = _check_seconds(state.kernel, "compile seconds", outcome.seconds)
+                spent += seconds
+                if outcome.error is None:
+                    state.compiled[index] = seconds
+                else:
+                    state.failed[index] = str(outcome.error)
+                    log.info("kernel %s: config #%d failed to compile: %s", state.kernel, index, outcome.error)
+            state.cost.compile_s += spent
+            state.rounds[-1].compile_s += spent
+        if len(todo) <= len(chunk):
+            state.step = "benchmark"
+
+    def _benchmark_chunk(self) -> None:
+        state = self.state
+        done = set(state.round_done)
+        todo = [i for i in state.pending if i not in done and i in state.compiled and i not in state.failed]
+        chunk = todo[: self.chunk_size]
+        if chunk:
+            repeat = [len(state.durations.get(i, ())) for i in chunk]
+            outcome = self.backend.benchmark([state.configs[i] for i in chunk], repeat=repeat)
+            durations = list(outcome.durations_us)
+            if len(durations) != len(chunk):
+                raise BackendError(
+                    f"kernel {state.kernel!r}: backend returned {len(durations)} durations for {len(chunk)} configs"
+                )
+            spent = _check_seconds(state.kernel, "benchmark seconds", outcome.seconds)
+            for position, (index, value) in enumerate(zip(chunk, durations)):
+                value = _check_duration(state.kernel, state.configs[index], value)
+                if math.isinf(value):
+                    state.failed[index] = outcome.errors.get(position, "failed at run time")
+                    state.durations.pop(index, None)
+                else:
+                    state.durations.setdefault(index, []).append(value)
+                state.round_done.append(index)
+            state.cost.benchmark_s += spent
+            state.rounds[-1].benchmark_s += spent
+            self._update_best()
+        if len(todo) <= len(chunk):
+            state.step = "refine"
+
+    def _ask_policy(self) -> None:
+        """Ask the policy once per refine; the transitions' conditions read its answer."""
+        state = self.state
+        if state.step != "refine" or self._decision is not None:
+            return
+        observed = Observations(
+            duration_us=state.duration_array(),
+            samples=np.array([len(state.durations.get(i, ())) for i in range(state.n_configs)]),
+            compile_s=np.array([state.compiled.get(i, math.nan) for i in range(state.n_configs)]),
+            spent_s=state.cost.compile_s + state.cost.benchmark_s,
+        )
+        started = time.perf_counter()
+        self._decision = self.policy.refine(observed, self._rng)
+        elapsed = time.perf_counter() - started
+        state.cost.policy_s += elapsed
+        state.rounds[-1].policy_s += elapsed
+        state.rounds[-1].finished = time.time()
+
+    def _next_round(self) -> None:
+        assert self._decision is not None
+        self._open_round(self._decision, "R2", self.state.round + 1)
+
+    def _finish(self) -> None:
+        state, decision = self.state, self._decision
+        assert decision is not None
+        if state.best is None:
+            raise TuneFailed(
+                f"kernel {state.kernel!r}: no config ran: {len(state.failed)} of {state.n_configs} failed "
+                f"and the policy stopped ({decision.reason}); first error: {next(iter(state.failed.values()), 'none')}"
+            )
+        self._keep_decision(decision)
+        state.phase, state.step, state.pending, state.round_done = "DONE", "done", [], []
+        state.stop_reason = decision.reason
+
+    def _open_round(self, decision: Decision, phase: str, round_: int, policy_s: float = 0.0) -> None:
+        state = self.state
+        batch = self._check_batch(decision)
+        self._keep_decision(decision)
+        predicted = decision.predicted_us
+        state.rounds.append(
+            RoundRecord(
+                phase=phase,
+                round=round_,
+                batch=batch,
+                reason=decision.reason,
+                retime=decision.retime,
+                predicted_us=[] if predicted is None else [float(predicted[i]) for i in batch],
+                started=time.time(),
+                policy_s=policy_s,
+            )
+        )
+        state.phase, state.round, state.step = phase, round_, "compile"
+        state.pending, state.retime, state.round_done = batch, decision.retime, []
+
+    def _keep_decision(self, decision: Decision) -> None:
+        self.state.policy_state = self.policy.state_dict()
+        self.state.rng_state = encode_rng(self._rng)
+        if decision.predicted_us is not None:
+            self.state.predicted_us = [float(x) for x in np.asarray(decision.predicted_us, dtype=float)]
+
+    def _check_batch(self, decision: Decision) -> list[int]:
+        state = self.state
+        batch = [int(i) for i in decision.batch]
+        name = f"kernel {state.kernel!r}: policy {state.policy!r}"
+        if len(set(batch)) != len(batch):
+            raise PolicyError(f"{name} proposed a config twice in one batch: {batch}")
+        for index in batch:
+            if not 0 <= index < state.n_configs:
+                raise PolicyError(f"{name} proposed config #{index}, outside 0..{state.n_configs - 1}")
+            if index in state.failed:
+                raise PolicyError(f"{name} proposed config #{index}, which failed: {state.failed[index]}")
+            if decision.retime and index not in state.durations:
+                raise PolicyError(f"{name} asked to re-time config #{index}, which was never measured")
+            if not decision.retime and index in state.durations:
+                raise PolicyError(f"{name} proposed config #{index} again without asking to re-time it")
+        if decision.predicted_us is not None and len(decision.predicted_us) != state.n_configs:
+            raise PolicyError(
+                f"{name} predicted {len(decision.predicted_us)} durations for {state.n_configs} configs"
+            )
+        return batch
+
+    def _update_best(self) -> None:
+        state = self.state
+        if not state.durations:
+            state.best, state.best_us = None, None
+            return
+        best = min(state.durations, key=lambda i: (state.mean_us(i), i))
+        state.best, state.best_us = best, state.mean_us(best)
+
+    def _checkpoint(self) -> None:
+        self._decision = None
+        blob = pack_state(self.state)
+        if self._on_checkpoint is not None:
+            self._on_checkpoint(self.state, blob)
+        self._last_blob = blob
+
+    def _rollback(self, exc: BaseException) -> None:
+        """Back to the last checkpoint, with the error recorded there too."""
+        restored = unpack_state(self._last_blob, source=f"checkpoint of {self.state.kernel!r}")
+        restored.last_error = f"{restored.position()}: {type(exc).__name__}: {exc}"
+        self.state = restored
+        if restored.policy_state:
+            self.policy.load_state_dict(restored.policy_state)
+        self._rng = decode_rng(restored.rng_state) if restored.rng_state else np.random.default_rng(restored.seed)
+        shared_machine().set_state(restored.phase, model=self)
+        self._decision = None
+        log.warning("kernel %s: %s; state kept at the last checkpoint", restored.kernel, restored.last_error)
+        self._checkpoint()
+
+
+def _check_seconds(kernel: str, what: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise BackendError(f"kernel {kernel!r}: backend reported {what} {value!r}; expected a finite number ≥ 0")
+    return float(value)
+
+
+def _check_duration(kernel: str, config: Config, value: float) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise BackendError(f"kernel {kernel!r}: duration {value!r} for {config.label()} is not a number") from None
+    if math.isnan(value) or value < 0:
+        raise BackendError(
+            f"kernel {kernel!r}: duration {value!r} µs for {config.label()} is invalid (NaN or negative)"
+        )
+    return value

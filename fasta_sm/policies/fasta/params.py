@@ -1,0 +1,138 @@
+"""Every knob of the FASTA policy in one place: default, validation, env override.
+
+A knob is set, in increasing priority, by its default, by a `FASTA_*`
+environment variable (only the knobs listed in `ENV_VARS`), and by a keyword
+argument of the policy constructor. Keeping the env subset small is deliberate:
+a variable that silently retunes every kernel of a process should be one a
+user would reasonably want to set globally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from ...errors import PolicyError
+
+
+@dataclass(frozen=True)
+class FastaParams:
+    """Defaults measured on the recorded H200 tables (see docs/algorithm.md)."""
+
+    # --- budget (fractions of N, routed by N and D) ---
+    r1_frac: float = 0.06
+    r1_min: int = 12
+    r1_per_param: float = 2.0
+    small_budget: float = 0.30
+    base_budget: float = 0.16
+    large_budget: float = 0.10
+    min_budget: int = 16
+    small_n: int = 150
+    small_d: int = 3
+    large_n: int = 150
+    large_d: int = 4
+    cost_budget: float = 0.0
+    coverage_budget: float = 0.5
+    # --- model ---
+    min_viable_np: float = 2.0
+    ridge_lambda: float = 0.1
+    bases: tuple[str, ...] = ("linear", "quad", "full", "fourier", "cubic", "pairs")
+    log2_features: bool = True
+    # --- batch selection ---
+    rounds: int = 8
+    max_rounds: int = 12
+    tau_min: float = 0.01
+    tau_range: float = 0.05
+    near_tol: float = 0.05
+    near_full: int = 4
+    marginal_d: int = 3
+    marginal_share: float = 0.25
+    # --- stopping ---
+    min_rounds: int = 3
+    margin_conv: float = 0.05
+    trust_rho: float = 0.8
+    l1_conv: float = 0.01
+    hist_bins: int = 10
+    hist_span: float = 1.0
+    # --- re-timing before DONE ---
+    retime_top: int = 3
+    retime_tol: float = 0.04
+    # --- config optimizer (off by default) ---
+    optimize_configs: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("r1_frac", "small_budget", "base_budget", "large_budget", "coverage_budget"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise PolicyError(f"fasta: {name}={value!r} must be a fraction in (0, 1]")
+        if not 0.0 <= self.cost_budget <= 1.0:
+            raise PolicyError(f"fasta: cost_budget={self.cost_budget!r} must be 0 (off) or a fraction in (0, 1]")
+        if not 0.0 <= self.marginal_share < 1.0:
+            raise PolicyError(f"fasta: marginal_share={self.marginal_share!r} must be in [0, 1)")
+        for name in ("tau_min", "ridge_lambda", "near_tol", "retime_tol", "hist_span"):
+            if getattr(self, name) <= 0:
+                raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be positive")
+        for name in ("r1_min", "min_budget", "rounds", "max_rounds", "hist_bins", "near_full"):
+            if getattr(self, name) < 1:
+                raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
+        if self.tau_range < 0 or self.retime_top < 0 or self.min_rounds < 0:
+            raise PolicyError("fasta: tau_range, retime_top and min_rounds must not be negative")
+        from .surrogates import BASIS_NAMES
+
+        unknown = [b for b in self.bases if b not in BASIS_NAMES]
+        if unknown or not self.bases:
+            raise PolicyError(f"fasta: bases={self.bases!r}; each must be one of {', '.join(BASIS_NAMES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Msgpack-able form, stored in the policy state."""
+        out = dataclasses.asdict(self)
+        out["bases"] = list(self.bases)
+        return out
+
+
+# Knobs a user may set process-wide; every other knob is per tune only.
+ENV_VARS: dict[str, str] = {
+    "FASTA_R1_PCT": "r1_frac",
+    "FASTA_BASE_BUDGET": "base_budget",
+    "FASTA_SMALL_BUDGET": "small_budget",
+    "FASTA_LARGE_BUDGET": "large_budget",
+    "FASTA_COST_BUDGET": "cost_budget",
+    "FASTA_MAX_ROUNDS": "max_rounds",
+    "FASTA_RETIME_TOP": "retime_top",
+    "FASTA_CONFIG_OPTIMIZER": "optimize_configs",
+}
+
+
+def _parse(field_type: Any, name: str, text: str, where: str) -> Any:
+    kind = field_type if isinstance(field_type, str) else getattr(field_type, "__name__", str(field_type))
+    try:
+        if kind == "bool":
+            if text.strip().lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.strip().lower() in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(text)
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        raise PolicyError(f"fasta: {where}={text!r} is not a valid {kind} for {name}") from None
+    raise PolicyError(f"fasta: {name} cannot be set from {where}")
+
+
+def resolve_params(overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> FastaParams:
+    """Defaults, then FASTA_* env vars, then per-tune keyword arguments."""
+    environ = os.environ if environ is None else environ
+    types = {f.name: f.type for f in fields(FastaParams)}
+    values: dict[str, Any] = {}
+    for var, name in ENV_VARS.items():
+        if var in environ:
+            values[name] = _parse(types[name], name, environ[var], var)
+    for name, value in overrides.items():
+        if name not in types:
+            raise PolicyError(f"fasta: unknown parameter {name!r}; known: {', '.join(sorted(types))}")
+        values[name] = tuple(value) if name == "bases" else value
+    return FastaParams(**values)

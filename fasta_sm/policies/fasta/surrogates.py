@@ -1,0 +1,184 @@
+"""Ridge surrogates over several feature bases, competed by rank-correlated LOOCV.
+
+Each basis expands the unit-scaled features into columns; a ridge regression
+on the measured configs' log durations predicts every other config. The bases
+compete every round: the one whose leave-one-out predictions rank the measured
+configs best (Spearman) wins. Leave-one-out comes for free from the hat
+matrix: the held-out residual of point i is e_i / (1 - H_ii).
+
+Beyond the reference's five smooth bases, `pairs` is a tree-like basis: one
+indicator per level of every column and per level pair of every two columns.
+It captures thresholds and interactions (an out-of-register BLOCK_M only at
+high num_stages) that no low-order polynomial can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .features import FeatureSpace
+
+
+def _linear(space: FeatureSpace) -> list[np.ndarray]:
+    return [space.unit[:, j] for j in range(space.dims)]
+
+
+def _squares(space: FeatureSpace) -> list[np.ndarray]:
+    return [space.unit[:, j] ** 2 for j in range(space.dims)]
+
+
+def _crosses(space: FeatureSpace) -> list[np.ndarray]:
+    x = space.unit
+    return [x[:, i] * x[:, j] for i, j in combinations(range(space.dims), 2)]
+
+
+def _quad(space: FeatureSpace) -> list[np.ndarray]:
+    return _linear(space) + _squares(space)
+
+
+def _full(space: FeatureSpace) -> list[np.ndarray]:
+    return _quad(space) + _crosses(space)
+
+
+def _fourier(space: FeatureSpace) -> list[np.ndarray]:
+    columns = []
+    for j in range(space.dims):
+        x = space.unit[:, j]
+        columns += [x, np.sin(np.pi * x), np.cos(np.pi * x), np.sin(2 * np.pi * x), np.cos(2 * np.pi * x)]
+    return columns
+
+
+def _cubic(space: FeatureSpace) -> list[np.ndarray]:
+    x, d = space.unit, space.dims
+    columns = _full(space) + [x[:, j] ** 3 for j in range(d)]
+    columns += [x[:, i] ** 2 * x[:, j] for i in range(d) for j in range(d) if i != j]
+    columns += [x[:, i] * x[:, j] * x[:, k] for i, j, k in combinations(range(d), 3)]
+    return columns
+
+
+def _pairs(space: FeatureSpace) -> list[np.ndarray]:
+    codes = space.levels
+    columns = []
+    for j in range(space.dims):
+        columns += [(codes[:, j] == level).astype(float) for level in range(codes[:, j].max() + 1)]
+    for i, j in combinations(range(space.dims), 2):
+        joint = codes[:, i] * (codes[:, j].max() + 1) + codes[:, j]
+        columns += [(joint == value).astype(float) for value in np.unique(joint)]
+    return columns
+
+
+BASES: dict[str, Callable[[FeatureSpace], list[np.ndarray]]] = {
+    "linear": _linear,
+    "quad": _quad,
+    "full": _full,
+    "fourier": _fourier,
+    "cubic": _cubic,
+    "pairs": _pairs,
+}
+BASIS_NAMES = tuple(BASES)
+
+# Bases whose column count must stay below half the measured configs: with
+# more, leave-one-out cannot tell third-order structure from noise.
+IDENTIFIABILITY_GATED = frozenset({"cubic"})
+
+
+def build_basis(name: str, space: FeatureSpace) -> np.ndarray:
+    """The (N, p) design matrix of basis `name`, without an intercept column."""
+    columns = BASES[name](space)
+    if not columns:
+        return np.zeros((space.raw.shape[0], 0))
+    return np.column_stack(columns)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Rank correlation; 0 when either side is constant or there are < 3 points."""
+    if a.size < 3:
+        return 0.0
+    ra = np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(float)
+    rb = np.argsort(np.argsort(b, kind="stable"), kind="stable").astype(float)
+    ra -= ra.mean()
+    rb -= rb.mean()
+    denominator = np.sqrt((ra @ ra) * (rb @ rb))
+    if denominator == 0.0:
+        return 0.0
+    return float((ra @ rb) / denominator)
+
+
+@dataclass(frozen=True)
+class RidgeFit:
+    """A ridge fit on the measured rows and its leave-one-out diagnostics."""
+
+    basis: str
+    predicted: np.ndarray
+    loo_predicted: np.ndarray
+    loo_rho: float
+    loo_r2: float
+    loo_rmse: float
+
+
+def fit_ridge(name: str, design: np.ndarray, rows: np.ndarray, y: np.ndarray, lam: float) -> RidgeFit:
+    """Ridge with an unpenalised intercept, solved in whichever of p or n is smaller.
+
+    Predictions cover every row of `design`. The hat diagonal includes the
+    intercept's 1/n, so the leave-one-out shortcut is exact.
+    """
+    n = rows.size
+    x = design[rows]
+    x_mean = x.mean(axis=0)
+    y_mean = float(y.mean())
+    xc = x - x_mean
+    yc = y - y_mean
+    p = xc.shape[1]
+    if p <= n:
+        gram_inv = np.linalg.inv(xc.T @ xc + lam * np.eye(p))
+        beta = gram_inv @ (xc.T @ yc)
+        leverage = np.einsum("ij,ij->i", xc @ gram_inv, xc)
+    else:
+        kernel = xc @ xc.T
+        kernel_inv = np.linalg.inv(kernel + lam * np.eye(n))
+        alpha = kernel_inv @ yc
+        beta = xc.T @ alpha
+        leverage = np.einsum("ij,ij->i", kernel, kernel_inv)
+    leverage = leverage + 1.0 / n
+    residual = yc - xc @ beta
+    loo_predicted = y - residual / np.maximum(1.0 - leverage, 0.01)
+    loo_error = y - loo_predicted
+    total = float(yc @ yc)
+    loo_r2 = 0.0 if total == 0.0 else float(np.clip(1.0 - (loo_error @ loo_error) / total, 0.0, 1.0))
+    return RidgeFit(
+        basis=name,
+        predicted=(design - x_mean) @ beta + y_mean,
+        loo_predicted=loo_predicted,
+        loo_rho=spearman(y, loo_predicted),
+        loo_r2=loo_r2,
+        loo_rmse=float(np.sqrt(np.mean(loo_error**2))),
+    )
+
+
+def compete(
+    designs: dict[str, np.ndarray], names: Sequence[str], rows: np.ndarray, y: np.ndarray, lam: float
+) -> tuple[RidgeFit, dict[str, float]]:
+    """Fit every admissible basis; the best leave-one-out Spearman wins.
+
+    Returns the winner and every competitor's score (for the state file).
+    Ties go to the earlier (simpler) basis in `names`.
+    """
+    best: RidgeFit | None = None
+    scores: dict[str, float] = {}
+    for name in names:
+        design = designs[name]
+        if design.shape[1] == 0:
+            continue
+        if name in IDENTIFIABILITY_GATED and not design.shape[1] < rows.size / 2:
+            continue
+        fit = fit_ridge(name, design, rows, y, lam)
+        scores[name] = fit.loo_rho
+        if best is None or fit.loo_rho > best.loo_rho:
+            best = fit
+    if best is None:
+        raise ValueError("no basis has a column; the feature space is empty")
+    return best, scores

@@ -1,0 +1,210 @@
+"""StateStore: one msgpack file per kernel key, replaced atomically, under a file lock.
+
+The store knows files, locks and bytes; it knows nothing of the algorithm. A file
+it cannot read is moved aside (quarantined) and the caller starts afresh, so a
+damaged file can never break a compile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import filelock
+import platformdirs
+
+from .errors import LockTimeout, StateDirError, StateFileError
+from .state import TuneState, pack_state, unpack_state
+
+log = logging.getLogger("fasta_sm.store")
+
+STATE_DIR_ENV = "FASTA_SM_STATE_DIR"
+LOCK_TIMEOUT_ENV = "FASTA_SM_LOCK_TIMEOUT"
+STATE_SUFFIX = ".fsm"
+LOCK_SUFFIX = ".lock"
+DEFAULT_LOCK_TIMEOUT_S = 600.0
+
+
+def default_state_dir() -> Path:
+    """`$FASTA_SM_STATE_DIR`, else the per-user cache dir (`~/.cache/fasta-sm/states` on Linux)."""
+    configured = os.environ.get(STATE_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path(platformdirs.user_cache_dir("fasta-sm")) / "states"
+
+
+def default_lock_timeout() -> float:
+    raw = os.environ.get(LOCK_TIMEOUT_ENV)
+    if raw is None:
+        return DEFAULT_LOCK_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise StateDirError(f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise StateDirError(f"{LOCK_TIMEOUT_ENV}={raw!r} must not be negative")
+    return value
+
+
+def file_stem(key: str) -> str:
+    """File names come from a hash of the key, never from the raw (user-supplied) key."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class StateStore:
+    """A directory of state files, one per kernel key."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, lock_timeout_s: float | None = None) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_state_dir()
+        self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
+        self._ensure_dir()
+
+    def _ensure_dir(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise StateDirError(f"state dir {self.path} exists and is not a directory")
+        try:
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateDirError(f"cannot create state dir {self.path}: {exc.strerror}") from None
+
+    def file_for(self, key: str) -> Path:
+        return self.path / (file_stem(key) + STATE_SUFFIX)
+
+    def lock_path_for(self, key: str) -> Path:
+        return self.path / (file_stem(key) + LOCK_SUFFIX)
+
+    @contextlib.contextmanager
+    def lock(self, key: str, kernel: str, timeout_s: float | None = None) -> Iterator[None]:
+        """Hold the kernel's lock; wait at most `timeout_s` for another process to finish."""
+        timeout = self.lock_timeout_s if timeout_s is None else timeout_s
+        lock = filelock.FileLock(str(self.lock_path_for(key)), timeout=timeout)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise LockTimeout(
+                f"kernel {kernel!r}: another process has held {lock.lock_file} for over {timeout:g} s "
+                f"(raise {LOCK_TIMEOUT_ENV} to wait longer)"
+            ) from None
+        except PermissionError as exc:
+            raise StateDirError(f"kernel {kernel!r}: cannot create lock {exc.filename}: state dir is not writable") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def is_locked(self, state_file: Path) -> bool:
+        """Whether some process holds the lock beside `state_file` right now."""
+        lock_path = state_file.with_suffix(LOCK_SUFFIX)
+        if not lock_path.exists():
+            return False
+        lock = filelock.FileLock(str(lock_path), timeout=0)
+        try:
+            lock.acquire()
+        except (filelock.Timeout, PermissionError):
+            return True
+        lock.release()
+        return False
+
+    def load(self, key: str) -> TuneState | None:
+        """The state for `key`, or None if there is none or it had to be quarantined."""
+        path = self.file_for(key)
+        try:
+            state = self.read(path)
+        except FileNotFoundError:
+            return None
+        except StateFileError as exc:
+            self.quarantine(path, str(exc))
+            return None
+        if state.key != key:
+            self.quarantine(path, f"{path}: holds key {state.key!r}, expected {key!r}")
+            return None
+        return state
+
+    @staticmethod
+    def read(path: Path) -> TuneState:
+        """Decode one state file; StateFileError if it is not a valid state."""
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StateFileError(f"{path}: unreadable ({exc.strerror})") from None
+        return unpack_state(blob, source=str(path))
+
+    def quarantine(self, path: Path, why: str) -> Path:
+        """Move a bad file aside, warn once naming both paths, and return the new path."""
+        target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
+        os.replace(path, target)
+        log.warning("quarantined state file %s as %s (%s); the tune starts afresh", path, target, why)
+        return target
+
+    def save(self, state: TuneState) -> Path:
+        """Write `state` as its key's file (atomically)."""
+        return self.write(state.key, pack_state(state), kernel=state.kernel)
+
+    def write(self, key: str, blob: bytes, kernel: str | None = None) -> Path:
+        """Atomically replace the key's file: temp file, fsync, rename, fsync the directory."""
+        path = self.file_for(key)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.path, prefix=path.name + ".", suffix=".tmp")
+        except OSError as exc:
+            raise StateDirError(
+                f"kernel {kernel or key!r}: cannot write to state dir {self.path}: {exc.strerror}"
+            ) from None
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(blob)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return path
+
+    def discard_temp_files(self, key: str) -> None:
+        """Remove temp files a killed writer left; only the lock holder may call this."""
+        for leftover in self.path.glob(self.file_for(key).name + ".*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+    def supersede(self, key: str, why: str) -> Path | None:
+        """Move a valid but outdated state aside (kept for reading), so a new tune can start."""
+        path = self.file_for(key)
+        if not path.exists():
+            return None
+        target = path.with_name(f"{path.name}.superseded-{_stamp()}")
+        os.replace(path, target)
+        log.warning("state file %s moved to %s: %s; the tune starts afresh", path, target, why)
+        return target
+
+    def state_files(self) -> list[Path]:
+        return sorted(self.path.glob("*" + STATE_SUFFIX))
+
+    def resolve(self, key_or_file: str) -> Path:
+        """A path to a state file from a path, a file name in the store, or a kernel key."""
+        candidate = Path(key_or_file).expanduser()
+        if candidate.is_file():
+            return candidate
+        in_store = self.path / key_or_file
+        if in_store.is_file():
+            return in_store
+        return self.file_for(key_or_file)
+
+
+def _stamp() -> str:
+    """A UTC timestamp for file names, unique to the microsecond."""
+    now = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{now % 1:.6f}"[1:]

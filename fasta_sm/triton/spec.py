@@ -1,0 +1,51 @@
+"""A kernel with its config space and inputs: what the recorder and benchmarks run.
+
+A spec is named on the command line as `module:function`; the function returns
+a `KernelSpec`, so any importable kernel can be recorded without editing
+fasta-sm.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from ..config import Config
+
+
+@dataclass
+class KernelSpec:
+    """One kernel, one problem shape, one config space.
+
+    `make_args(device)` returns the positional arguments of a launch;
+    `grid(meta)` the launch grid from the bound arguments plus the config's
+    kwargs (Triton's convention); `reference(args)` the expected contents of
+    `args[output]` after a launch, so every config's result can be checked.
+    """
+
+    name: str
+    fn: Any
+    configs: list[Config]
+    make_args: Callable[[str], tuple]
+    grid: Callable[[Mapping[str, Any]], tuple]
+    shape: dict[str, Any]
+    reference: Callable[[tuple], Any] | None = None
+    output: int = -1
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    reset_to_zero: Sequence[str] = ()
+    restore_value: Sequence[str] = ()
+    atol: float = 1e-2
+    rtol: float = 1e-2
+
+
+def load_spec(spec: str, **params: Any) -> KernelSpec:
+    """Resolve `module:function` and call the function with `params`."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"spec {spec!r} must look like 'package.module:function'")
+    factory = getattr(importlib.import_module(module_name), attr)
+    result = factory(**params)
+    if not isinstance(result, KernelSpec):
+        raise TypeError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
+    return result

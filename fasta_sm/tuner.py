@@ -1,0 +1,134 @@
+"""tune(): load or start a kernel's tune, drive it to DONE under its lock, return the winner.
+
+This is the entry point every integration calls. A DONE state over the same
+config list is reused without taking the lock, compiling or benchmarking. A
+process that finds the kernel being tuned waits for the lock, then reuses or
+resumes what the other process left.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from .config import Config, check_config_list, configs_hash
+from .errors import StateFileError
+from .machine import DEFAULT_CHUNK, Tune
+from .policies import make_policy
+from .protocols import Backend
+from .state import TuneState
+from .store import StateStore
+
+log = logging.getLogger("fasta_sm.tuner")
+
+StepCallback = Callable[[TuneState], None]
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The winner of a tune, and whether it came from an earlier process."""
+
+    state: TuneState
+    reused: bool
+
+    @property
+    def best_index(self) -> int:
+        assert self.state.best is not None
+        return self.state.best
+
+    @property
+    def best_config(self) -> Config:
+        return self.state.configs[self.best_index]
+
+    @property
+    def best_us(self) -> float:
+        assert self.state.best_us is not None
+        return self.state.best_us
+
+
+def tune(
+    key: str,
+    kernel: str,
+    configs: Sequence[Config],
+    backend: Backend,
+    *,
+    policy: str = "fasta",
+    policy_params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    store: StateStore | None = None,
+    lock_timeout_s: float | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    on_step: StepCallback | None = None,
+) -> TuneResult:
+    """Tune `kernel` (durably, under `key`) and return its winner."""
+    configs = check_config_list(kernel, configs)
+    store = store if store is not None else StateStore()
+    wanted = configs_hash(configs)
+    done = _peek_done(store, key, wanted)
+    if done is not None:
+        return TuneResult(done, reused=True)
+    with store.lock(key, kernel, lock_timeout_s):
+        tune_ = open_tune(store, key, kernel, configs, backend, policy=policy,
+                          policy_params=policy_params, seed=seed, chunk_size=chunk_size, on_step=on_step)
+        if tune_ is None:
+            state = store.load(key)
+            assert state is not None
+            return TuneResult(state, reused=True)
+        try:
+            return TuneResult(tune_.drive(), reused=False)
+        finally:
+            tune_.close()
+
+
+def open_tune(
+    store: StateStore,
+    key: str,
+    kernel: str,
+    configs: Sequence[Config],
+    backend: Backend,
+    *,
+    policy: str = "fasta",
+    policy_params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    chunk_size: int = DEFAULT_CHUNK,
+    on_step: StepCallback | None = None,
+) -> Tune | None:
+    """The tune to drive for `key` (resumed or new), or None if it is already DONE.
+
+    The caller must hold the key's lock.
+    """
+    wanted = configs_hash(configs)
+    store.discard_temp_files(key)
+    state = store.load(key)
+    if state is not None and state.configs_hash != wanted:
+        store.supersede(key, f"its config list changed ({state.n_configs} → {len(configs)} configs)")
+        state = None
+    if state is not None and state.done:
+        return None
+
+    def checkpoint(current: TuneState, blob: bytes) -> None:
+        store.write(current.key, blob)
+        if on_step is not None:
+            on_step(current)
+
+    if state is not None:
+        log.info("kernel %s: resuming at %s", kernel, state.position())
+        chosen = make_policy(state.policy, configs, state.policy_params)
+        return Tune(state, backend, chosen, checkpoint, chunk_size)
+    params = dict(policy_params or {})
+    chosen = make_policy(policy, configs, params)
+    return Tune.start(key, kernel, configs, backend, chosen, policy_params=params, seed=seed,
+                      checkpoint=checkpoint, chunk_size=chunk_size)
+
+
+def _peek_done(store: StateStore, key: str, wanted: str) -> TuneState | None:
+    """A DONE state for `key` over the same configs, read without the lock or side effects."""
+    try:
+        state = store.read(store.file_for(key))
+    except (FileNotFoundError, StateFileError):
+        return None
+    if state.done and state.key == key and state.configs_hash == wanted:
+        return state
+    return None
+
