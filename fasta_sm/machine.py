@@ -134,9 +134,13 @@ class Tune:
         """Leave the shared machine (it keeps a reference to every model)."""
         shared_machine().remove_model(self)
 
-    def drive(self) -> TuneState:
-        """Run from wherever the state stands to DONE."""
-        while not self.state.done:
+    def drive(self, until: Callable[[TuneState], bool] | None = None) -> TuneState:
+        """Run from wherever the state stands to DONE, or until `until(state)` holds.
+
+        `until` lets an integration split a tune between processes, e.g. a
+        compile worker that stops once R1 is compiled.
+        """
+        while not self.state.done and not (until is not None and until(self.state)):
             self.advance()
         return self.state
 
