@@ -107,8 +107,12 @@ class Tune:
         seed: int = 0,
         checkpoint: Checkpoint | None = None,
         chunk_size: int = DEFAULT_CHUNK,
+        restarts: Sequence[str] = (),
     ) -> "Tune":
-        """A new tune at R1 with its planned batch, checkpointed once."""
+        """A new tune at R1 with its planned batch, checkpointed once.
+
+        `restarts` says why an earlier state for this key was set aside, if one was.
+        """
         state = TuneState(
             key=key,
             kernel=kernel,
@@ -117,6 +121,7 @@ class Tune:
             policy_params=dict(policy_params or {}),
             seed=seed,
             backend=backend.describe(),
+            restarts=list(restarts),
         )
         tune = cls(state, backend, policy, checkpoint, chunk_size)
         started = time.perf_counter()

@@ -111,20 +111,26 @@ class StateStore:
         lock.release()
         return False
 
-    def load(self, key: str) -> TuneState | None:
-        """The state for `key`, or None if there is none or it had to be quarantined."""
+    def load(self, key: str, notes: list[str] | None = None) -> TuneState | None:
+        """The state for `key`, or None if there is none or it had to be quarantined.
+
+        Why a file was quarantined is appended to `notes`, for the next state's record.
+        """
         path = self.file_for(key)
         try:
             state = self.read(path)
         except FileNotFoundError:
             return None
         except StateFileError as exc:
-            self.quarantine(path, str(exc))
-            return None
-        if state.key != key:
-            self.quarantine(path, f"{path}: holds key {state.key!r}, expected {key!r}")
-            return None
-        return state
+            why = str(exc)
+        else:
+            if state.key == key:
+                return state
+            why = f"{path}: holds key {state.key!r}, expected {key!r}"
+        target = self.quarantine(path, why)
+        if notes is not None:
+            notes.append(f"previous state quarantined as {target.name}: {why}")
+        return None
 
     @staticmethod
     def read(path: Path) -> TuneState:
@@ -180,11 +186,9 @@ class StateStore:
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
 
-    def supersede(self, key: str, why: str) -> Path | None:
+    def supersede(self, key: str, why: str) -> Path:
         """Move a valid but outdated state aside (kept for reading), so a new tune can start."""
         path = self.file_for(key)
-        if not path.exists():
-            return None
         target = path.with_name(f"{path.name}.superseded-{_stamp()}")
         os.replace(path, target)
         log.warning("state file %s moved to %s: %s; the tune starts afresh", path, target, why)

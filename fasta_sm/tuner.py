@@ -100,9 +100,11 @@ def open_tune(
     """
     wanted = configs_hash(configs)
     store.discard_temp_files(key)
-    state = store.load(key)
+    notes: list[str] = []
+    state = store.load(key, notes)
     if state is not None and state.configs_hash != wanted:
-        store.supersede(key, f"its config list changed ({state.n_configs} → {len(configs)} configs)")
+        why = f"its config list changed ({state.n_configs} → {len(configs)} configs)"
+        notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
         state = None
     if state is not None and state.done:
         return None
@@ -119,7 +121,7 @@ def open_tune(
     params = dict(policy_params or {})
     chosen = make_policy(policy, configs, params)
     return Tune.start(key, kernel, configs, backend, chosen, policy_params=params, seed=seed,
-                      checkpoint=checkpoint, chunk_size=chunk_size)
+                      checkpoint=checkpoint, chunk_size=chunk_size, restarts=notes)
 
 
 def _peek_done(store: StateStore, key: str, wanted: str) -> TuneState | None:

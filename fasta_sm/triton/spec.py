@@ -21,7 +21,8 @@ class KernelSpec:
     `make_args(device)` returns the positional arguments of a launch;
     `grid(meta)` the launch grid from the bound arguments plus the config's
     kwargs (Triton's convention); `reference(args)` the expected contents of
-    `args[output]` after a launch, so every config's result can be checked.
+    `args[output]` after a launch, so every config's result can be checked:
+    ‖out − ref‖ / ‖ref‖ must not exceed `tolerance`.
     """
 
     name: str
@@ -35,8 +36,7 @@ class KernelSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     reset_to_zero: Sequence[str] = ()
     restore_value: Sequence[str] = ()
-    atol: float = 1e-2
-    rtol: float = 1e-2
+    tolerance: float = 1e-2
 
 
 def load_spec(spec: str, **params: Any) -> KernelSpec:

@@ -54,17 +54,19 @@ def softmax_pick(scores: np.ndarray, tau: float, count: int, rng: np.random.Gene
 
 
 def marginal_scores(levels: np.ndarray, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """An additive vote: each column's mean measured value at each config's level.
+    """An additive vote: the overall mean plus each column's effect at each config's level.
 
-    A level never measured gets the overall mean. The vote needs no fit, so it
-    still ranks sensibly when a basis with interactions is underdetermined.
+    A column's effect at a level is the mean measured value there minus the
+    overall mean; a level never measured has no effect. The vote needs no
+    fit, so it still ranks sensibly when a basis with interactions is
+    underdetermined, and it is on the same scale as `y`.
     """
     overall = float(y.mean())
-    total = np.zeros(levels.shape[0])
+    total = np.full(levels.shape[0], overall)
     for j in range(levels.shape[1]):
         width = int(levels[:, j].max()) + 1
         sums = np.bincount(levels[rows, j], weights=y, minlength=width)
         counts = np.bincount(levels[rows, j], minlength=width)
-        means = np.where(counts > 0, sums / np.maximum(counts, 1), overall)
-        total += means[levels[:, j]]
+        effects = np.where(counts > 0, sums / np.maximum(counts, 1) - overall, 0.0)
+        total += effects[levels[:, j]]
     return total

@@ -1,0 +1,248 @@
+"""The `fasta-sm` command: tune on a replay table, list, show, draw and report tunes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__
+from .data import default_table, table_path, table_names
+from .errors import FastaError, StateFileError
+from .render import age_of, format_us, state_to_json
+from .report import tune_costs
+from .state import TuneState
+from .store import StateStore
+
+console = Console()
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="State directory (default: $FASTA_SM_STATE_DIR, else the per-user cache dir).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fasta-sm")
+@click.option("-v", "--verbose", is_flag=True, help="Log what the engine does.")
+def main(verbose: bool) -> None:
+    """Durable, sample-efficient autotuning for Triton kernels."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
+    )
+
+
+@main.command()
+@click.option("--replay", "table", metavar="TABLE", default=None,
+              help=f"Replay table: a path, or the name of a shipped table (default: {default_table()}).")
+@click.option("--policy", default="fasta", show_default=True, help="Search policy.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed for the policy and the replay noise.")
+@click.option("--budget", default=None, type=float, help="Budget as a fraction of the space (policy default if unset).")
+@click.option("--noise/--no-noise", default=True, show_default=True,
+              help="Replay with seeded noise matching the recorded spread.")
+@state_dir_option
+def tune(table: str | None, policy: str, seed: int, budget: float | None, noise: bool, state_dir: Path | None) -> None:
+    """Tune a kernel by replaying its recorded table; a second run reuses the DONE state."""
+    from .backends.replay import ReplayBackend, load_table
+    from .tuner import tune as run_tune
+
+    replay = load_table(table_path(table or default_table()))
+    store = StateStore(state_dir)
+    params = {} if budget is None else {"budget": budget}
+    key = f"replay/{replay.kernel}/{policy}/seed={seed}/budget={budget}/noise={noise}"
+    n = len(replay.configs)
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[position]}"), TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:
+        task = progress.add_task(replay.kernel, total=n, position="", best="-")
+
+        def on_step(state: TuneState) -> None:
+            progress.update(task, completed=state.measured_count() + len(state.failed),
+                            position=state.position(), best=format_us(state.best_us))
+
+        result = run_tune(key, replay.kernel, replay.configs, ReplayBackend(replay, noise=noise, seed=seed),
+                          policy=policy, policy_params=params, seed=seed, store=store, on_step=on_step)
+    state = result.state
+    costs = tune_costs(state, replay.compile_s)
+    best_true = replay.true_best_us
+    picked_true = float(replay.mean_us[result.best_index])
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row("kernel", f"{replay.kernel}  ({replay.meta.get('device', '?')}, {n} configs)")
+    summary.add_row("state", f"{store.file_for(key)}" + ("  [green](reused: nothing compiled or timed)" if result.reused else ""))
+    summary.add_row("winner", f"#{result.best_index} {result.best_config.label()}")
+    summary.add_row("measured", f"{format_us(result.best_us)} (recorded mean {format_us(picked_true)})")
+    summary.add_row("evaluations", f"{state.evaluations()}/{n} ({state.evaluations() / n:.0%}), "
+                                   f"{len(state.failed)} failed, {len(state.rounds)} rounds")
+    summary.add_row("tuning cost", f"{costs.spent_s:.1f} s = compile {state.cost.compile_s:.1f} s + benchmark "
+                                   f"{state.cost.benchmark_s:.1f} s + policy {state.cost.policy_s * 1000:.1f} ms; "
+                                   f"{costs.spent_pct:.1f}% of exhaustive ({costs.exhaustive_s:.1f} s)")
+    summary.add_row("regret", f"{(picked_true - best_true) / best_true:.2%} against the table's true best "
+                              f"{format_us(best_true)}")
+    summary.add_row("stopped", state.stop_reason or "-")
+    console.print(summary)
+
+
+@main.command("ls")
+@state_dir_option
+def list_states(state_dir: Path | None) -> None:
+    """One line per state file: kernel, position, measured/N, best, age, lock."""
+    store = StateStore(state_dir)
+    table = Table("file", "kernel", "phase", "round", "measured/N", "best", "age", "locked", box=None)
+    for path in store.state_files():
+        locked = "yes" if store.is_locked(path) else "no"
+        try:
+            state = store.read(path)
+        except StateFileError as exc:
+            table.add_row(path.name, f"[red]unreadable: {exc}", "", "", "", "", "", locked)
+            continue
+        table.add_row(path.name, state.kernel, state.position(), str(state.round),
+                      f"{state.measured_count()}/{state.n_configs}", format_us(state.best_us), age_of(state), locked)
+    console.print(table)
+
+
+@main.command()
+@click.argument("key_or_file")
+@click.option("--json", "as_json", is_flag=True, help="The stable JSON form (docs/state-format.md).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Draw measured vs predicted durations per round to a PNG or SVG.")
+@click.option("--top", default=20, show_default=True, help="Measured configs to list (all with --json).")
+@state_dir_option
+def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir: Path | None) -> None:
+    """One state in full: position, rounds, measured configs by speed, failures, why it stopped."""
+    store = StateStore(state_dir)
+    path = store.resolve(key_or_file)
+    try:
+        state = store.read(path)
+    except FileNotFoundError:
+        raise click.ClickException(f"no state file for {key_or_file!r} (looked for {path})") from None
+    if plot is not None:
+        from .plot import plot_tune
+
+        plot_tune(state, plot)
+        console.print(f"wrote {plot}")
+    if as_json:
+        click.echo(json.dumps(state_to_json(state), indent=2, sort_keys=True))
+        return
+    _print_state(state, path, top)
+
+
+def _print_state(state: TuneState, path: Path, top: int) -> None:
+    head = Table.grid(padding=(0, 2))
+    head.add_row("file", str(path))
+    head.add_row("kernel", f"{state.kernel}   key {state.key!r}")
+    head.add_row("position", state.position())
+    head.add_row("policy", f"{state.policy} {state.policy_params or ''}  seed {state.seed}")
+    head.add_row("backend", state.backend)
+    head.add_row("measured", f"{state.measured_count()}/{state.n_configs} configs, {state.evaluations()} timings, "
+                             f"{len(state.failed)} failed")
+    head.add_row("best", "-" if state.best is None else
+                 f"#{state.best} {state.configs[state.best].label()}  {format_us(state.best_us)}")
+    head.add_row("cost", f"compile {state.cost.compile_s:.2f} s, benchmark {state.cost.benchmark_s:.2f} s, "
+                         f"policy {state.cost.policy_s * 1000:.1f} ms")
+    head.add_row("stopped", state.stop_reason or "(running)")
+    if state.last_error:
+        head.add_row("last error", f"[red]{state.last_error}")
+    for note in state.restarts:
+        head.add_row("restarted", note)
+    console.print(head)
+
+    rounds = Table("round", "batch", "why", "compile s", "bench s", "policy ms", title="Rounds")
+    for record in state.rounds:
+        name = "R1" if record.phase == "R1" else f"R2_{record.round}"
+        rounds.add_row(name + (" (re-time)" if record.retime else ""), str(len(record.batch)), record.reason,
+                       f"{record.compile_s:.2f}", f"{record.benchmark_s:.2f}", f"{record.policy_s * 1000:.2f}")
+    console.print(rounds)
+
+    measured = Table("#", "config", "mean", "timings", "predicted", "compile s",
+                     title=f"Measured, fastest first (top {top} of {state.measured_count()})")
+    for index in sorted(state.durations, key=lambda i: (state.mean_us(i), i))[:top]:
+        predicted = state.predicted_us[index] if state.predicted_us else None
+        measured.add_row(str(index), state.configs[index].label(), format_us(state.mean_us(index)),
+                         str(len(state.durations[index])), format_us(predicted),
+                         f"{state.compiled.get(index, float('nan')):.2f}")
+    console.print(measured)
+    if state.failed:
+        failed = Table("#", "config", "error", title="Failed")
+        for index in sorted(state.failed):
+            failed.add_row(str(index), state.configs[index].label(), state.failed[index][:120])
+        console.print(failed)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "png", "svg"]), default="mermaid", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write here instead of standard output (required for png/svg).")
+def graph(fmt: str, out: Path | None) -> None:
+    """Draw the tuning machine: mermaid text always, PNG or SVG where graphviz is installed."""
+    from .diagram import draw_machine
+
+    try:
+        result = draw_machine(fmt, out)
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    if out is None:
+        click.echo(result)
+    else:
+        console.print(f"wrote {out}")
+
+
+@main.command()
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the table as CSV.")
+@state_dir_option
+def report(csv_out: Path | None, state_dir: Path | None) -> None:
+    """Where the tuning time went, per kernel and in total, against exhaustive tuning."""
+    from .report import REPORT_COLUMNS, report_rows
+
+    store = StateStore(state_dir)
+    rows = report_rows(store)
+    table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
+    for row in rows:
+        table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
+    console.print(table)
+    if csv_out is not None:
+        with csv_out.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(REPORT_COLUMNS))
+            writer.writeheader()
+            writer.writerows(rows)
+        console.print(f"wrote {csv_out}")
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+@main.command("tables")
+def list_tables() -> None:
+    """The recorded replay tables shipped with fasta-sm."""
+    for name in table_names():
+        click.echo(name)
+
+
+def run() -> None:
+    """Entry point with fasta-sm's errors shown as one clear line, not a traceback."""
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except FastaError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        sys.exit(1)

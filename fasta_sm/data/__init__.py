@@ -1,0 +1,33 @@
+"""Recorded replay tables shipped with fasta-sm (package data)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from ..errors import TableError
+
+DEFAULT_TABLE = "mm_bf16_4096"
+
+
+def tables_dir() -> Path:
+    return Path(str(resources.files("fasta_sm") / "data" / "tables"))
+
+
+def table_names() -> list[str]:
+    return sorted(p.stem for p in tables_dir().glob("*.json"))
+
+
+def default_table() -> str:
+    return DEFAULT_TABLE
+
+
+def table_path(name_or_path: str) -> Path:
+    """A table by path, or by the name of a shipped table."""
+    candidate = Path(name_or_path).expanduser()
+    if candidate.suffix == ".json" or candidate.exists():
+        return candidate
+    shipped = tables_dir() / f"{name_or_path}.json"
+    if shipped.exists():
+        return shipped
+    raise TableError(f"no replay table {name_or_path!r}: not a file, nor one of {', '.join(table_names()) or 'none'}")

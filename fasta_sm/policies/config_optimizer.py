@@ -1,0 +1,128 @@
+"""Prune a generated config list before the filter sees it (off by default).
+
+Generators emit many configs that are either hopeless (a tile looped over too
+many times, a tile too small to feed the hardware) or near-copies of each
+other. Dropping them up front shrinks N, and so the filter's budget, without
+touching the configs an expert wrote by hand: those always survive.
+
+A config's tile is read from its kwargs: `<axis>BLOCK` with an optional
+`<axis>BLOCK_SUB` (NPU style: the sub-block is looped `ceil(BLOCK / SUB)`
+times, the "circle number"), or plain `BLOCK_<axis>` on GPUs, where the whole
+block is the tile and the circle number is 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Iterable, Sequence
+
+from ..config import Config
+
+log = logging.getLogger("fasta_sm.policies.config_optimizer")
+
+MAX_CIRCLE_NUM = 4
+MIN_TILE_NUMEL = 32
+MAX_CONFIGS = 50
+
+
+def _numeric(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _blocks_and_subs(config: Config) -> tuple[dict[str, float], dict[str, float]]:
+    blocks: dict[str, float] = {}
+    subs: dict[str, float] = {}
+    for key, value in config.kwargs.items():
+        number = _numeric(value)
+        if number is None or "BLOCK" not in key:
+            continue
+        if key.endswith("BLOCK_SUB"):
+            subs[key[: -len("BLOCK_SUB")]] = number
+        else:
+            blocks[key.replace("BLOCK", "", 1)] = number
+    return blocks, subs
+
+
+def circle_num(config: Config) -> int:
+    """How many times the kernel loops over its sub-tiles: the product over axes of ceil(BLOCK / SUB)."""
+    blocks, subs = _blocks_and_subs(config)
+    loops = 1
+    for axis, block in blocks.items():
+        sub = subs.get(axis)
+        if sub is not None and sub > 0:
+            loops *= math.ceil(block / sub)
+    return loops
+
+
+def tile_numel(config: Config) -> int:
+    """Elements in one tile: the product of sub-blocks, or of blocks when there are none."""
+    blocks, subs = _blocks_and_subs(config)
+    parts = list(subs.values()) if subs else list(blocks.values())
+    numel = 1
+    for part in parts:
+        if part > 0:
+            numel *= int(part)
+    return numel
+
+
+def _shape_key(config: Config) -> tuple:
+    """Two configs with the same loop count and tile shape behave alike: keep one."""
+    blocks, subs = _blocks_and_subs(config)
+    tile = subs if subs else blocks
+    others = sorted((k, v) for k, v in config.kwargs.items() if "BLOCK" not in k)
+    return (circle_num(config), tuple(sorted(tile.items())), tuple(others), config.num_warps, config.num_stages)
+
+
+def _spread(configs: list[Config], cap: int) -> list[Config]:
+    """At most `cap` configs, evenly spaced along tile size so small, medium and large all stay."""
+    if len(configs) <= cap:
+        return configs
+    ordered = sorted(configs, key=tile_numel)
+    if cap == 1:
+        return [ordered[0]]
+    picks = sorted({round(i * (len(ordered) - 1) / (cap - 1)) for i in range(cap)})
+    return [ordered[i] for i in picks]
+
+
+def optimize_configs(
+    configs: Sequence[Config],
+    expert: Iterable[Config] = (),
+    max_circle_num: int = MAX_CIRCLE_NUM,
+    min_tile_numel: int = MIN_TILE_NUMEL,
+    max_configs: int = MAX_CONFIGS,
+) -> list[Config]:
+    """The configs worth tuning, in their original order.
+
+    Configs equal to one in `expert` are kept unconditionally. The others
+    must loop at most `max_circle_num` times and hold at least
+    `min_tile_numel` elements per tile; among those, one per tile shape is
+    kept and at most `max_configs` (0: no cap) spread over tile sizes.
+    When nothing would remain, the list is returned unchanged: pruning
+    must never leave a kernel without a config.
+    """
+    configs = list(configs)
+    if not configs:
+        return []
+    expert_ids = {c.identity for c in expert}
+    kept_expert = [c for c in configs if c.identity in expert_ids]
+    generated = [c for c in configs if c.identity not in expert_ids]
+    passing = [c for c in generated if circle_num(c) <= max_circle_num and tile_numel(c) >= min_tile_numel]
+    unique: dict[tuple, Config] = {}
+    for config in passing:
+        unique.setdefault(_shape_key(config), config)
+    sampled = list(unique.values())
+    if max_configs > 0:
+        sampled = _spread(sampled, max_configs)
+    keep = {c.identity for c in kept_expert} | {c.identity for c in sampled}
+    if not keep:
+        log.warning("config optimizer: every config would be pruned; keeping all %d", len(configs))
+        return configs
+    result = [c for c in configs if c.identity in keep]
+    log.info(
+        "config optimizer: %d -> %d configs (%d expert kept; %d pass the filters, %d distinct)",
+        len(configs), len(result), len(kept_expert), len(passing), len(unique),
+    )
+    return result

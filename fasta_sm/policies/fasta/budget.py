@@ -1,0 +1,54 @@
+"""How much to measure: the R1 size, the total, and the model-or-coverage path."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ...errors import PolicyError
+from .params import FastaParams
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """Counts are configs compiled and benchmarked, failures included (a
+    failed compile costs as much as a good one, so it spends budget too)."""
+
+    budget_class: str
+    total: int
+    r1: int
+    path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -> BudgetPlan:
+    """Budget by N and D: small low-D spaces get more, large high-D ones less.
+
+    Small spaces hold few near-optimal configs in absolute terms, so missing
+    them is likely unless a larger fraction is measured; large spaces with
+    many knobs are smooth enough in aggregate that a small fraction suffices.
+    An explicit `budget` fraction overrides the routing. The model path needs
+    `min_viable_np` R1 points per linear parameter; otherwise (including
+    D = 0, nothing to regress on) the policy takes the coverage path.
+    """
+    if budget is not None:
+        if not (isinstance(budget, (int, float)) and 0.0 < budget <= 1.0):
+            raise PolicyError(f"fasta: budget={budget!r} must be a fraction in (0, 1]")
+        budget_class, fraction = "fixed", float(budget)
+    elif dims <= params.small_d and n <= params.small_n:
+        budget_class, fraction = "small", params.small_budget
+    elif dims >= params.large_d and n >= params.large_n:
+        budget_class, fraction = "large", params.large_budget
+    else:
+        budget_class, fraction = "base", params.base_budget
+    total = min(n, max(math.ceil(fraction * n), params.min_budget))
+    wanted_r1 = max(math.ceil(params.r1_frac * n), params.r1_min, math.ceil(params.r1_per_param * (1 + dims)))
+    r1 = max(1, min(wanted_r1, total))
+    viable = dims > 0 and r1 / (1 + dims) >= params.min_viable_np and r1 < total
+    if not viable:
+        coverage_total = total if budget is not None else max(total, math.ceil(params.coverage_budget * n))
+        return BudgetPlan(budget_class=budget_class, total=min(n, coverage_total), r1=r1, path="coverage")
+    return BudgetPlan(budget_class=budget_class, total=total, r1=r1, path="model")

@@ -1,0 +1,250 @@
+"""The FASTA dynamic filter as a policy: R1 sample, guided R2 rounds, re-time, DONE.
+
+The policy keeps almost nothing between calls: each `refine` re-derives the
+measured set from the engine's `Observations`, so its state file entry is a
+handful of counters and one histogram, and a tune resumed in another process
+with the same RNG state makes the same choices.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...config import Config
+from ...errors import ConfigError, PolicyError
+from ...protocols import Decision, Observations
+from .. import register
+from ..config_optimizer import optimize_configs
+from .budget import BudgetPlan, route_budget
+from .contract import check_observations
+from .features import extract_features
+from .params import FastaParams, resolve_params
+from .sampling import marginal_scores, softmax_pick, stratified_sample
+from .stopping import histogram_settled, margin_settled, relative_histogram
+from .surrogates import build_basis, compete
+
+log = logging.getLogger("fasta_sm.policies.fasta")
+
+STATE_VERSION = 1
+
+
+@register("fasta")
+class FastaPolicy:
+    """Surrogate-guided search over one kernel's config list (see docs/algorithm.md).
+
+    `budget`, when given, is the fraction of configs to measure and replaces
+    the routing by N and D; every other knob is a keyword argument named as
+    in `FastaParams`.
+    """
+
+    name = "fasta"
+
+    def __init__(self, configs: Sequence[Config], budget: float | None = None, **params: Any) -> None:
+        configs = list(configs)
+        if not configs:
+            raise ConfigError("fasta: the config list is empty; there is nothing to tune")
+        self._configs = configs
+        self._budget_arg = budget
+        self._setup(resolve_params(params))
+        self._phase = "start"
+        self._r2_rounds = 0
+        self._last_batch: list[int] = []
+        self._reference_log: float | None = None
+        self._previous_hist: list[float] | None = None
+        self._history: list[dict[str, Any]] = []
+
+    def _setup(self, params: FastaParams) -> None:
+        self.params = params
+        n = len(self._configs)
+        self._active = np.ones(n, dtype=bool)
+        if params.optimize_configs:
+            kept = {c.identity for c in optimize_configs(self._configs)}
+            self._active = np.array([c.identity in kept for c in self._configs])
+        self._space = extract_features(self._configs, log2=params.log2_features)
+        self._designs = {name: build_basis(name, self._space) for name in params.bases}
+        self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
+        log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
+
+    # ------------------------------------------------------------------ R1
+
+    def plan(self, rng: np.random.Generator) -> Decision:
+        active = np.flatnonzero(self._active)
+        size = self.plan_budget.r1
+        if self.plan_budget.path == "model":
+            picks = stratified_sample(self._space.levels[active], size, rng)
+            batch = sorted(int(active[i]) for i in picks)
+        else:
+            batch = sorted(int(i) for i in rng.choice(active, size=min(size, active.size), replace=False))
+        self._phase = "r1"
+        self._last_batch = batch
+        return Decision(
+            batch=batch,
+            reason=f"fasta R1: {len(batch)} of {len(self._configs)} configs "
+            f"({self.plan_budget.path} path, budget {self.plan_budget.total}, class {self.plan_budget.budget_class})",
+        )
+
+    # ------------------------------------------------------------------ R2
+
+    def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
+        durations = check_observations(observed, len(self._configs), self._last_batch)
+        self._last_batch = []
+        if self._phase in ("retime", "done"):
+            return self._stop(f"fasta: done ({self._history[-1]['stop'] if self._history else 'stopped'})")
+        measured = np.isfinite(durations)
+        evaluated = ~np.isnan(durations)
+        candidates = np.flatnonzero(self._active & np.isnan(durations))
+        remaining = self.plan_budget.total - int(evaluated[self._active].sum())
+        if not measured.any():
+            if remaining > 0 and candidates.size:
+                return self._issue(self._blind(candidates, remaining, rng), "every config so far failed: sampling blind")
+            return self._stop("fasta: every measured config failed; nothing left in the budget")
+        if self.plan_budget.path == "coverage":
+            if remaining > 0 and candidates.size:
+                return self._issue(self._blind(candidates, remaining, rng), "coverage path: uniform sample")
+            return self._finish("coverage budget spent", durations, observed)
+        if remaining <= 0 or candidates.size == 0:
+            return self._finish("budget spent" if candidates.size else "every config measured", durations, observed)
+        if self._r2_rounds >= self.params.max_rounds:
+            return self._finish(f"max_rounds={self.params.max_rounds} reached", durations, observed)
+        if self._cost_spent(observed, durations):
+            return self._finish("cost budget spent", durations, observed)
+        return self._guided_round(durations, candidates, remaining, rng, observed)
+
+    def _guided_round(
+        self,
+        durations: np.ndarray,
+        candidates: np.ndarray,
+        remaining: int,
+        rng: np.random.Generator,
+        observed: Observations,
+    ) -> Decision:
+        params = self.params
+        rows = np.flatnonzero(np.isfinite(durations))
+        y = np.log(durations[rows])
+        best_log = float(y.min())
+        if self._reference_log is None:
+            self._reference_log = best_log
+        fit, scores = compete(self._designs, params.bases, rows, y, params.ridge_lambda)
+        near = int(np.sum(y <= best_log + math.log1p(params.near_tol)))
+        tau = params.tau_min + params.tau_range * (1.0 - fit.loo_r2) * min(1.0, near / params.near_full)
+        hist = relative_histogram(y, self._reference_log, params.hist_bins, params.hist_span)
+        record = {
+            "round": self._r2_rounds + 1,
+            "basis": fit.basis,
+            "loo_rho": round(fit.loo_rho, 4),
+            "loo_r2": round(fit.loo_r2, 4),
+            "tau": round(tau, 5),
+            "near": near,
+            "scores": {k: round(v, 4) for k, v in scores.items()},
+        }
+        previous, self._previous_hist = self._previous_hist, hist.tolist()
+        if self._r2_rounds >= params.min_rounds:
+            lower = fit.predicted[candidates] - fit.loo_rmse
+            if margin_settled(lower, best_log, params.margin_conv, fit.loo_rho, params.trust_rho):
+                self._history.append(record)
+                return self._finish("margin: the model bounds every unmeasured config as slower", durations, observed)
+            if histogram_settled(None if previous is None else np.array(previous), hist, params.l1_conv):
+                self._history.append(record)
+                return self._finish("histogram of measured durations settled", durations, observed)
+        batch_size = min(remaining, candidates.size, self._round_size())
+        n_vote = 0
+        if self._space.dims >= params.marginal_d:
+            n_vote = min(batch_size - 1, int(round(batch_size * params.marginal_share)))
+        picks = candidates[softmax_pick(fit.predicted[candidates] - best_log, tau, batch_size - n_vote, rng)]
+        if n_vote > 0:
+            rest = np.setdiff1d(candidates, picks, assume_unique=True)
+            vote = marginal_scores(self._space.levels, rows, y)[rest] - best_log
+            picks = np.concatenate([picks, rest[softmax_pick(vote, params.tau_min, n_vote, rng)]])
+        self._r2_rounds += 1
+        record["batch"] = int(picks.size)
+        self._history.append(record)
+        return self._issue(
+            sorted(int(i) for i in picks),
+            f"fasta R2_{self._r2_rounds}: {picks.size} configs, basis {fit.basis} "
+            f"(LOO rho {fit.loo_rho:.2f}), tau {tau:.3f}",
+            predicted_us=np.exp(fit.predicted),
+        )
+
+    def _round_size(self) -> int:
+        plan = self.plan_budget
+        return max(1, math.ceil((plan.total - plan.r1) / self.params.rounds))
+
+    def _cost_spent(self, observed: Observations, durations: np.ndarray) -> bool:
+        """Cost budget: stop once the seconds spent reach a share of the estimated exhaustive cost.
+
+        The exhaustive cost is extrapolated from what the configs measured so
+        far cost on average: compile seconds per config plus benchmark
+        seconds per config, over every active config.
+        """
+        if self.params.cost_budget <= 0:
+            return False
+        evaluated = int(np.sum(~np.isnan(durations)))
+        if evaluated == 0:
+            return False
+        per_config = observed.spent_s / evaluated
+        estimate = per_config * int(self._active.sum())
+        return observed.spent_s >= self.params.cost_budget * estimate
+
+    def _blind(self, candidates: np.ndarray, remaining: int, rng: np.random.Generator) -> list[int]:
+        size = min(remaining, candidates.size)
+        return sorted(int(i) for i in rng.choice(candidates, size=size, replace=False))
+
+    def _finish(self, why: str, durations: np.ndarray, observed: Observations) -> Decision:
+        """Before DONE, time the near-best configs again, so one lucky timing cannot win."""
+        finite = np.flatnonzero(np.isfinite(durations))
+        if self.params.retime_top >= 2 and finite.size >= 2 and self._phase != "retime":
+            order = finite[np.argsort(durations[finite], kind="stable")]
+            best = durations[order[0]]
+            close = [int(i) for i in order[: self.params.retime_top] if durations[i] <= best * (1 + self.params.retime_tol)]
+            if len(close) >= 2:
+                self._phase = "retime"
+                self._history.append({"stop": why, "retime": close})
+                self._last_batch = close
+                return Decision(batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best", retime=True)
+        self._history.append({"stop": why})
+        return self._stop(f"fasta: {why}")
+
+    def _issue(self, batch: list[int], reason: str, predicted_us: np.ndarray | None = None) -> Decision:
+        self._phase = "r2"
+        self._last_batch = batch
+        return Decision(batch=batch, reason=reason, predicted_us=predicted_us)
+
+    def _stop(self, reason: str) -> Decision:
+        self._phase = "done"
+        return Decision(batch=[], reason=reason)
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "params": self.params.to_dict(),
+            "budget_arg": self._budget_arg,
+            "phase": self._phase,
+            "r2_rounds": self._r2_rounds,
+            "last_batch": list(self._last_batch),
+            "reference_log": self._reference_log,
+            "previous_hist": self._previous_hist,
+            "history": self._history,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise PolicyError(f"fasta: state version {state.get('version')!r}; this policy reads {STATE_VERSION}")
+        stored = dict(state["params"])
+        stored["bases"] = tuple(stored["bases"])
+        params = FastaParams(**stored)
+        budget_arg = state["budget_arg"]
+        if params != self.params or budget_arg != self._budget_arg:
+            self._budget_arg = budget_arg
+            self._setup(params)
+        self._phase = state["phase"]
+        self._r2_rounds = int(state["r2_rounds"])
+        self._last_batch = [int(i) for i in state["last_batch"]]
+        self._reference_log = state["reference_log"]
+        self._previous_hist = state["previous_hist"]
+        self._history = list(state["history"])

@@ -1,0 +1,48 @@
+"""When to stop refining: the model sees nothing better, or the results settled.
+
+Both tests work on log durations relative to a fixed reference, so they mean
+the same on a 3 µs pointwise kernel and a 3 ms matmul.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def margin_settled(
+    lower_bound: np.ndarray, best_log: float, margin: float, loo_rho: float, trust_rho: float
+) -> bool:
+    """True when a trusted model bounds every unmeasured config as worse than the best.
+
+    `lower_bound` is the optimistic (prediction minus leave-one-out error)
+    log duration of each unmeasured config. The reference compared the raw
+    minimum prediction to the best: an over-eager model that predicted
+    below the best (even negative durations) blocked the test forever, and
+    a margin of 2.0 (twice as slow) never fires on real spaces.
+    """
+    if lower_bound.size == 0:
+        return True
+    return loo_rho >= trust_rho and float(lower_bound.min()) > best_log + math.log1p(margin)
+
+
+def relative_histogram(log_durations: np.ndarray, reference: float, bins: int, span: float) -> np.ndarray:
+    """Share of measured configs per bin of log(d / reference), on fixed edges.
+
+    The edges never move (they span `span` log units above the reference
+    set after R1, the last bin taking everything slower), so histograms of
+    consecutive rounds are comparable; the reference rebuilt its edges from
+    each round's min and max.
+    """
+    edges = np.linspace(0.0, span, bins + 1)
+    shifted = np.clip(log_durations - reference, 0.0, span)
+    counts = np.histogram(shifted, bins=edges)[0].astype(float)
+    return counts / max(counts.sum(), 1.0)
+
+
+def histogram_settled(previous: np.ndarray | None, current: np.ndarray, l1_conv: float) -> bool:
+    """True when a round moved less than `l1_conv` of the probability mass."""
+    if previous is None:
+        return False
+    return float(np.abs(current - previous).sum()) < l1_conv

@@ -1,0 +1,105 @@
+"""Readable views of a state: the stable JSON of `fasta-sm show --json`, and summaries.
+
+The JSON form is a public, versioned format (docs/state-format.md): fields are
+only ever added, never renamed or removed, within one `format` version.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from .state import TuneState
+
+SHOW_FORMAT = "fasta-sm.show/1"
+
+
+def _number(value: float | None) -> float | None:
+    """JSON has no NaN or inf: unknown or failed values become null."""
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+def state_to_json(state: TuneState) -> dict[str, Any]:
+    """The whole state, sorted and labelled for people and scripts."""
+    predicted = state.predicted_us
+    measured = sorted(state.durations, key=lambda i: (state.mean_us(i), i))
+    return {
+        "format": SHOW_FORMAT,
+        "key": state.key,
+        "kernel": state.kernel,
+        "position": {"phase": state.phase, "round": state.round, "step": state.step, "label": state.position()},
+        "policy": {"name": state.policy, "params": state.policy_params},
+        "seed": state.seed,
+        "backend": state.backend,
+        "configs_total": state.n_configs,
+        "configs_hash": state.configs_hash,
+        "evaluations": state.evaluations(),
+        "best": None
+        if state.best is None
+        else {"index": state.best, "config": state.configs[state.best].to_dict(), "mean_us": state.best_us},
+        "stop_reason": state.stop_reason,
+        "last_error": state.last_error,
+        "pending": list(state.pending),
+        "measured": [
+            {
+                "index": i,
+                "config": state.configs[i].to_dict(),
+                "mean_us": state.mean_us(i),
+                "durations_us": list(state.durations[i]),
+                "compile_s": state.compiled.get(i),
+                "predicted_us": _number(predicted[i]) if predicted else None,
+            }
+            for i in measured
+        ],
+        "failed": [
+            {"index": i, "config": state.configs[i].to_dict(), "error": state.failed[i]} for i in sorted(state.failed)
+        ],
+        "rounds": [
+            {
+                "name": "R1" if r.phase == "R1" else f"R2_{r.round}",
+                "batch": list(r.batch),
+                "reason": r.reason,
+                "retime": r.retime,
+                "predicted_us": [_number(x) for x in r.predicted_us],
+                "compile_s": r.compile_s,
+                "benchmark_s": r.benchmark_s,
+                "policy_s": r.policy_s,
+                "started": r.started,
+                "finished": r.finished,
+            }
+            for r in state.rounds
+        ],
+        "cost": {
+            "compile_s": state.cost.compile_s,
+            "benchmark_s": state.cost.benchmark_s,
+            "policy_s": state.cost.policy_s,
+            "total_s": state.cost.total_s,
+        },
+        "restarts": list(state.restarts),
+        "created": state.created,
+        "updated": state.updated,
+        "schema": state.schema,
+        "library": state.library,
+    }
+
+
+def human_age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+def age_of(state: TuneState) -> str:
+    return human_age(time.time() - state.updated)
+
+
+def format_us(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value >= 1000:
+        return f"{value / 1000:.3f} ms"
+    return f"{value:.2f} µs"

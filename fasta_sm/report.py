@@ -1,0 +1,81 @@
+"""Where the tuning time went: per-tune cost against exhaustive tuning of the same space.
+
+Exhaustive cost is estimated from what the tune itself measured: the mean compile
+time of the configs it compiled, and the mean benchmark time per timing, scaled
+to the whole space. On replay the recorded compile times give it exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import StateFileError
+from .state import TuneState
+from .store import StateStore
+
+REPORT_COLUMNS = (
+    "kernel", "position", "evaluations", "configs", "evals_pct", "compile_s", "benchmark_s", "policy_s",
+    "total_s", "exhaustive_s", "saved_s", "cost_pct",
+)
+
+
+@dataclass(frozen=True)
+class TuneCosts:
+    spent_s: float
+    exhaustive_s: float
+
+    @property
+    def spent_pct(self) -> float:
+        return 100.0 * self.spent_s / self.exhaustive_s if self.exhaustive_s > 0 else float("nan")
+
+
+def tune_costs(state: TuneState, compile_s: np.ndarray | None = None) -> TuneCosts:
+    """Compile plus benchmark seconds spent, and the estimate for exhaustive tuning.
+
+    `compile_s` gives every config's compile time when it is known (replay).
+    """
+    spent = state.cost.compile_s + state.cost.benchmark_s
+    timings = max(state.evaluations(), 1)
+    bench_per_config = state.cost.benchmark_s / timings
+    benchable = state.n_configs - len(state.failed)
+    if compile_s is not None:
+        compile_all = float(np.sum(compile_s))
+    else:
+        seen = list(state.compiled.values())
+        compile_all = (sum(seen) / len(seen) if seen else 0.0) * state.n_configs
+    return TuneCosts(spent_s=spent, exhaustive_s=compile_all + bench_per_config * benchable)
+
+
+def report_rows(store: StateStore) -> list[dict[str, Any]]:
+    """One row per readable state file, then a TOTAL row."""
+    rows = []
+    for path in store.state_files():
+        try:
+            state = store.read(path)
+        except StateFileError:
+            continue
+        costs = tune_costs(state)
+        rows.append({
+            "kernel": state.kernel,
+            "position": state.position(),
+            "evaluations": state.evaluations(),
+            "configs": state.n_configs,
+            "evals_pct": 100.0 * state.evaluations() / state.n_configs,
+            "compile_s": state.cost.compile_s,
+            "benchmark_s": state.cost.benchmark_s,
+            "policy_s": state.cost.policy_s,
+            "total_s": state.cost.total_s,
+            "exhaustive_s": costs.exhaustive_s,
+            "saved_s": costs.exhaustive_s - costs.spent_s,
+            "cost_pct": costs.spent_pct,
+        })
+    if rows:
+        total = {c: sum(r[c] for r in rows) for c in REPORT_COLUMNS if isinstance(rows[0][c], (int, float))}
+        total["evals_pct"] = 100.0 * total["evaluations"] / total["configs"]
+        spent = total["compile_s"] + total["benchmark_s"]
+        total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else float("nan")
+        rows.append({"kernel": "TOTAL", "position": f"{len(rows)} tunes", **total})
+    return rows
