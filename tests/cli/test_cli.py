@@ -1,0 +1,82 @@
+"""The fasta-sm command, end to end on a replay table."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from fasta_sm.cli import main
+
+
+def invoke(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def tune(table: Path, state_dir: Path, *extra: str) -> str:
+    return invoke("tune", "--replay", str(table), "--policy", "random", "--budget", "0.5",
+                  "--state-dir", str(state_dir), *extra)
+
+
+def test_help_works_without_torch_loaded():
+    assert "tune" in invoke("--help")
+
+
+def test_tune_prints_winner_evaluations_cost_and_regret(table_file, state_dir):
+    out = tune(table_file, state_dir)
+    for word in ("winner", "evaluations", "tuning cost", "regret"):
+        assert word in out
+
+
+def test_second_tune_reuses_the_done_state(table_file, state_dir):
+    tune(table_file, state_dir)
+    assert "reused" in tune(table_file, state_dir)
+
+
+def test_ls_lists_one_line_per_state(table_file, state_dir):
+    tune(table_file, state_dir)
+    tune(table_file, state_dir, "--seed", "1")
+    out = invoke("ls", "--state-dir", str(state_dir))
+    assert out.count("toy_mm") == 2 and "DONE" in out
+
+
+def test_show_json_is_the_documented_format(table_file, state_dir):
+    tune(table_file, state_dir)
+    state_file = next(state_dir.glob("*.fsm"))
+    shown = json.loads(invoke("show", str(state_file), "--json", "--state-dir", str(state_dir)))
+    assert shown["format"] == "fasta-sm.show/1"
+    means = [m["mean_us"] for m in shown["measured"]]
+    assert means == sorted(means)
+    assert shown["best"]["index"] == shown["measured"][0]["index"]
+    assert shown["position"]["phase"] == "DONE" and shown["stop_reason"]
+
+
+def test_show_unknown_key_is_a_clear_error(state_dir):
+    result = CliRunner().invoke(main, ["show", "no-such-kernel", "--state-dir", str(state_dir)])
+    assert result.exit_code != 0 and "no state file" in result.output
+
+
+def test_report_writes_csv_with_a_total_row(table_file, state_dir, tmp_path):
+    tune(table_file, state_dir)
+    out_csv = tmp_path / "report.csv"
+    invoke("report", "--state-dir", str(state_dir), "--csv", str(out_csv))
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [r["kernel"] for r in rows] == ["toy_mm", "TOTAL"]
+    assert 0 < float(rows[0]["cost_pct"]) < 100
+
+
+def test_graph_prints_mermaid_with_every_state():
+    out = invoke("graph")
+    assert "stateDiagram" in out and all(name in out for name in ("R1", "R2", "DONE"))
+
+
+def test_show_plot_writes_a_png(table_file, state_dir, tmp_path):
+    tune(table_file, state_dir)
+    state_file = next(state_dir.glob("*.fsm"))
+    picture = tmp_path / "tune.png"
+    invoke("show", str(state_file), "--plot", str(picture), "--state-dir", str(state_dir))
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
