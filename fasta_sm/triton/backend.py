@@ -1,0 +1,235 @@
+"""The live Triton backend: compile configs of one launch in parallel, time them on the device.
+
+It implements `fasta_sm.protocols.Backend` for one concrete launch (a kernel,
+its arguments and grid). Compilation goes through the spawn pool of
+`compile_pool`; timing through `triton.testing.do_bench` medians on a GPU, or
+a host clock under `TRITON_INTERPRET=1` (the interpreter has no device
+driver, so `do_bench` cannot run there). Arguments the kernel mutates are
+zeroed or restored around every launch, as Triton's `reset_to_zero` and
+`restore_value` do, so each config is timed on the same inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from ..config import Config
+from ..protocols import BenchmarkOutcome, CompileOutcome
+from .compile_pool import CompileJob, CompilePool, describe_error, resolve, shared_pool
+
+logger = logging.getLogger("fasta_sm.triton.backend")
+
+Grid = tuple | Callable[[Mapping[str, Any]], tuple]
+
+
+def interpreting(fn: Any = None) -> bool:
+    """True when kernels run in Triton's CPU interpreter."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return True
+    return type(fn).__name__ == "InterpretedFunction"
+
+
+def device_name() -> str:
+    import torch
+
+    if torch.cuda.is_available() and not interpreting():
+        return torch.cuda.get_device_name()
+    return "cpu (triton interpreter)"
+
+
+def host_bench(call: Callable[[], Any], rep_ms: float, min_runs: int = 3, max_runs: int = 100) -> float:
+    """Median wall time of `call` in ms, by host clock: the interpreter's only clock."""
+    call()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_runs or ((time.perf_counter() - start) * 1e3 < rep_ms and len(times) < max_runs):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def _first(value: Any) -> float:
+    """do_bench returns a float or a list (quantiles); the median comes first."""
+    if isinstance(value, (list, tuple)):
+        return float(value[0])
+    return float(value)
+
+
+class TritonBackend:
+    """Compiles and times configs of one kernel launch (`fn[grid](*args, **kwargs, **config)`).
+
+    `fn` is the `triton.jit` function (wrappers such as autotuners are
+    unwrapped). `pre_hook`/`post_hook`, when given, replace the default
+    reset/restore hooks exactly as in `triton.autotune`.
+    """
+
+    def __init__(
+        self,
+        fn: Any,
+        args: Sequence[Any],
+        grid: Grid,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        reset_to_zero: Sequence[str] = (),
+        restore_value: Sequence[str] = (),
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        do_bench: Callable[..., Any] | None = None,
+        warmup_ms: float = 25.0,
+        rep_ms: float = 100.0,
+        pool: CompilePool | None = None,
+    ) -> None:
+        self.fn = _unwrap(fn)
+        self.args = tuple(args)
+        self.grid = grid
+        self.kwargs = dict(kwargs or {})
+        self.reset_to_zero = list(reset_to_zero)
+        self.restore_value = list(restore_value)
+        self.pre_hook = pre_hook
+        self.post_hook = post_hook
+        self.user_do_bench = do_bench
+        self.warmup_ms = warmup_ms
+        self.rep_ms = rep_ms
+        self._pool = pool
+        self.interpreting = interpreting(self.fn)
+        self.arg_names = list(getattr(self.fn, "arg_names", []))
+
+    # ------------------------------------------------------------------ protocol
+
+    def describe(self) -> str:
+        import triton
+
+        where = "interpreter, host clock" if self.interpreting else "do_bench median"
+        return f"triton {triton.__version__} live on {device_name()} ({where})"
+
+    def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
+        """Compile each config; workers when the kernel is importable by path, else in process."""
+        if self.interpreting:
+            return [CompileOutcome(error=None, seconds=0.0) for _ in configs]
+        jobs = self._jobs(configs)
+        if jobs is None:
+            return [self._load(config, 0.0) for config in configs]
+        outcomes: list[CompileOutcome | None] = [None] * len(configs)
+        for index, error, seconds in (self._pool or shared_pool()).run(jobs):
+            if error is not None:
+                outcomes[index] = CompileOutcome(error=error, seconds=seconds)
+            else:
+                outcomes[index] = self._load(configs[index], seconds)
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def benchmark(self, configs: Sequence[Config]) -> BenchmarkOutcome:
+        """Time each config (median, µs); one that raises is recorded as failed (inf)."""
+        start = time.perf_counter()
+        durations: list[float] = []
+        errors: dict[int, str] = {}
+        for position, config in enumerate(configs):
+            try:
+                durations.append(self.time_ms(config) * 1e3)
+            except Exception as error:
+                errors[position] = describe_error(error)
+                durations.append(float("inf"))
+        return BenchmarkOutcome(durations_us=durations, seconds=time.perf_counter() - start, errors=errors)
+
+    # ------------------------------------------------------------------ launches
+
+    def nargs(self, config: Config) -> dict[str, Any]:
+        """Every argument by name, as Triton's hooks receive them."""
+        return {**dict(zip(self.arg_names, self.args)), **self.kwargs, **config.kwargs}
+
+    def launch(self, config: Config) -> Any:
+        """One plain launch of `config` (no hooks): what the tuned kernel runs."""
+        return self.fn[self.grid](*self.args, **self._launch_kwargs(config))
+
+    def time_ms(self, config: Config) -> float:
+        """Median time of one launch with hooks, in ms."""
+        nargs = self.nargs(config)
+        launch_kwargs = self._launch_kwargs(config)
+        saved = {name: nargs[name].clone() for name in self.restore_value if nargs.get(name) is not None}
+
+        def call() -> None:
+            if self.pre_hook is not None:
+                self.pre_hook(nargs)
+            else:
+                for name in self.reset_to_zero:
+                    if nargs.get(name) is not None:
+                        nargs[name].zero_()
+            try:
+                self.fn[self.grid](*self.args, **launch_kwargs)
+            except Exception as error:
+                if self.post_hook is not None:
+                    self.post_hook(nargs, exception=error)
+                raise
+            if self.post_hook is not None:
+                self.post_hook(nargs, exception=None)
+            else:
+                for name, value in saved.items():
+                    nargs[name].copy_(value)
+
+        if self.user_do_bench is not None:
+            return _first(self.user_do_bench(call, quantiles=(0.5, 0.2, 0.8)))
+        if self.interpreting:
+            return host_bench(call, self.rep_ms)
+        import triton.testing
+
+        return _first(triton.testing.do_bench(call, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=(0.5,)))
+
+    # ------------------------------------------------------------------ internals
+
+    def _launch_kwargs(self, config: Config) -> dict[str, Any]:
+        return {
+            **self.kwargs,
+            **config.kwargs,
+            "num_warps": config.num_warps,
+            "num_stages": config.num_stages,
+            **config.options,
+        }
+
+    def _jobs(self, configs: Sequence[Config]) -> list[CompileJob] | None:
+        """Worker jobs, or None when the kernel or its arguments cannot travel to a worker."""
+        module = getattr(self.fn, "module", None) or getattr(self.fn.fn, "__module__", None)
+        qualname = self.fn.fn.__qualname__
+        if "<locals>" in qualname:
+            return None
+        try:
+            if resolve(module, qualname) is not self.fn:
+                return None
+        except (ImportError, AttributeError):
+            return None
+        abstract = []
+        for arg in self.args:
+            if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
+                if arg.data_ptr() % 16:
+                    return None  # specialized differently from the workers' aligned stand-ins
+                abstract.append(arg.dtype)
+            elif arg is None or isinstance(arg, (bool, int, float, str)):
+                abstract.append(arg)
+            else:
+                return None
+        return [CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c)) for c in configs]
+
+    def _load(self, config: Config, worker_seconds: float) -> CompileOutcome:
+        """Load the binary in this process (a disk-cache hit after a worker compiled it).
+
+        Out-of-resource checks happen here: Triton raises them when a binary is
+        loaded onto the device, not when it is compiled.
+        """
+        start = time.perf_counter()
+        try:
+            kernel = self.fn.warmup(*self.args, grid=self.grid, **self._launch_kwargs(config))
+            init = getattr(kernel, "_init_handles", None)
+            if init is not None:
+                init()
+        except Exception as error:
+            return CompileOutcome(error=describe_error(error), seconds=worker_seconds + time.perf_counter() - start)
+        return CompileOutcome(error=None, seconds=worker_seconds + time.perf_counter() - start)
+
+
+def _unwrap(fn: Any) -> Any:
+    while type(fn).__name__ not in ("JITFunction", "InterpretedFunction") and hasattr(fn, "fn"):
+        fn = fn.fn
+    return fn

@@ -1,0 +1,97 @@
+"""`fasta-sm record`: record replay tables from the command line.
+
+Imported by the main CLI group only when the command runs, so `fasta-sm`
+itself starts without torch or Triton.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+
+def _parse_params(items: tuple[str, ...]) -> dict[str, object]:
+    params: dict[str, object] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--param")
+        try:
+            params[name] = int(value)
+        except ValueError:
+            params[name] = value
+    return params
+
+
+def _spec_path(spec: str) -> str:
+    """A zoo short name (`mm_fp16`) or a `module:function` path."""
+    return spec if ":" in spec else f"fasta_sm.triton.zoo:spec_{spec}"
+
+
+@click.command("record")
+@click.argument("specs", nargs=-1, required=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for <kernel>.json tables.")
+@click.option("--param", "params", multiple=True, help="NAME=VALUE passed to every spec function (e.g. M=2048).")
+@click.option("--device", default="cuda", show_default=True, help="Device the inputs live on.")
+@click.option("--warmup-ms", default=5.0, show_default=True, help="do_bench warm-up per config and pass.")
+@click.option("--rep-ms", default=20.0, show_default=True, help="do_bench repetition time per config and pass.")
+@click.option("--workers", type=int, default=None, help="Compile workers (default: usable cores less two).")
+@click.option("--limit", type=int, default=None, help="Record only an evenly spaced subset of N configs (smoke runs).")
+@click.option("--no-check", is_flag=True, help="Skip checking each config's output against the reference.")
+@click.option("--deadline-s", type=float, default=None, help="Start no new kernel after this many seconds.")
+def record_command(
+    specs: tuple[str, ...],
+    out_dir: str,
+    params: tuple[str, ...],
+    device: str,
+    warmup_ms: float,
+    rep_ms: float,
+    workers: int | None,
+    limit: int | None,
+    no_check: bool,
+    deadline_s: float | None,
+) -> None:
+    """Exhaustively compile and time each SPEC's config space; write replay tables.
+
+    SPEC is `package.module:function` returning a fasta_sm.triton.spec.KernelSpec,
+    or the short name of a kernel of the zoo (fasta_sm.triton.zoo.ZOO).
+    """
+    import torch
+
+    from .compile_pool import CompilePool
+    from .record import record, spread, write_table
+    from .spec import load_spec
+
+    command = shlex.join(sys.argv)
+    pool = CompilePool(workers)
+    started = time.perf_counter()
+    try:
+        for name in specs:
+            if deadline_s is not None and time.perf_counter() - started > deadline_s:
+                click.echo(f"deadline reached: {name} not recorded", err=True)
+                continue
+            spec = load_spec(_spec_path(name), **_parse_params(params))
+            spec.configs = spread(spec.configs, limit)
+            click.echo(f"recording {spec.name}: {len(spec.configs)} configs")
+            table = record(
+                spec, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                check=not no_check, pool=pool, progress=click.echo,
+            )
+            table["command"] = command
+            path = write_table(table, Path(out_dir) / f"{spec.name}.json")
+            timed = [row for row in table["configs"] if row["duration_us"]]
+            best = min((sum(r["duration_us"]) / len(r["duration_us"]) for r in timed), default=float("nan"))
+            click.echo(f"wrote {path}: {len(timed)} timed, best {best:.2f} us, {time.perf_counter() - started:.0f}s so far")
+            del spec, table
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    finally:
+        pool.close()
+
+
+if __name__ == "__main__":
+    record_command()

@@ -1,0 +1,159 @@
+"""The recorder: compile and time a whole config space, write a replay table.
+
+A replay table (`shared/replay-format.md`) is the ground truth a policy is
+judged on, so the recorder is deliberately exhaustive and careful: every
+config is compiled (in parallel, with its compile seconds kept, since that is
+the cost a tuner pays), its output checked against a reference, and timed in
+two passes in opposite orders so drift over the run shows up as noise rather
+than as a bias for whichever configs came first.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..config import Config
+from .backend import TritonBackend, device_name
+from .compile_pool import CompilePool, describe_error
+from .spec import KernelSpec
+
+logger = logging.getLogger("fasta_sm.triton.record")
+
+Progress = Callable[[str], None]
+
+
+def check_output(backend: TritonBackend, spec: KernelSpec, config: Config, expected: Any) -> str | None:
+    """Launch once on a poisoned output and compare with the reference: None if right."""
+    out = backend.args[spec.output]
+    if out.is_floating_point():
+        out.fill_(float("nan"))
+    try:
+        backend.launch(config)
+        got = out.double()
+        want = expected.double().to(got.device)
+        scale = float(want.norm()) or 1.0
+        error = float((got - want).norm()) / scale
+    except Exception as failure:
+        return describe_error(failure)
+    if not math.isfinite(error) or error > spec.tolerance:
+        return f"WrongResult: relative error {error:.3g} exceeds {spec.tolerance:g}"
+    return None
+
+
+def record(
+    spec: KernelSpec,
+    *,
+    device: str = "cuda",
+    warmup_ms: float = 5.0,
+    rep_ms: float = 20.0,
+    check: bool = True,
+    pool: CompilePool | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Compile and time every config of `spec`; return the replay table (a JSON-ready dict).
+
+    Durations are medians of `triton.testing.do_bench`, one per pass; configs
+    that fail to compile, load, produce the right output or run keep their
+    error and no durations.
+    """
+    import torch
+    import triton
+
+    say = progress or logger.info
+    configs = list(spec.configs)
+    args = spec.make_args(device)
+    backend = TritonBackend(
+        spec.fn, args, spec.grid, spec.kwargs,
+        reset_to_zero=spec.reset_to_zero, restore_value=spec.restore_value,
+        warmup_ms=warmup_ms, rep_ms=rep_ms, pool=pool,
+    )
+    rows: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for config, outcome in zip(configs, backend.compile(configs)):
+        row: dict[str, Any] = {
+            "kwargs": dict(config.kwargs),
+            "num_warps": config.num_warps,
+            "num_stages": config.num_stages,
+            "compile_s": round(outcome.seconds, 4),
+            "duration_us": [],
+            "error": outcome.error,
+        }
+        if config.options:
+            row["options"] = dict(config.options)
+        rows.append(row)
+    compile_wall = time.perf_counter() - start
+    ok = [i for i, row in enumerate(rows) if row["error"] is None]
+    say(f"{spec.name}: compiled {len(ok)}/{len(configs)} in {compile_wall:.1f}s wall")
+
+    if check and spec.reference is not None:
+        expected = spec.reference(args)
+        for i in ok:
+            rows[i]["error"] = check_output(backend, spec, configs[i], expected)
+        del expected
+        ok = [i for i in ok if rows[i]["error"] is None]
+        say(f"{spec.name}: {len(ok)} configs give the right output")
+
+    start = time.perf_counter()
+    for order in (ok, ok[::-1]):
+        outcome = backend.benchmark([configs[i] for i in order])
+        for position, i in enumerate(order):
+            if position in outcome.errors:
+                rows[i]["error"] = outcome.errors[position]
+            elif rows[i]["error"] is None:
+                rows[i]["duration_us"].append(round(float(outcome.durations_us[position]), 3))
+    for row in rows:
+        if row["error"] is not None:
+            row["duration_us"] = []
+    bench_wall = time.perf_counter() - start
+    say(f"{spec.name}: timed {len(ok)} configs twice in {bench_wall:.1f}s")
+
+    return {
+        "kernel": spec.name,
+        "shape": spec.shape,
+        "device": device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "timing": {
+            "method": "triton.testing.do_bench median, 2 passes in opposite orders",
+            "warmup_ms": warmup_ms,
+            "rep_ms": rep_ms,
+            "compile_wall_s": round(compile_wall, 2),
+            "benchmark_wall_s": round(bench_wall, 2),
+        },
+        "configs": rows,
+    }
+
+
+def write_table(table: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write atomically (temp file, fsync, replace): a killed recording leaves no torn table."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(table, handle, indent=1)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def spread(configs: Sequence[Config], limit: int | None) -> list[Config]:
+    """An evenly spaced subset of at most `limit` configs (for smoke runs)."""
+    if limit is None or limit >= len(configs):
+        return list(configs)
+    step = len(configs) / limit
+    return [configs[int(i * step)] for i in range(limit)]
