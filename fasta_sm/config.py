@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import ConfigError
@@ -59,7 +60,10 @@ class Config:
         object.__setattr__(self, "kwargs", dict(sorted(self.kwargs.items())))
         object.__setattr__(self, "options", dict(sorted(self.options.items())))
 
-    @property
+    def __hash__(self) -> int:
+        return hash(self.identity)
+
+    @cached_property
     def identity(self) -> str:
         """A canonical string: equal for equal configs, whatever the kwarg order."""
         return json.dumps(

@@ -108,10 +108,13 @@ class Tune:
         checkpoint: Checkpoint | None = None,
         chunk_size: int = DEFAULT_CHUNK,
         restarts: Sequence[str] = (),
+        carried: dict[int, dict] | None = None,
     ) -> "Tune":
         """A new tune at R1 with its planned batch, checkpointed once.
 
-        `restarts` says why an earlier state for this key was set aside, if one was.
+        `restarts` says why an earlier state for this key was set aside, if one
+        was; `carried` holds that state's results for configs still in the list
+        (index → compile_s, durations_us, error), reused instead of measured.
         """
         state = TuneState(
             key=key,
@@ -122,6 +125,7 @@ class Tune:
             seed=seed,
             backend=backend.describe(),
             restarts=list(restarts),
+            carried=dict(carried or {}),
         )
         tune = cls(state, backend, policy, checkpoint, chunk_size)
         started = time.perf_counter()
@@ -179,6 +183,10 @@ class Tune:
     def _compile_chunk(self) -> None:
         state = self.state
         todo = [i for i in state.pending if i not in state.compiled and i not in state.failed]
+        for index in [i for i in todo if i in state.carried]:
+            self._reuse_compile(index)
+        todo = [i for i in todo if i not in state.carried or i in state.failed]
+        todo = [i for i in todo if i not in state.compiled and i not in state.failed]
         chunk = todo[: self.chunk_size]
         if chunk:
             outcomes = self.backend.compile([state.configs[i] for i in chunk])
@@ -204,6 +212,12 @@ class Tune:
         state = self.state
         done = set(state.round_done)
         todo = [i for i in state.pending if i not in done and i in state.compiled and i not in state.failed]
+        for index in [i for i in todo if state.carried.get(i, {}).get("durations_us")]:
+            state.durations[index] = [float(x) for x in state.carried.pop(index)["durations_us"]]
+            state.round_done.append(index)
+        if len(state.round_done) > len(done):
+            self._update_best()
+        todo = [i for i in todo if i not in state.round_done]
         chunk = todo[: self.chunk_size]
         if chunk:
             repeat = [len(state.durations.get(i, ())) for i in chunk]
@@ -227,6 +241,18 @@ class Tune:
             self._update_best()
         if len(todo) <= len(chunk):
             state.step = "refine"
+
+    def _reuse_compile(self, index: int) -> None:
+        """Take a compile outcome carried over from the tune this one superseded: no new compile."""
+        state = self.state
+        carried = state.carried[index]
+        if carried.get("error") is not None:
+            state.failed[index] = str(carried["error"])
+            del state.carried[index]
+        else:
+            state.compiled[index] = float(carried.get("compile_s") or 0.0)
+            if not carried.get("durations_us"):
+                del state.carried[index]
 
     def _ask_policy(self) -> None:
         """Ask the policy once per refine; the transitions' conditions read its answer."""

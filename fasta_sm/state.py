@@ -81,6 +81,7 @@ class TuneState:
     compiled: dict[int, float] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
     durations: dict[int, list[float]] = field(default_factory=dict)
+    carried: dict[int, dict[str, Any]] = field(default_factory=dict)
     policy_state: dict[str, Any] = field(default_factory=dict)
     rng_state: dict[str, Any] = field(default_factory=dict)
     best: int | None = None
@@ -217,6 +218,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     data["compiled"] = {int(k): float(v) for k, v in data["compiled"].items()}
     data["failed"] = {int(k): str(v) for k, v in data["failed"].items()}
     data["durations"] = {int(k): [float(x) for x in v] for k, v in data["durations"].items()}
+    data["carried"] = {int(k): dict(v) for k, v in data["carried"].items()}
     state = TuneState(**data)
     _check_consistent(state, source)
     return state
@@ -233,7 +235,7 @@ def _check_consistent(state: TuneState, source: str) -> None:
         raise StateFileError(f"{source}: unknown position phase={state.phase!r} step={state.step!r}")
     if (state.phase == "DONE") != (state.step == "done"):
         raise StateFileError(f"{source}: phase {state.phase!r} with step {state.step!r}")
-    for name in ("pending", "round_done", "compiled", "failed", "durations"):
+    for name in ("pending", "round_done", "compiled", "failed", "durations", "carried"):
         indices = list(getattr(state, name))
         bad = [i for i in indices if not isinstance(i, int) or not 0 <= i < n]
         if bad:

@@ -102,8 +102,11 @@ def open_tune(
     store.discard_temp_files(key)
     notes: list[str] = []
     state = store.load(key, notes)
+    carried: dict[int, dict] = {}
     if state is not None and state.configs_hash != wanted:
-        why = f"its config list changed ({state.n_configs} → {len(configs)} configs)"
+        carried = carry_results(state, configs)
+        why = (f"its config list changed ({state.n_configs} → {len(configs)} configs; "
+               f"results of {len(carried)} kept)")
         notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
         state = None
     if state is not None and state.done:
@@ -121,7 +124,30 @@ def open_tune(
     params = dict(policy_params or {})
     chosen = make_policy(policy, configs, params)
     return Tune.start(key, kernel, configs, backend, chosen, policy_params=params, seed=seed,
-                      checkpoint=checkpoint, chunk_size=chunk_size, restarts=notes)
+                      checkpoint=checkpoint, chunk_size=chunk_size, restarts=notes, carried=carried)
+
+
+def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:
+    """Results of `old` for configs still in `configs`, keyed by their new index.
+
+    Results belong to a config, not to a list: adding one config to a kernel's
+    list must not throw away what was measured for the others.
+    """
+    position = {config.identity: i for i, config in enumerate(configs)}
+    carried = {}
+    for old_index, config in enumerate(old.configs):
+        new_index = position.get(config.identity)
+        if new_index is None:
+            continue
+        if old_index in old.failed:
+            carried[new_index] = {"error": old.failed[old_index]}
+        elif old_index in old.compiled:
+            carried[new_index] = {
+                "compile_s": old.compiled[old_index],
+                "durations_us": list(old.durations.get(old_index, [])),
+                "error": None,
+            }
+    return carried
 
 
 def _peek_done(store: StateStore, key: str, wanted: str) -> TuneState | None:

@@ -35,7 +35,7 @@ def check_observations(observed: Observations, n: int, last_batch: Sequence[int]
     if bad.size:
         i = int(bad[0])
         raise InvalidObservations(
-            f"fasta: observed.duration_us[{i}] = {durations[i]!r} is not a positive duration "
+            f"fasta: observed.duration_us[{i}] = {float(durations[i])!r} is not a positive duration "
             "(timings are microseconds > 0; +inf marks a failed config)"
         )
     dropped = [i for i in last_batch if np.isnan(durations[i])]

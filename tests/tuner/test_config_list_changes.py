@@ -1,0 +1,45 @@
+"""Results belong to configs, not to config lists: a changed list keeps what was measured."""
+
+from __future__ import annotations
+
+from fasta_sm.backends.replay import ReplayBackend, load_table
+from fasta_sm.config import Config
+from fasta_sm.store import StateStore
+from fasta_sm.tuner import tune
+
+
+class CountingBackend(ReplayBackend):
+    """A replay backend that remembers every config it compiled or timed."""
+
+    def __init__(self, table):
+        super().__init__(table)
+        self.compiled: list[Config] = []
+        self.timed: list[Config] = []
+
+    def compile(self, configs):
+        self.compiled += configs
+        return super().compile(configs)
+
+    def benchmark(self, configs, repeat=None):
+        self.timed += configs
+        return super().benchmark(configs, repeat)
+
+
+def test_a_grown_config_list_reuses_every_earlier_result(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("k", "toy_mm", table.configs[:-6], ReplayBackend(table), policy="exhaustive", store=store)
+    backend = CountingBackend(table)
+    second = tune("k", "toy_mm", table.configs, backend, policy="exhaustive", store=store)
+    assert backend.compiled == table.configs[-6:]
+    assert set(backend.timed) <= set(table.configs[-6:])
+    assert second.state.evaluations() == first.state.evaluations() + len(backend.timed)
+    assert "superseded" in second.state.restarts[0] and list(state_dir.glob("*.superseded-*"))
+
+
+def test_a_changed_config_list_never_resumes_the_old_tune(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("k", "toy_mm", table.configs[:10], ReplayBackend(table), policy="exhaustive", store=store)
+    result = tune("k", "toy_mm", table.configs[5:20], ReplayBackend(table), policy="exhaustive", store=store)
+    assert result.state.n_configs == 15 and not result.reused
