@@ -1,0 +1,214 @@
+"""Specs for TuneState (msgpack, exact round trip, versioned) and Config identity."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fasta_sm.config import Config, configs_hash
+from fasta_sm.errors import StateFileError
+from fasta_sm.state import (
+    SCHEMA_VERSION,
+    Cost,
+    RoundRecord,
+    TuneState,
+    encode_rng,
+    pack_state,
+    unpack_state,
+)
+
+# --------------------------------------------------------------------------- strategies
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,7}", fullmatch=True)
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+nonneg = st.floats(min_value=0.0, max_value=1e12, allow_nan=False)
+int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+scalar = st.one_of(st.booleans(), st.integers(-(2**31), 2**31), finite, text)
+
+msgpack_value = st.recursive(
+    st.one_of(st.none(), st.booleans(), int64, finite, text, st.binary(max_size=8)),
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(text, children, max_size=4)),
+    max_leaves=12,
+)
+
+configs_strategy = st.lists(
+    st.builds(
+        Config,
+        kwargs=st.dictionaries(names, scalar, max_size=4),
+        num_warps=st.integers(1, 32),
+        num_stages=st.integers(1, 8),
+        options=st.dictionaries(names, scalar, max_size=2),
+    ),
+    min_size=1,
+    max_size=6,
+    unique_by=lambda c: c.identity,
+)
+
+
+@st.composite
+def round_records(draw, n: int) -> RoundRecord:
+    batch = draw(st.lists(st.integers(0, n - 1), max_size=n, unique=True))
+    return RoundRecord(
+        phase=draw(st.sampled_from(["R1", "R2"])),
+        round=draw(st.integers(0, 50)),
+        batch=batch,
+        reason=draw(text),
+        retime=draw(st.booleans()),
+        predicted_us=draw(st.lists(finite, max_size=n)),
+        started=draw(nonneg),
+        finished=draw(st.none() | nonneg),
+        compile_s=draw(nonneg),
+        benchmark_s=draw(nonneg),
+        policy_s=draw(nonneg),
+    )
+
+
+@st.composite
+def tune_states(draw) -> TuneState:
+    configs = draw(configs_strategy)
+    n = len(configs)
+    index = st.integers(0, n - 1)
+    durations = draw(st.dictionaries(index, st.lists(nonneg, min_size=1, max_size=3), max_size=n))
+    failed = draw(st.dictionaries(index.filter(lambda i: i not in durations), text, max_size=n))
+    position = draw(st.sampled_from(
+        [("R1", "compile"), ("R1", "benchmark"), ("R1", "refine"),
+         ("R2", "compile"), ("R2", "benchmark"), ("R2", "refine")]
+        + ([("DONE", "done")] if durations else [])
+    ))
+    best = draw(st.sampled_from(sorted(durations))) if durations and (position[0] == "DONE" or draw(st.booleans())) else None
+    return TuneState(
+        key=draw(text),
+        kernel=draw(text),
+        configs=configs,
+        policy=draw(st.sampled_from(["exhaustive", "random", "fasta"])),
+        policy_params=draw(st.dictionaries(text, msgpack_value, max_size=3)),
+        seed=draw(st.integers(0, 2**32)),
+        backend=draw(text),
+        phase=position[0],
+        round=draw(st.integers(0, 20)),
+        step=position[1],
+        pending=draw(st.lists(index, max_size=n, unique=True)),
+        retime=draw(st.booleans()),
+        round_done=draw(st.lists(index, max_size=n, unique=True)),
+        compiled=draw(st.dictionaries(index, nonneg, max_size=n)),
+        failed=failed,
+        durations=durations,
+        policy_state=draw(st.dictionaries(text, msgpack_value, max_size=4)),
+        rng_state=encode_rng(np.random.default_rng(draw(st.integers(0, 2**64))))
+        if draw(st.booleans()) else {},
+        best=best,
+        best_us=None if best is None else sum(durations[best]) / len(durations[best]),
+        predicted_us=draw(st.lists(finite, max_size=n)),
+        rounds=draw(st.lists(round_records(n), max_size=3)),
+        cost=Cost(draw(nonneg), draw(nonneg), draw(nonneg)),
+        stop_reason=draw(st.none() | text),
+        last_error=draw(st.none() | text),
+        restarts=draw(st.lists(text, max_size=2)),
+        created=draw(nonneg),
+        updated=draw(nonneg),
+    )
+
+
+def sample_state(**changes) -> TuneState:
+    configs = [Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64) for w in (2, 4)]
+    state = TuneState(
+        key="mm:fp16:1024", kernel="mm", configs=configs, policy="random",
+        policy_params={"budget": 0.5}, seed=3, backend="replay mm",
+        phase="R2", round=1, step="benchmark", pending=[1, 4], round_done=[1],
+        compiled={0: 0.5, 1: 0.25, 4: 0.75}, failed={2: "OutOfResources: shared memory"},
+        durations={0: [10.5], 1: [9.25, 9.5]}, policy_state={"seen": [0, 1], "alpha": 0.1},
+        rng_state=encode_rng(np.random.default_rng(3)), best=1, best_us=9.375,
+        predicted_us=[10.0, 9.0, math.inf, 12.0, 8.0, 11.0],
+        rounds=[RoundRecord(phase="R1", round=0, batch=[0, 1, 2], reason="sample", started=1.0, finished=2.0)],
+        cost=Cost(1.5, 0.375, 0.001), created=1700000000.25, updated=1700000001.5,
+    )
+    for name, value in changes.items():
+        setattr(state, name, value)
+    return state
+
+
+# --------------------------------------------------------------------------- specs
+
+
+def test_a_state_round_trips_through_msgpack_exactly():
+    state = sample_state()
+    blob = pack_state(state)
+    loaded = unpack_state(blob)
+    assert loaded.configs == state.configs
+    assert loaded.predicted_us == state.predicted_us  # inf survives
+    assert {k: v for k, v in vars(loaded).items() if k != "predicted_us"} == {
+        k: v for k, v in vars(state).items() if k != "predicted_us"}
+    assert pack_state(loaded) == blob
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tune_states())
+def test_any_valid_state_round_trips_exactly(state: TuneState):
+    blob = pack_state(state)
+    loaded = unpack_state(blob)
+    assert loaded == state
+    assert pack_state(loaded) == blob
+
+
+def test_the_rng_survives_the_round_trip_and_continues_the_same_stream():
+    rng = np.random.default_rng(42)
+    rng.random(17)
+    state = sample_state(rng_state=encode_rng(rng))
+    from fasta_sm.state import decode_rng
+
+    restored = decode_rng(unpack_state(pack_state(state)).rng_state)
+    assert restored.random(5).tolist() == rng.random(5).tolist()
+
+
+def test_a_state_is_plain_msgpack_with_its_schema_version():
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    assert data["schema"] == SCHEMA_VERSION
+    assert data["key"] == "mm:fp16:1024"
+
+
+@pytest.mark.parametrize("schema", [SCHEMA_VERSION + 1, 0, None, "1"])
+def test_loading_checks_the_schema_version(schema):
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    if schema is None:
+        del data["schema"]
+    else:
+        data["schema"] = schema
+    with pytest.raises(StateFileError, match=r"schema version .*reads version 1"):
+        unpack_state(msgpack.packb(data), source="some/file.fsm")
+
+
+def test_a_load_error_names_its_source():
+    with pytest.raises(StateFileError, match="some/file.fsm"):
+        unpack_state(b"\xc1", source="some/file.fsm")
+
+
+def test_config_identity_ignores_kwarg_order():
+    a = Config({"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8}, num_warps=4, num_stages=3)
+    b = Config({"GROUP_M": 8, "BLOCK_N": 32, "BLOCK_M": 64}, num_warps=4, num_stages=3)
+    assert a.identity == b.identity
+    assert a == b and hash(a.identity) == hash(b.identity)
+    assert configs_hash([a]) == configs_hash([b])
+
+
+@pytest.mark.parametrize("other", [
+    Config({"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8}, num_warps=8, num_stages=3),
+    Config({"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8}, num_warps=4, num_stages=2),
+    Config({"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 4}, num_warps=4, num_stages=3),
+    Config({"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8}, num_warps=4, num_stages=3, options={"num_ctas": 2}),
+    Config({"BLOCK_M": 64.0, "BLOCK_N": 32, "GROUP_M": 8}, num_warps=4, num_stages=3),
+    Config({"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8, "EVEN_K": True}, num_warps=4, num_stages=3),
+])
+def test_config_identity_distinguishes_values_launch_options_and_types(other):
+    base = Config({"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8}, num_warps=4, num_stages=3)
+    assert base.identity != other.identity
+
+
+def test_configs_hash_depends_on_list_order():
+    a, b = Config({"X": 1}), Config({"X": 2})
+    assert configs_hash([a, b]) != configs_hash([b, a])

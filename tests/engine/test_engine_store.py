@@ -1,0 +1,337 @@
+"""Specs for StateStore: where files go, how they are written, what happens to bad ones."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from fasta_sm.errors import LockTimeout, StateDirError
+from fasta_sm.state import pack_state
+from fasta_sm.store import StateStore
+from fasta_sm.tuner import tune
+
+from engine_harness import CountingBackend
+
+KEY = "mm_synth:fp16:1024"
+HASHED_NAME = re.compile(r"^[0-9a-f]{32}\.(fsm|lock)$")
+
+
+def run_tune(table, backend, store, key=KEY, **kw):
+    return tune(key, table.kernel, table.configs, backend, policy=kw.pop("policy", "exhaustive"), store=store, **kw)
+
+
+# --------------------------------------------------------------------------- names and places
+
+
+@pytest.mark.parametrize("key", ["../../escape", "/etc/passwd", "a/b/c", "..", ".", "", "k\x00ey", "ключ:fp16", "x" * 5000])
+def test_state_file_names_are_hashes_never_raw_keys(key, table, backend, tmp_path):
+    store = StateStore(tmp_path / "states")
+    run_tune(table, backend, store, key=key)
+    names = sorted(p.name for p in (tmp_path / "states").iterdir())
+    assert names and all(HASHED_NAME.match(n) for n in names), names
+    assert store.file_for(key).parent == store.path
+    assert store.file_for(key).exists()
+    # nothing was written anywhere but the state dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mm_synth.json", "states"]
+
+
+def test_distinct_keys_get_distinct_files(store):
+    assert store.file_for("a/b") != store.file_for("a_b") != store.file_for("a:b")
+
+
+def test_a_missing_state_dir_is_created_with_mode_0700(tmp_path, table, backend):
+    path = tmp_path / "not" / "yet" / "there"
+    store = StateStore(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    assert run_tune(table, backend, store).state.done
+
+
+def test_the_default_state_dir_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTA_SM_STATE_DIR", str(tmp_path / "from-env"))
+    assert StateStore().path == tmp_path / "from-env"
+    assert (tmp_path / "from-env").is_dir()
+
+
+def test_a_state_dir_that_cannot_be_created_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StateDirError, match=re.escape(str(blocker / "states"))):
+        StateStore(blocker / "states")
+
+
+def test_a_state_dir_path_that_is_a_file_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StateDirError, match=re.escape(str(blocker)) + ".*not a directory"):
+        StateStore(blocker)
+
+
+@contextlib.contextmanager
+def read_only_dir(path: Path):
+    """Make `path` a directory no one can create files in, even root.
+
+    Tests run as root here, and root ignores permission bits (CAP_DAC_OVERRIDE),
+    so `chmod 0500` would prove nothing. The honest equivalents:
+    - not root: `chmod 0500` is enough;
+    - root: `chattr +i` sets the immutable attribute, which the kernel enforces
+      for root as well (creating, renaming or deleting entries fails with EPERM).
+      It needs CAP_LINUX_IMMUTABLE and a file system that supports it (ext4,
+      xfs, btrfs, tmpfs from 6.0); where it is refused the test is skipped
+      with the reason rather than faked.
+    """
+    path.mkdir(mode=0o700)
+    if os.geteuid() != 0:
+        path.chmod(0o500)
+        try:
+            yield path
+        finally:
+            path.chmod(0o700)
+        return
+    chattr = shutil.which("chattr")
+    if chattr is None:
+        pytest.skip("running as root and no chattr: cannot make a directory read-only for root")
+    done = subprocess.run([chattr, "+i", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"running as root and chattr +i refused ({done.stderr.strip()}): cannot make a read-only dir")
+    try:
+        probe = path / "probe"
+        with contextlib.suppress(OSError):
+            probe.touch()
+            probe.unlink()
+            pytest.skip("chattr +i did not stop root from writing here")
+        yield path
+    finally:
+        subprocess.run([chattr, "-i", str(path)], check=True)
+
+
+def test_a_read_only_state_dir_is_a_clear_error_naming_the_dir(tmp_path, table, backend):
+    with read_only_dir(tmp_path / "ro") as path:
+        store = StateStore(path)
+        with pytest.raises(StateDirError) as caught:
+            run_tune(table, backend, store)
+        assert str(path) in str(caught.value)
+        assert "not writable" in str(caught.value) or "cannot write" in str(caught.value)
+
+
+def test_writing_into_a_read_only_state_dir_is_a_clear_error_naming_the_dir(tmp_path):
+    from test_engine_state import sample_state
+
+    with read_only_dir(tmp_path / "ro") as path:
+        store = StateStore(path)
+        with pytest.raises(StateDirError, match=re.escape(str(path))):
+            store.save(sample_state())
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def test_a_write_leaves_exactly_the_state_file_and_no_temp_files(store):
+    from test_engine_state import sample_state
+
+    state = sample_state()
+    for round_ in range(20):
+        state.round = round_
+        store.save(state)
+    assert [p.name for p in store.path.iterdir()] == [store.file_for(state.key).name]
+    assert store.read(store.file_for(state.key)).round == 19
+
+
+def test_a_write_that_fails_midway_keeps_the_old_file_and_leaves_no_temp_file(store, monkeypatch):
+    from test_engine_state import sample_state
+
+    old = sample_state()
+    store.save(old)
+
+    def broken_fsync(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="No space left"):
+        store.save(sample_state(round=99))
+    monkeypatch.undo()
+    assert [p.name for p in store.path.iterdir()] == [store.file_for(old.key).name]
+    assert store.read(store.file_for(old.key)).round == old.round
+
+
+def test_a_tune_leaves_only_its_state_file_and_lock(table, backend, store):
+    run_tune(table, backend, store, chunk_size=4)
+    names = sorted(p.name for p in store.path.iterdir())
+    assert names == sorted([store.file_for(KEY).name, store.lock_path_for(KEY).name])
+
+
+def test_temp_files_left_by_a_killed_writer_are_discarded_by_the_next_tune(table, backend, store):
+    leftover = store.path / (store.file_for(KEY).name + ".abc123.tmp")
+    leftover.write_bytes(b"half a state")
+    run_tune(table, backend, store)
+    assert not leftover.exists()
+
+
+# --------------------------------------------------------------------------- reuse
+
+
+def test_a_done_state_is_reused_with_no_compile_and_no_benchmark(table, backend, state_dir):
+    first = run_tune(table, backend, StateStore(state_dir))
+    counting = CountingBackend(backend)
+    again = run_tune(table, counting, StateStore(state_dir))
+    assert again.reused and not first.reused
+    assert (counting.compile_calls, counting.benchmark_calls) == (0, 0)
+    assert again.best_config == first.best_config and again.best_us == first.best_us
+
+
+def test_a_done_state_is_reused_even_while_another_process_holds_the_lock(table, backend, store):
+    run_tune(table, backend, store)
+    with holding_lock(store.lock_path_for(KEY)):
+        started = time.monotonic()
+        again = run_tune(table, CountingBackend(backend), store, lock_timeout_s=30)
+    assert again.reused and time.monotonic() - started < 5
+
+
+def test_a_changed_config_list_starts_a_new_tune_and_keeps_the_old_state_readable(table, backend, store):
+    run_tune(table, backend, store)
+    result = tune(KEY, table.kernel, table.configs[:-1], backend, policy="exhaustive", store=store)
+    assert not result.reused and result.state.n_configs == len(table.configs) - 1
+    superseded = list(store.path.glob("*.superseded-*"))
+    assert len(superseded) == 1 and store.read(superseded[0]).n_configs == len(table.configs)
+
+
+# --------------------------------------------------------------------------- quarantine
+
+
+def _valid_blob(table, tmp_path) -> bytes:
+    from fasta_sm.backends.replay import ReplayBackend
+
+    scratch = StateStore(tmp_path / "scratch")
+    run_tune(table, ReplayBackend(table), scratch)
+    return scratch.file_for(KEY).read_bytes()
+
+
+def _other_schema(blob: bytes) -> bytes:
+    data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    data["schema"] = 99
+    return msgpack.packb(data)
+
+
+BAD_FILES = {
+    "truncated": lambda blob: blob[: len(blob) // 2],
+    "garbage": lambda blob: os.urandom(64) + b"\xc1garbage\xc1",
+    "empty": lambda blob: b"",
+    "other-schema": _other_schema,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+def test_a_bad_state_file_is_quarantined_with_one_warning_and_the_tune_starts_afresh(
+    kind, table, backend, store, tmp_path, caplog
+):
+    import logging
+
+    bad = BAD_FILES[kind](_valid_blob(table, tmp_path))
+    path = store.file_for(KEY)
+    path.write_bytes(bad)
+    caplog.clear()
+    caplog.set_level(logging.WARNING)
+    counting = CountingBackend(backend)
+    result = run_tune(table, counting, store)
+
+    assert result.state.done and not result.reused
+    assert counting.compile_calls > 0 and counting.benchmark_calls > 0  # afresh
+    moved = list(store.path.glob(path.name + ".corrupt-*"))
+    assert len(moved) == 1
+    assert re.fullmatch(re.escape(path.name) + r"\.corrupt-\d{8}T\d{6}\.\d{6}", moved[0].name)
+    assert moved[0].read_bytes() == bad  # nothing lost: kept aside for inspection
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert str(path) in warnings[0] and str(moved[0]) in warnings[0]
+    assert store.read(path).done  # the fresh tune's file is valid
+
+
+def test_a_state_file_holding_another_key_is_quarantined(table, backend, store, tmp_path):
+    from fasta_sm.backends.replay import ReplayBackend
+
+    other = StateStore(tmp_path / "other")
+    run_tune(table, ReplayBackend(table), other, key="another key")
+    store.file_for(KEY).write_bytes(other.file_for("another key").read_bytes())
+    result = run_tune(table, backend, store)
+    assert result.state.key == KEY and not result.reused
+    assert len(list(store.path.glob("*.corrupt-*"))) == 1
+
+
+# --------------------------------------------------------------------------- lock
+
+
+@contextlib.contextmanager
+def holding_lock(lock_path: Path):
+    """Another process holds the kernel's file lock until the block ends."""
+    script = textwrap.dedent(f"""
+        import sys, time, filelock
+        lock = filelock.FileLock({str(lock_path)!r})
+        lock.acquire()
+        print("held", flush=True)
+        sys.stdin.read()
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+@pytest.mark.parametrize("how", ["argument", "store", "environment"])
+def test_lock_wait_is_bounded_by_the_configured_timeout(how, table, backend, state_dir, monkeypatch):
+    timeout = 0.75
+    if how == "environment":
+        monkeypatch.setenv("FASTA_SM_LOCK_TIMEOUT", str(timeout))
+    store = StateStore(state_dir, lock_timeout_s=timeout if how == "store" else None)
+    kw = {"lock_timeout_s": timeout} if how == "argument" else {}
+    with holding_lock(store.lock_path_for(KEY)):
+        started = time.monotonic()
+        with pytest.raises(LockTimeout) as caught:
+            run_tune(table, backend, store, **kw)
+        waited = time.monotonic() - started
+    assert timeout <= waited < timeout + 3.0
+    assert repr(table.kernel) in str(caught.value)
+    assert "0.75 s" in str(caught.value)
+
+
+def test_a_waiting_tune_uses_the_result_once_the_lock_is_released(table, backend, store):
+    """The holder finishes the tune; the waiter then reuses it and measures nothing."""
+    import threading
+
+    from fasta_sm.backends.replay import ReplayBackend
+
+    counting = CountingBackend(backend)
+    with holding_lock(store.lock_path_for(KEY)) as holder:
+        results = []
+        waiter = threading.Thread(target=lambda: results.append(run_tune(table, counting, store, lock_timeout_s=30)))
+        waiter.start()
+        time.sleep(0.3)
+        assert waiter.is_alive()  # it is waiting
+        other = StateStore(store.path)
+        # what the lock holder does: write a finished tune (here, from a private store, copied in)
+        scratch = StateStore(store.path.parent / "scratch")
+        run_tune(table, ReplayBackend(table, noise=True, seed=7), scratch)
+        other.write(KEY, scratch.file_for(KEY).read_bytes())
+    waiter.join(timeout=30)
+    assert results and results[0].reused
+    assert (counting.compile_calls, counting.benchmark_calls) == (0, 0)
+
+
+def test_pack_state_is_what_the_store_writes(store):
+    from test_engine_state import sample_state
+
+    state = sample_state()
+    path = store.save(state)
+    assert path.read_bytes() == pack_state(state)
