@@ -21,6 +21,7 @@ from .render import age_of, format_us, state_to_json
 from .report import tune_costs
 from .state import TuneState
 from .store import StateStore
+from .triton.cli import record_command
 
 console = Console()
 state_dir_option = click.option(
@@ -225,6 +226,47 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
+
+
+@main.command("bench")
+@click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory of replay tables (default: the shipped H200 tables).")
+@click.option("--seeds", default=50, show_default=True, help="Seeds per kernel and policy.")
+@click.option("--policies", default="fasta,random,coordesc,trees", show_default=True,
+              help="Comma-separated; the first sets the budget the others get, run by run.")
+@click.option("--budget", default=None, type=float, help="Give every policy this fraction instead.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the results as JSON (format in docs/cli.md).")
+def bench_command(tables_dir: Path | None, seeds: int, policies: str, budget: float | None,
+                  json_out: Path | None) -> None:
+    """Score the policy against baselines on recorded tables, at the same evaluation budget."""
+    from .bench import bench
+    from .data import tables_dir as shipped_tables
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("bench", total=None)
+
+        def advance(done: int, total: int, kernel: str, policy: str) -> None:
+            progress.update(task, completed=done, total=total, description=f"{kernel} · {policy}")
+
+        result = bench(tables_dir or shipped_tables(), names, seeds, budget=budget, progress=advance)
+    columns = ("catch2", "catch5", "median_regret_pct", "p95_regret_pct", "evals_pct", "cost_pct")
+    per_kernel = Table("kernel", "policy", "N", *columns, title=f"Per kernel ({seeds} seeds each)")
+    for row in result["kernels"]:
+        per_kernel.add_row(row["kernel"], row["policy"], str(row["N"]), *(f"{row[c]:.3f}" for c in columns))
+    console.print(per_kernel)
+    overall = Table("policy", *columns, title="Overall (means over kernels; regret percentiles over all runs)")
+    for policy, row in result["overall"].items():
+        overall.add_row(policy, *(f"{row[c]:.3f}" for c in columns))
+    console.print(overall)
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=2))
+        console.print(f"wrote {json_out}")
+
+
+main.add_command(record_command)
 
 
 @main.command("tables")
