@@ -94,12 +94,25 @@ def build_basis(name: str, space: FeatureSpace) -> np.ndarray:
     return np.column_stack(columns)
 
 
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks with ties sharing their mean rank, so a constant side has no order."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts_group = np.r_[True, ordered[1:] != ordered[:-1]]
+    group = np.cumsum(starts_group) - 1
+    starts = np.flatnonzero(starts_group)
+    ends = np.r_[starts[1:], values.size]
+    ranks = np.empty(values.size)
+    ranks[order] = ((starts + ends - 1) / 2.0)[group]
+    return ranks
+
+
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Rank correlation; 0 when either side is constant or there are < 3 points."""
     if a.size < 3:
         return 0.0
-    ra = np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(float)
-    rb = np.argsort(np.argsort(b, kind="stable"), kind="stable").astype(float)
+    ra = _average_ranks(a)
+    rb = _average_ranks(b)
     ra -= ra.mean()
     rb -= rb.mean()
     denominator = np.sqrt((ra @ ra) * (rb @ rb))

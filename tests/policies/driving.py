@@ -1,0 +1,84 @@
+"""Drive a policy over a replay table the way the engine does, recording every decision."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fasta_sm.backends.replay import ReplayBackend, ReplayTable
+from fasta_sm.protocols import Decision, Observations
+
+
+@dataclass
+class Trace:
+    """What a policy asked for, in order, and what the tune ended with."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    durations: np.ndarray | None = None
+
+    @property
+    def batches(self) -> list[list[int]]:
+        return [[int(i) for i in d.batch] for d in self.decisions if len(d.batch)]
+
+    @property
+    def tried(self) -> int:
+        return int(np.sum(~np.isnan(self.durations)))
+
+    def pick(self) -> int:
+        finite = np.flatnonzero(np.isfinite(self.durations))
+        return int(finite[np.argmin(self.durations[finite])])
+
+
+class Simulator:
+    """The engine's bookkeeping, in memory: compile once, time (again on re-time), average."""
+
+    def __init__(self, table: ReplayTable, seed: int = 0) -> None:
+        self.table = table
+        self.backend = ReplayBackend(table, noise=True, seed=seed)
+        n = len(table.configs)
+        self.durations = np.full(n, np.nan)
+        self.sums = np.zeros(n)
+        self.samples = np.zeros(n, dtype=np.int64)
+        self.compile_s = np.full(n, np.nan)
+        self.spent = 0.0
+
+    def measure(self, decision: Decision) -> None:
+        for index in decision.batch:
+            tried = not math.isnan(self.durations[index])
+            assert tried == bool(decision.retime), f"config #{index}: retime={decision.retime} but tried={tried}"
+            if not tried:
+                self.spent += float(self.table.compile_s[index])
+                if self.table.errors[index] is not None:
+                    self.durations[index] = math.inf
+                    continue
+                self.compile_s[index] = self.table.compile_s[index]
+            self.sums[index] += self.backend.timing(index, int(self.samples[index]))
+            self.samples[index] += 1
+            self.durations[index] = self.sums[index] / self.samples[index]
+            self.spent += 0.125
+
+    def observed(self) -> Observations:
+        return Observations(
+            duration_us=self.durations.copy(), samples=self.samples.copy(), compile_s=self.compile_s.copy(),
+            spent_s=self.spent,
+        )
+
+
+def drive(policy: Any, table: ReplayTable, seed: int = 0, rng: np.random.Generator | None = None) -> Trace:
+    """Plan, then refine until the policy stops; every proposal is checked against the protocol."""
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    sim = Simulator(table, seed)
+    trace = Trace()
+    decision = policy.plan(rng)
+    while len(decision.batch):
+        assert len(set(decision.batch)) == len(decision.batch), "a config twice in one batch"
+        trace.decisions.append(decision)
+        sim.measure(decision)
+        decision = policy.refine(sim.observed(), rng)
+        assert len(trace.decisions) < 1000, "the policy never stops"
+    trace.decisions.append(decision)
+    trace.durations = sim.durations
+    return trace
