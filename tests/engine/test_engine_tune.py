@@ -1,0 +1,324 @@
+"""Specs for tune() and the TuningMachine: bad input, handler errors, the shared machine, drive()."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+
+import pytest
+
+from fasta_sm.backends.replay import ReplayBackend, load_table
+from fasta_sm.config import Config
+from fasta_sm.errors import BackendError, ConfigError, TableError, TuneFailed
+from fasta_sm.machine import Tune, shared_machine
+from fasta_sm.policies import make_policy
+from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome
+from fasta_sm.state import pack_state, unpack_state
+from fasta_sm.store import StateStore
+from fasta_sm.tuner import open_tune, tune
+
+from engine_harness import CountingBackend, write_table
+
+KEY = "mm_synth:fp16:1024"
+
+
+def run_tune(table, backend, store, **kw):
+    return tune(KEY, table.kernel, table.configs, backend, policy=kw.pop("policy", "exhaustive"), store=store, **kw)
+
+
+# --------------------------------------------------------------------------- replay tables
+
+
+def test_a_table_with_duplicate_configs_is_a_table_error_naming_file_and_row(tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    dup = copy.deepcopy(data["configs"][3])
+    dup["kwargs"] = dict(reversed(list(dup["kwargs"].items())))  # same identity, other key order
+    data["configs"].append(dup)
+    path = write_table(tmp_path / "dup.json", data)
+    last = len(data["configs"]) - 1
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[{last}] duplicates configs[3]")):
+        load_table(path)
+
+
+@pytest.mark.parametrize("field", ["kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error"])
+def test_a_config_row_missing_a_field_is_a_table_error_naming_file_and_field(field, tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    del data["configs"][5][field]
+    path = write_table(tmp_path / "missing.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[5]: missing field {field!r}")):
+        load_table(path)
+
+
+@pytest.mark.parametrize("field", ["kernel", "configs"])
+def test_a_table_missing_a_top_level_field_is_a_table_error_naming_file_and_field(field, tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    del data[field]
+    path = write_table(tmp_path / "missing.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: missing field {field!r}")):
+        load_table(path)
+
+
+def test_a_table_with_extra_fields_loads_unchanged(tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    data["recorder"] = "v2"
+    for row in data["configs"]:
+        row["note"] = "extra"
+    table = load_table(write_table(tmp_path / "extra.json", data))
+    assert len(table.configs) == len(data["configs"])
+
+
+def test_the_synthetic_table_has_failures_and_a_two_sample_spread(table):
+    assert sum(e is not None for e in table.errors) >= 3
+    assert all(len(s) == 2 and s[0] < s[1] for s, e in zip(table.samples_us, table.errors) if e is None)
+
+
+def test_replay_noise_depends_only_on_seed_config_and_repeat(table):
+    a, b = ReplayBackend(table, noise=True, seed=1), ReplayBackend(table, noise=True, seed=1)
+    assert a.timing(0, 2) == b.timing(0, 2)
+    assert a.timing(0, 0) != a.timing(0, 1)
+    assert ReplayBackend(table, noise=False).timing(0, 5) == pytest.approx(sum(table.samples_us[0]) / 2)
+
+
+# --------------------------------------------------------------------------- bad config lists
+
+
+def test_an_empty_config_list_is_a_config_error_naming_the_kernel(backend, store):
+    with pytest.raises(ConfigError, match="kernel 'mm_synth'.*empty"):
+        tune(KEY, "mm_synth", [], backend, policy="exhaustive", store=store)
+    assert not store.file_for(KEY).exists()
+
+
+def test_a_config_list_with_a_config_twice_is_a_config_error(backend, store, table):
+    configs = table.configs[:3] + [Config(dict(reversed(list(table.configs[1].kwargs.items()))),
+                                          table.configs[1].num_warps, table.configs[1].num_stages)]
+    with pytest.raises(ConfigError, match=r"configs #1 and #3 are the same config"):
+        tune(KEY, "mm_synth", configs, backend, policy="exhaustive", store=store)
+
+
+class FailingCompiler:
+    """Every compile fails, as when a kernel does not fit the device at all."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def describe(self):
+        return "always fails"
+
+    def compile(self, configs):
+        return [CompileOutcome(error="OutOfResources: shared memory", seconds=0.5) for _ in configs]
+
+    def benchmark(self, configs, repeat=None):
+        raise AssertionError("nothing compiled, so nothing may be benchmarked")
+
+
+@pytest.mark.parametrize("policy", ["exhaustive", "random"])
+def test_every_config_failing_to_compile_is_tune_failed_saying_so(policy, table, store):
+    with pytest.raises(TuneFailed) as caught:
+        run_tune(table, FailingCompiler(None), store, policy=policy)
+    message = str(caught.value)
+    assert "'mm_synth'" in message and "no config ran" in message and "OutOfResources" in message
+    state = store.read(store.file_for(KEY))
+    assert not state.done and state.failed and not state.durations
+    assert state.last_error and "TuneFailed" in state.last_error
+
+
+def test_after_every_config_failed_a_retry_compiles_nothing_again(table, store):
+    with pytest.raises(TuneFailed):
+        run_tune(table, FailingCompiler(None), store)
+    counting = CountingBackend(FailingCompiler(None))
+    with pytest.raises(TuneFailed):
+        run_tune(table, counting, store)
+    assert counting.compile_calls == 0
+
+
+# --------------------------------------------------------------------------- bad backend output
+
+
+class CorruptingBackend:
+    """Answers truthfully for `good_calls` benchmark calls, then returns `make_bad(durations)`."""
+
+    def __init__(self, inner, good_calls, make_bad):
+        self.inner, self.good_calls, self.make_bad = inner, good_calls, make_bad
+        self.calls = 0
+
+    def describe(self):
+        return self.inner.describe()
+
+    def compile(self, configs):
+        return self.inner.compile(configs)
+
+    def benchmark(self, configs, repeat=None):
+        outcome = self.inner.benchmark(configs, repeat=repeat)
+        self.calls += 1
+        if self.calls <= self.good_calls:
+            return outcome
+        return BenchmarkOutcome(durations_us=self.make_bad(list(outcome.durations_us)), seconds=outcome.seconds)
+
+
+def _set(position, value):
+    def bad(durations):
+        durations[position] = value
+        return durations
+
+    return bad
+
+
+BAD_DURATIONS = {
+    "NaN": (_set(2, math.nan), r"duration nan"),
+    "negative": (_set(1, -3.5), r"duration -3\.5"),
+    "too few": (lambda d: d[:-1], r"returned 3 durations for 4 configs"),
+    "too many": (lambda d: d + [1.0], r"returned 5 durations for 4 configs"),
+    "not a number": (_set(0, "fast"), r"duration 'fast'"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_DURATIONS))
+def test_bad_durations_from_a_backend_are_a_backend_error_and_lose_nothing(kind, table, backend, store):
+    make_bad, message = BAD_DURATIONS[kind]
+    checkpoints = []
+    bad = CorruptingBackend(backend, good_calls=3, make_bad=make_bad)
+    with pytest.raises(BackendError, match=r"kernel 'mm_synth'.*" + message):
+        run_tune(table, bad, store, chunk_size=4, on_step=lambda s: checkpoints.append(pack_state(s)))
+    kept = store.read(store.file_for(KEY))
+    before = unpack_state(checkpoints[-2])  # the last checkpoint before the bad call (the last is the rollback)
+    assert len(kept.durations) == 12  # three good chunks of four
+    assert kept.durations == before.durations and kept.compiled == before.compiled
+    assert "BackendError" in kept.last_error
+    # and the next tune carries on from there, re-measuring nothing
+    counting = CountingBackend(backend)
+    result = run_tune(table, counting, store, chunk_size=4)
+    assert result.state.done
+    assert not set(map(table.index_of, counting.benchmarked)) & set(kept.durations)
+
+
+def test_an_infinite_duration_marks_the_config_failed_at_run_time(table, backend, store):
+    bad = CorruptingBackend(backend, good_calls=0, make_bad=_set(0, math.inf))
+    result = run_tune(table, bad, store, chunk_size=4)
+    assert result.state.done
+    first_ok = next(i for i, e in enumerate(table.errors) if e is None)
+    assert first_ok in result.state.failed and first_ok not in result.state.durations
+
+
+# --------------------------------------------------------------------------- handler errors
+
+
+class ExplodingBackend:
+    def __init__(self, inner, on_call):
+        self.inner, self.on_call, self.calls = inner, on_call, 0
+
+    def describe(self):
+        return self.inner.describe()
+
+    def compile(self, configs):
+        return self.inner.compile(configs)
+
+    def benchmark(self, configs, repeat=None):
+        self.calls += 1
+        if self.calls == self.on_call:
+            raise RuntimeError("device lost")
+        return self.inner.benchmark(configs, repeat=repeat)
+
+
+def test_a_handler_that_raises_leaves_the_state_at_the_last_checkpoint_with_the_error(table, backend, store):
+    checkpoints = []
+    with pytest.raises(RuntimeError, match="device lost"):
+        run_tune(table, ExplodingBackend(backend, on_call=3), store, chunk_size=4,
+                 on_step=lambda s: checkpoints.append(pack_state(s)))
+    last_good = unpack_state(checkpoints[-2])
+    kept = store.read(store.file_for(KEY))
+    assert kept.last_error == "R1 benchmark: RuntimeError: device lost"
+    assert last_good.last_error is None
+    for name in ("phase", "round", "step", "pending", "round_done", "compiled", "failed", "durations",
+                 "policy_state", "rng_state", "best", "best_us", "rounds", "cost"):
+        assert getattr(kept, name) == getattr(last_good, name), name
+
+
+def test_a_policy_that_raises_leaves_the_state_at_the_last_checkpoint(table, backend, store, monkeypatch):
+    from fasta_sm.policies.baseline import Exhaustive
+
+    def boom(self, observed, rng):
+        raise ZeroDivisionError("surrogate blew up")
+
+    monkeypatch.setattr(Exhaustive, "refine", boom)
+    with pytest.raises(ZeroDivisionError):
+        run_tune(table, backend, store)
+    kept = store.read(store.file_for(KEY))
+    assert kept.step == "refine" and len(kept.durations) == 43
+    assert "ZeroDivisionError: surrogate blew up" in kept.last_error
+    monkeypatch.undo()
+    counting = CountingBackend(backend)
+    assert run_tune(table, counting, store).state.done
+    assert counting.benchmark_calls == 0
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+def test_all_tunes_share_one_machine(table, backend):
+    policy = make_policy("exhaustive", table.configs)
+    tunes = [Tune.start(f"k{i}", "mm", table.configs, backend, policy) for i in range(3)]
+    try:
+        assert shared_machine() is shared_machine()
+        assert all(t in shared_machine().models for t in tunes)
+        assert {t.machine_state for t in tunes} == {"R1"}
+    finally:
+        for t in tunes:
+            t.close()
+    assert not any(t in shared_machine().models for t in tunes)
+
+
+def test_a_tune_leaves_the_shared_machine_when_it_ends(table, backend, store):
+    before = len(shared_machine().models)
+    run_tune(table, backend, store)
+    assert len(shared_machine().models) == before
+
+
+def test_the_machine_state_follows_the_tune_phase(table, backend):
+    policy = make_policy("random", table.configs, {"budget": 0.1})
+    t = Tune.start("k", "mm", table.configs, backend, policy, chunk_size=2)
+    try:
+        t.drive()
+        assert t.machine_state == t.state.phase == "DONE"
+    finally:
+        t.close()
+
+
+def test_drive_until_stops_where_asked(table, backend):
+    policy = make_policy("exhaustive", table.configs)
+    t = Tune.start("k", "mm", table.configs, backend, policy, chunk_size=8)
+    try:
+        state = t.drive(until=lambda s: s.step == "benchmark")
+        assert (state.phase, state.step) == ("R1", "benchmark")
+        assert not state.durations
+        assert len(state.compiled) + len(state.failed) == len(table.configs)
+    finally:
+        t.close()
+
+
+def test_drive_until_lets_another_process_finish_the_tune_without_recompiling(table, backend, store):
+    """A compile worker stops after R1 is compiled; the parent resumes from the file."""
+    worker = open_tune(store, KEY, table.kernel, table.configs, backend, policy="exhaustive")
+    try:
+        worker.drive(until=lambda s: s.step == "benchmark")
+    finally:
+        worker.close()
+    counting = CountingBackend(backend)
+    result = run_tune(table, counting, StateStore(store.path))
+    assert result.state.done and counting.compile_calls == 0
+    assert len(counting.benchmarked) == len(table.configs) - 5
+
+
+def test_every_step_is_checkpointed(table, backend, store):
+    steps = []
+    run_tune(table, backend, store, chunk_size=16, on_step=lambda s: steps.append(s.position()))
+    # plan, 3 compile chunks, 3 benchmark chunks, refine → DONE
+    assert steps == ["R1 compile"] * 3 + ["R1 benchmark"] * 3 + ["R1 refine"] + ["DONE"]
+
+
+def test_a_tune_ends_with_the_tables_true_best_under_exhaustive(table, store):
+    result = run_tune(table, ReplayBackend(table), store)
+    assert result.best_index == table.true_best
+    assert result.best_us == pytest.approx(table.true_best_us)
+    assert json.loads(result.best_config.identity) == json.loads(table.configs[table.true_best].identity)
