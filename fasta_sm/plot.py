@@ -33,18 +33,26 @@ def plot_tune(state: TuneState, out: Path) -> Path:
         for index in record.batch:
             measured_round.setdefault(index, number)
 
+    final = np.asarray(state.predicted_us, dtype=float) if state.predicted_us else None
     has_prediction = False
     for number, record in enumerate(state.rounds):
         name = "R1" if record.phase == "R1" else f"R2_{record.round}"
+        name += " re-time" if record.retime else ""
+        at_pick = record.predicted_us
+        if not at_pick and final is not None:
+            at_pick = [float(final[i]) for i in record.batch]
+            name += " (vs final model)"
         points = [
             (p, state.mean_us(i))
-            for i, p in zip(record.batch, record.predicted_us or [math.nan] * len(record.batch))
+            for i, p in zip(record.batch, at_pick or [math.nan] * len(record.batch))
             if i in state.durations and math.isfinite(p)
         ]
         if points:
             has_prediction = True
             xs, ys = zip(*points)
-            left.scatter(xs, ys, s=22, color=colours[number], label=f"{name} ({len(points)})", alpha=0.85)
+            hollow = not record.predicted_us
+            left.scatter(xs, ys, s=22, label=f"{name} ({len(points)})", alpha=0.85,
+                         facecolors="none" if hollow else colours[number], edgecolors=colours[number])
     if state.best is not None:
         picked = state.rounds[measured_round[state.best]] if state.best in measured_round else None
         if picked is not None and picked.predicted_us:
@@ -63,7 +71,6 @@ def plot_tune(state: TuneState, out: Path) -> Path:
     left.set_ylabel("measured duration (µs)")
     left.set_title("Measured vs predicted, per round")
 
-    final = np.asarray(state.predicted_us, dtype=float) if state.predicted_us else None
     if final is not None and np.isfinite(final).any():
         order = np.argsort(np.where(np.isfinite(final), final, np.inf))
         rank = np.empty_like(order)
@@ -87,7 +94,7 @@ def plot_tune(state: TuneState, out: Path) -> Path:
     right.set_ylabel("duration (µs)")
     right.set_title("The space: predicted and measured")
     if state.failed:
-        right.text(0.99, 0.02, f"{len(state.failed)} configs failed (not drawn)", ha="right", va="bottom",
+        right.text(0.99, 0.02, f"{len(state.failed)} failed config(s) not drawn", ha="right", va="bottom",
                    transform=right.transAxes, fontsize=8)
     best = "-" if state.best is None else f"#{state.best} {state.configs[state.best].label()}"
     fig.suptitle(f"{state.kernel}: {state.position()}, {state.measured_count()}/{state.n_configs} measured, "
