@@ -1,0 +1,86 @@
+"""Bench baselines (coordinate descent, extra trees) and the bench's report shape."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import landscapes
+from driving import drive
+from fasta_sm.bench import bench, exhaustive_cost_s, run_policy
+from fasta_sm.policies import make_policy
+from fasta_sm.policies import coordinate, trees  # noqa: F401  (registers coordesc and trees)
+from fasta_sm.policies.coordinate import CoordinateDescent
+
+pytest.importorskip("sklearn")
+
+BOWL = landscapes.as_table(landscapes.bowl(5))
+MATMUL = landscapes.as_table(landscapes.matmul(5, size=300))
+
+
+@pytest.mark.parametrize("name", ["coordesc", "trees", "random"])
+@pytest.mark.parametrize("budget", [0.05, 0.2])
+def test_baseline_keeps_its_budget_and_never_repeats(name, budget):
+    trace = drive(make_policy(name, MATMUL.configs, {"budget": budget}), MATMUL, seed=1)
+    proposed = [i for d in trace.decisions for i in d.batch]
+    assert len(proposed) == len(set(proposed)) <= int(np.ceil(budget * len(MATMUL.configs)))
+
+
+def test_coordesc_starts_from_the_most_central_config():
+    policy = CoordinateDescent(BOWL.configs)
+    start = policy.plan(np.random.default_rng(0)).batch
+    levels = policy._levels[start[0]]
+    assert np.all(np.abs(levels - policy._levels.max(axis=0) / 2) <= 0.5)
+
+
+def test_coordesc_proposes_only_one_field_neighbours_of_the_best():
+    policy = CoordinateDescent(BOWL.configs, budget=0.5)
+    rng = np.random.default_rng(0)
+    trace = drive(policy, BOWL, seed=0, rng=rng)
+    first, second = trace.decisions[0].batch[0], trace.decisions[1].batch
+    assert all(np.sum(policy._levels[i] != policy._levels[first]) == 1 for i in second)
+
+
+def test_coordesc_descends_a_smooth_bowl_to_its_floor():
+    trace = drive(make_policy("coordesc", BOWL.configs, {"budget": 0.3}), BOWL, seed=0)
+    assert BOWL.mean_us[trace.pick()] <= BOWL.true_best_us * 1.05
+
+
+def test_trees_beats_random_on_a_smooth_bowl():
+    trees = [run_policy(BOWL, "trees", s, {"budget": 0.05}).regret_pct for s in range(5)]
+    rand = [run_policy(BOWL, "random", s, {"budget": 0.05}).regret_pct for s in range(5)]
+    assert np.median(trees) < np.median(rand)
+
+
+def test_bench_report_has_exactly_the_documented_shape(tmp_path):
+    for data in (landscapes.bowl(1), landscapes.needle(1, count=40)):
+        (tmp_path / f"{data['kernel']}.json").write_text(json.dumps(data))
+    report = bench(tmp_path, ["fasta", "random"], seeds=2)
+    metrics = {"catch2", "catch5", "median_regret_pct", "p95_regret_pct", "evals_pct", "cost_pct"}
+    assert set(report) == {"kernels", "overall"}
+    assert all(set(row) == {"kernel", "policy", "N"} | metrics for row in report["kernels"])
+    assert set(report["overall"]) == {"fasta", "random"}
+    assert all(set(v) == metrics for v in report["overall"].values())
+    json.dumps(report)
+
+
+def test_bench_gives_baselines_the_leaders_evaluation_count(tmp_path):
+    (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(2)))
+    report = bench(tmp_path, ["fasta", "random", "coordesc"], seeds=3)
+    evals = {row["policy"]: row["evals_pct"] for row in report["kernels"]}
+    assert evals["random"] == pytest.approx(evals["fasta"], abs=0.2)
+    assert evals["coordesc"] <= evals["fasta"] + 0.2
+
+
+def test_bench_reports_progress_once_per_run(tmp_path):
+    (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(3)))
+    calls = []
+    bench(tmp_path, ["fasta", "random"], seeds=2, progress=lambda *a: calls.append(a))
+    assert [c[0] for c in calls] == [1, 2, 3, 4] and all(c[1] == 4 for c in calls)
+
+
+def test_exhaustive_cost_compiles_everything_and_times_what_ran():
+    ran = sum(e is None for e in MATMUL.errors)
+    assert exhaustive_cost_s(MATMUL) == pytest.approx(MATMUL.compile_s.sum() + 0.125 * ran)

@@ -1,0 +1,95 @@
+"""The config optimizer prunes generated configs; expert ones always survive."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import landscapes
+from driving import drive
+from fasta_sm.config import Config
+from fasta_sm.policies.config_optimizer import circle_num, optimize_configs, tile_numel
+from fasta_sm.policies.fasta import FastaPolicy
+
+
+def npu(block: int, sub: int, axis: str = "X0", **extra) -> Config:
+    return Config(kwargs={f"{axis}BLOCK": block, f"{axis}BLOCK_SUB": sub, **extra})
+
+
+def test_empty_list_gives_empty_list():
+    assert optimize_configs([]) == []
+
+
+def test_circle_number_is_the_loop_count_over_sub_blocks():
+    assert circle_num(npu(256, 64)) == 4
+    assert circle_num(npu(250, 64)) == 4
+    assert circle_num(Config(kwargs={"X0BLOCK": 64, "X0BLOCK_SUB": 16, "Y0BLOCK": 32, "Y0BLOCK_SUB": 16})) == 8
+
+
+def test_gpu_tiles_loop_once_and_count_the_whole_block():
+    config = Config(kwargs={"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16})
+    assert circle_num(config) == 1 and tile_numel(config) == 64 * 32 * 16
+
+
+def test_configs_looping_too_often_are_dropped():
+    kept = optimize_configs([npu(256, 64), npu(256, 32)])
+    assert kept == [npu(256, 64)]
+
+
+def test_tiles_below_the_minimum_size_are_dropped():
+    kept = optimize_configs([npu(64, 64), npu(64, 24)])
+    assert kept == [npu(64, 64)]
+
+
+def test_expert_configs_survive_every_filter():
+    expert = npu(256, 8)
+    kept = optimize_configs([expert, npu(128, 64)], expert=[expert])
+    assert expert in kept and len(kept) == 2
+
+
+def test_same_loop_count_and_tile_shape_keeps_the_first():
+    first, twin = npu(128, 64, other=1), npu(120, 64, other=1)
+    assert optimize_configs([first, twin]) == [first]
+
+
+def test_different_warps_are_not_duplicates():
+    a = Config(kwargs={"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4)
+    b = Config(kwargs={"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=8)
+    assert optimize_configs([a, b]) == [a, b]
+
+
+def test_cap_keeps_small_and_large_tiles():
+    configs = [npu(sub, sub) for sub in range(32, 1032, 10)]
+    kept = optimize_configs(configs, max_configs=20)
+    sizes = sorted(tile_numel(c) for c in kept)
+    assert len(kept) == 20 and sizes[0] == 32 and sizes[-1] == 1022
+
+
+def test_everything_pruned_returns_the_list_unchanged():
+    configs = [npu(256, 8, other=i) for i in range(5)]
+    assert optimize_configs(configs) == configs
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([16, 32, 64, 128, 256]), st.sampled_from([8, 16, 32, 64, 128]),
+                          st.integers(1, 4)), min_size=1, max_size=60, unique=True))
+def test_result_is_a_nonempty_ordered_subset_within_the_cap(points):
+    configs = [npu(b, s, other=o) for b, s, o in points]
+    kept = optimize_configs(configs, max_configs=10)
+    positions = [configs.index(c) for c in kept]
+    assert kept and positions == sorted(positions)
+    assert len(kept) <= 10 or kept == configs
+
+
+def test_policy_flag_keeps_proposals_inside_the_pruned_list():
+    table = landscapes.as_table(landscapes.matmul(2, size=300))
+    kept = {c.identity for c in optimize_configs(table.configs)}
+    trace = drive(FastaPolicy(table.configs, optimize_configs=True), table, seed=0)
+    proposed = {table.configs[i].identity for d in trace.decisions for i in d.batch}
+    assert proposed and proposed <= kept and len(kept) < len(table.configs)
+
+
+def test_optimizer_is_off_by_default():
+    table = landscapes.as_table(landscapes.matmul(2, size=300))
+    assert np.all(FastaPolicy(table.configs)._active)
