@@ -40,6 +40,7 @@ class FastaParams:
     ridge_lambda: float = 0.1
     bases: tuple[str, ...] = ("linear", "quad", "full", "fourier", "cubic", "pairs")
     log2_features: bool = True
+    feasibility: bool = True
     # --- batch selection ---
     rounds: int = 8
     max_rounds: int = 12
@@ -53,12 +54,13 @@ class FastaParams:
     min_rounds: int = 3
     margin_conv: float = 0.05
     trust_rho: float = 0.8
-    l1_conv: float = 0.01
+    l1_conv: float = 0.0
     hist_bins: int = 10
-    hist_span: float = 1.0
+    hist_span: float = 0.1
     # --- re-timing before DONE ---
-    retime_top: int = 3
-    retime_tol: float = 0.04
+    retime_top: int = 5
+    retime_tol: float = 0.08
+    retime_rounds: int = 2
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
 
@@ -103,6 +105,58 @@ ENV_VARS: dict[str, str] = {
     "FASTA_RETIME_TOP": "retime_top",
     "FASTA_CONFIG_OPTIMIZER": "optimize_configs",
 }
+
+
+DESCRIPTIONS: dict[str, str] = {
+    "r1_frac": "R1 size as a fraction of N",
+    "r1_min": "smallest R1",
+    "r1_per_param": "R1 points wanted per linear-model parameter (1 + D)",
+    "small_budget": "budget fraction of small low-D spaces",
+    "base_budget": "budget fraction of the other spaces",
+    "large_budget": "budget fraction of large high-D spaces",
+    "min_budget": "smallest total budget, in configs",
+    "small_n": "N at or below which a space can be small",
+    "small_d": "D at or below which a space can be small",
+    "large_n": "N at or above which a space can be large",
+    "large_d": "D at or above which a space can be large",
+    "cost_budget": "stop once this share of the estimated exhaustive seconds is spent (0: off)",
+    "coverage_budget": "budget fraction of the coverage path",
+    "min_viable_np": "R1 points per linear parameter below which no model is fitted (coverage path)",
+    "ridge_lambda": "ridge penalty, on unit-scaled features and log durations",
+    "bases": "bases that compete each round",
+    "log2_features": "take all-positive columns in log2",
+    "feasibility": "learn which configs fail and demote them",
+    "rounds": "the guided budget is split into this many batches",
+    "max_rounds": "cap on guided rounds",
+    "tau_min": "softmax temperature floor (log-duration units)",
+    "tau_range": "temperature added for a poor model with many near-optimal configs",
+    "near_tol": "a config within this share of the best counts as near-optimal",
+    "near_full": "near-optimal count at which the temperature is fully adaptive",
+    "marginal_d": "D from which the marginal vote takes part",
+    "marginal_share": "share of each batch picked by the marginal vote",
+    "min_rounds": "guided rounds before the margin and histogram tests may stop",
+    "margin_conv": "margin test: untried configs must all be bounded this much slower",
+    "trust_rho": "margin test: LOO Spearman the model needs to be believed",
+    "l1_conv": "histogram test: L1 change below which results have settled (0: off)",
+    "hist_bins": "histogram test: bins",
+    "hist_span": "histogram test: log-duration span above the R1 best",
+    "retime_top": "re-time at most this many of the fastest configs (< 2: off)",
+    "retime_tol": "re-time only configs within this share of the best",
+    "retime_rounds": "re-time rounds before DONE",
+    "optimize_configs": "prune the list with the config optimizer first",
+}
+
+
+def parameter_table() -> str:
+    """The parameter reference of docs/algorithm.md, generated so it cannot drift."""
+    env_of = {name: var for var, name in ENV_VARS.items()}
+    lines = ["| parameter | default | env var | meaning |", "| --- | --- | --- | --- |"]
+    for f in fields(FastaParams):
+        default = f.default
+        shown = ", ".join(default) if isinstance(default, tuple) else repr(default)
+        env = f"`{env_of[f.name]}`" if f.name in env_of else ""
+        lines.append(f"| `{f.name}` | `{shown}` | {env} | {DESCRIPTIONS[f.name]} |")
+    return "\n".join(lines)
 
 
 def _parse(field_type: Any, name: str, text: str, where: str) -> Any:

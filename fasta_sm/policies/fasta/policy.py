@@ -22,6 +22,7 @@ from ..config_optimizer import optimize_configs
 from .budget import BudgetPlan, route_budget
 from .contract import check_observations
 from .features import extract_features
+from .feasibility import log_run_chance
 from .params import FastaParams, resolve_params
 from .sampling import marginal_scores, softmax_pick, stratified_sample
 from .stopping import histogram_settled, margin_settled, relative_histogram
@@ -55,6 +56,9 @@ class FastaPolicy:
         self._last_batch: list[int] = []
         self._reference_log: float | None = None
         self._previous_hist: list[float] | None = None
+        self._previous_best_log: float | None = None
+        self._retimes = 0
+        self._stop_reason = ""
         self._history: list[dict[str, Any]] = []
 
     def _setup(self, params: FastaParams) -> None:
@@ -66,6 +70,7 @@ class FastaPolicy:
             self._active = np.array([c.identity in kept for c in self._configs])
         self._space = extract_features(self._configs, log2=params.log2_features)
         self._designs = {name: build_basis(name, self._space) for name in params.bases}
+        self._feasibility_design = build_basis("full", self._space) if params.feasibility else None
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
 
@@ -92,8 +97,10 @@ class FastaPolicy:
     def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
         durations = check_observations(observed, len(self._configs), self._last_batch)
         self._last_batch = []
-        if self._phase in ("retime", "done"):
-            return self._stop(f"fasta: done ({self._history[-1]['stop'] if self._history else 'stopped'})")
+        if self._phase == "retime":
+            return self._finish(self._stop_reason, durations, observed)
+        if self._phase == "done":
+            return self._stop(f"fasta: {self._stop_reason}")
         measured = np.isfinite(durations)
         evaluated = ~np.isnan(durations)
         candidates = np.flatnonzero(self._active & np.isnan(durations))
@@ -129,6 +136,7 @@ class FastaPolicy:
         if self._reference_log is None:
             self._reference_log = best_log
         fit, scores = compete(self._designs, params.bases, rows, y, params.ridge_lambda)
+        predicted = fit.predict(self._designs[fit.basis])
         near = int(np.sum(y <= best_log + math.log1p(params.near_tol)))
         tau = params.tau_min + params.tau_range * (1.0 - fit.loo_r2) * min(1.0, near / params.near_full)
         hist = relative_histogram(y, self._reference_log, params.hist_bins, params.hist_span)
@@ -142,23 +150,28 @@ class FastaPolicy:
             "scores": {k: round(v, 4) for k, v in scores.items()},
         }
         previous, self._previous_hist = self._previous_hist, hist.tolist()
+        improved = self._previous_best_log is None or best_log < self._previous_best_log
+        self._previous_best_log = best_log
         if self._r2_rounds >= params.min_rounds:
-            lower = fit.predicted[candidates] - fit.loo_rmse
+            lower = predicted[candidates] - fit.loo_rmse
             if margin_settled(lower, best_log, params.margin_conv, fit.loo_rho, params.trust_rho):
                 self._history.append(record)
                 return self._finish("margin: the model bounds every unmeasured config as slower", durations, observed)
-            if histogram_settled(None if previous is None else np.array(previous), hist, params.l1_conv):
+            settled = histogram_settled(None if previous is None else np.array(previous), hist, params.l1_conv)
+            if settled and not improved:
                 self._history.append(record)
-                return self._finish("histogram of measured durations settled", durations, observed)
+                return self._finish("histogram of measured durations settled, best unchanged", durations, observed)
         batch_size = min(remaining, candidates.size, self._round_size())
         n_vote = 0
         if self._space.dims >= params.marginal_d:
             n_vote = min(batch_size - 1, int(round(batch_size * params.marginal_share)))
-        picks = candidates[softmax_pick(fit.predicted[candidates] - best_log, tau, batch_size - n_vote, rng)]
+        run_chance = self._log_run_chance(durations)
+        model_scores = predicted - best_log - tau * run_chance
+        picks = candidates[softmax_pick(model_scores[candidates], tau, batch_size - n_vote, rng)]
         if n_vote > 0:
             rest = np.setdiff1d(candidates, picks, assume_unique=True)
-            vote = marginal_scores(self._space.levels, rows, y)[rest] - best_log
-            picks = np.concatenate([picks, rest[softmax_pick(vote, params.tau_min, n_vote, rng)]])
+            vote = marginal_scores(self._space.levels, rows, y) - best_log - params.tau_min * run_chance
+            picks = np.concatenate([picks, rest[softmax_pick(vote[rest], params.tau_min, n_vote, rng)]])
         self._r2_rounds += 1
         record["batch"] = int(picks.size)
         self._history.append(record)
@@ -166,8 +179,16 @@ class FastaPolicy:
             sorted(int(i) for i in picks),
             f"fasta R2_{self._r2_rounds}: {picks.size} configs, basis {fit.basis} "
             f"(LOO rho {fit.loo_rho:.2f}), tau {tau:.3f}",
-            predicted_us=np.exp(fit.predicted),
+            predicted_us=np.exp(predicted),
         )
+
+    def _log_run_chance(self, durations: np.ndarray) -> np.ndarray:
+        """log P(runs) per config, zero when the feasibility model is off or nothing failed."""
+        if self._feasibility_design is None:
+            return np.zeros(durations.size)
+        tried = np.flatnonzero(~np.isnan(durations))
+        failed = np.isinf(durations[tried])
+        return log_run_chance(self._feasibility_design, tried, failed, self.params.ridge_lambda)
 
     def _round_size(self) -> int:
         plan = self.plan_budget
@@ -194,17 +215,26 @@ class FastaPolicy:
         return sorted(int(i) for i in rng.choice(candidates, size=size, replace=False))
 
     def _finish(self, why: str, durations: np.ndarray, observed: Observations) -> Decision:
-        """Before DONE, time the near-best configs again, so one lucky timing cannot win."""
+        """Before DONE, time the near-best configs again, so one lucky timing cannot win.
+
+        Up to `retime_rounds` rounds, each re-timing the configs among the
+        `retime_top` fastest whose mean is within `retime_tol` of the best;
+        one timing more each costs a benchmark, no compile.
+        """
+        self._stop_reason = why
         finite = np.flatnonzero(np.isfinite(durations))
-        if self.params.retime_top >= 2 and finite.size >= 2 and self._phase != "retime":
+        if self.params.retime_top >= 2 and finite.size >= 2 and self._retimes < self.params.retime_rounds:
             order = finite[np.argsort(durations[finite], kind="stable")]
-            best = durations[order[0]]
-            close = [int(i) for i in order[: self.params.retime_top] if durations[i] <= best * (1 + self.params.retime_tol)]
+            limit = durations[order[0]] * (1 + self.params.retime_tol)
+            close = [int(i) for i in order[: self.params.retime_top] if durations[i] <= limit]
             if len(close) >= 2:
                 self._phase = "retime"
+                self._retimes += 1
                 self._history.append({"stop": why, "retime": close})
                 self._last_batch = close
-                return Decision(batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best", retime=True)
+                return Decision(
+                    batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best", retime=True
+                )
         self._history.append({"stop": why})
         return self._stop(f"fasta: {why}")
 
@@ -229,6 +259,9 @@ class FastaPolicy:
             "last_batch": list(self._last_batch),
             "reference_log": self._reference_log,
             "previous_hist": self._previous_hist,
+            "previous_best_log": self._previous_best_log,
+            "retimes": self._retimes,
+            "stop_reason": self._stop_reason,
             "history": self._history,
         }
 
@@ -247,4 +280,7 @@ class FastaPolicy:
         self._last_batch = [int(i) for i in state["last_batch"]]
         self._reference_log = state["reference_log"]
         self._previous_hist = state["previous_hist"]
+        self._previous_best_log = state["previous_best_log"]
+        self._retimes = int(state["retimes"])
+        self._stop_reason = state["stop_reason"]
         self._history = list(state["history"])

@@ -28,16 +28,18 @@ def margin_settled(
 
 
 def relative_histogram(log_durations: np.ndarray, reference: float, bins: int, span: float) -> np.ndarray:
-    """Share of measured configs per bin of log(d / reference), on fixed edges.
+    """Shares of the near-best configs per bin of log(d / reference), on fixed edges.
 
-    The edges never move (they span `span` log units above the reference
-    set after R1, the last bin taking everything slower), so histograms of
-    consecutive rounds are comparable; the reference rebuilt its edges from
-    each round's min and max.
+    Only configs within `span` log units of the reference (the best after
+    R1) count: the histogram describes the near-optimal set, so a round that
+    adds nothing to it leaves it unchanged, while the bulk of slow configs
+    cannot drown a change near the top. The edges never move, so
+    histograms of consecutive rounds are comparable; the reference rebuilt
+    its edges from each round's min and max.
     """
     edges = np.linspace(0.0, span, bins + 1)
-    shifted = np.clip(log_durations - reference, 0.0, span)
-    counts = np.histogram(shifted, bins=edges)[0].astype(float)
+    shifted = np.maximum(log_durations - reference, 0.0)
+    counts = np.histogram(shifted[shifted <= span], bins=edges)[0].astype(float)
     return counts / max(counts.sum(), 1.0)
 
 

@@ -107,11 +107,14 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Rank correlation; 0 when either side is constant or there are < 3 points."""
+def spearman(a: np.ndarray, b: np.ndarray, a_ranks: np.ndarray | None = None) -> float:
+    """Rank correlation; 0 when either side is constant or there are < 3 points.
+
+    `a_ranks` (the average ranks of `a`) saves re-ranking the same side.
+    """
     if a.size < 3:
         return 0.0
-    ra = _average_ranks(a)
+    ra = _average_ranks(a) if a_ranks is None else a_ranks.copy()
     rb = _average_ranks(b)
     ra -= ra.mean()
     rb -= rb.mean()
@@ -126,18 +129,27 @@ class RidgeFit:
     """A ridge fit on the measured rows and its leave-one-out diagnostics."""
 
     basis: str
-    predicted: np.ndarray
+    coef: np.ndarray
+    x_mean: np.ndarray
+    y_mean: float
     loo_predicted: np.ndarray
     loo_rho: float
     loo_r2: float
     loo_rmse: float
 
+    def predict(self, design: np.ndarray) -> np.ndarray:
+        """Predicted value of every row of `design` (the same basis the fit used)."""
+        return design @ self.coef + (self.y_mean - float(self.x_mean @ self.coef))
 
-def fit_ridge(name: str, design: np.ndarray, rows: np.ndarray, y: np.ndarray, lam: float) -> RidgeFit:
+
+def fit_ridge(
+    name: str, design: np.ndarray, rows: np.ndarray, y: np.ndarray, lam: float, y_ranks: np.ndarray | None = None
+) -> RidgeFit:
     """Ridge with an unpenalised intercept, solved in whichever of p or n is smaller.
 
-    Predictions cover every row of `design`. The hat diagonal includes the
-    intercept's 1/n, so the leave-one-out shortcut is exact.
+    The hat diagonal includes the intercept's 1/n, so the leave-one-out
+    shortcut is exact; only the winner of a competition predicts the
+    unmeasured rows, which keeps a round cheap.
     """
     n = rows.size
     x = design[rows]
@@ -148,25 +160,27 @@ def fit_ridge(name: str, design: np.ndarray, rows: np.ndarray, y: np.ndarray, la
     p = xc.shape[1]
     if p <= n:
         gram_inv = np.linalg.inv(xc.T @ xc + lam * np.eye(p))
-        beta = gram_inv @ (xc.T @ yc)
+        coef = gram_inv @ (xc.T @ yc)
         leverage = np.einsum("ij,ij->i", xc @ gram_inv, xc)
     else:
         kernel = xc @ xc.T
         kernel_inv = np.linalg.inv(kernel + lam * np.eye(n))
         alpha = kernel_inv @ yc
-        beta = xc.T @ alpha
+        coef = xc.T @ alpha
         leverage = np.einsum("ij,ij->i", kernel, kernel_inv)
     leverage = leverage + 1.0 / n
-    residual = yc - xc @ beta
+    residual = yc - xc @ coef
     loo_predicted = y - residual / np.maximum(1.0 - leverage, 0.01)
     loo_error = y - loo_predicted
     total = float(yc @ yc)
     loo_r2 = 0.0 if total == 0.0 else float(np.clip(1.0 - (loo_error @ loo_error) / total, 0.0, 1.0))
     return RidgeFit(
         basis=name,
-        predicted=(design - x_mean) @ beta + y_mean,
+        coef=coef,
+        x_mean=x_mean,
+        y_mean=y_mean,
         loo_predicted=loo_predicted,
-        loo_rho=spearman(y, loo_predicted),
+        loo_rho=spearman(y, loo_predicted, y_ranks),
         loo_r2=loo_r2,
         loo_rmse=float(np.sqrt(np.mean(loo_error**2))),
     )
@@ -182,13 +196,14 @@ def compete(
     """
     best: RidgeFit | None = None
     scores: dict[str, float] = {}
+    y_ranks = _average_ranks(y)
     for name in names:
         design = designs[name]
         if design.shape[1] == 0:
             continue
         if name in IDENTIFIABILITY_GATED and not design.shape[1] < rows.size / 2:
             continue
-        fit = fit_ridge(name, design, rows, y, lam)
+        fit = fit_ridge(name, design, rows, y, lam, y_ranks)
         scores[name] = fit.loo_rho
         if best is None or fit.loo_rho > best.loo_rho:
             best = fit
