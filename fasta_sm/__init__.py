@@ -11,3 +11,12 @@ from .config import Config  # noqa: E402
 from .errors import FastaError  # noqa: E402
 
 __all__ = ["Config", "FastaError", "__version__"]
+
+
+def __getattr__(name: str):
+    """`fasta_sm.autotune` is imported on first use: `import fasta_sm` must not import torch or Triton."""
+    if name == "autotune":
+        from .triton.autotune import autotune
+
+        return autotune
+    raise AttributeError(f"module 'fasta_sm' has no attribute {name!r}")

@@ -11,6 +11,7 @@ zeroed or restored around every launch, as Triton's `reset_to_zero` and
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import statistics
@@ -34,11 +35,19 @@ def interpreting(fn: Any = None) -> bool:
 
 
 def device_name() -> str:
+    """The current device's name (part of every tuning key and table)."""
     import torch
 
     if torch.cuda.is_available() and not interpreting():
-        return torch.cuda.get_device_name()
+        return _cuda_name(torch.cuda.current_device())
     return "cpu (triton interpreter)"
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_name(index: int) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(index)
 
 
 def host_bench(call: Callable[[], Any], rep_ms: float, min_runs: int = 3, max_runs: int = 100) -> float:
@@ -63,9 +72,11 @@ def _first(value: Any) -> float:
 class TritonBackend:
     """Compiles and times configs of one kernel launch (`fn[grid](*args, **kwargs, **config)`).
 
-    `fn` is the `triton.jit` function (wrappers such as autotuners are
-    unwrapped). `pre_hook`/`post_hook`, when given, replace the default
-    reset/restore hooks exactly as in `triton.autotune`.
+    `fn` is the `triton.jit` function or a wrapper of it (`triton.heuristics`),
+    launched as given; only a bare jit function is compiled in the worker pool,
+    since a wrapper may add arguments the workers would not see.
+    `pre_hook`/`post_hook`, when given, replace the default reset/restore hooks
+    exactly as in `triton.autotune`.
     """
 
     def __init__(
@@ -84,6 +95,7 @@ class TritonBackend:
         rep_ms: float = 100.0,
         pool: CompilePool | None = None,
     ) -> None:
+        self.launcher = fn
         self.fn = _unwrap(fn)
         self.args = tuple(args)
         self.grid = grid
@@ -122,8 +134,12 @@ class TritonBackend:
                 outcomes[index] = self._load(configs[index], seconds)
         return [outcome for outcome in outcomes if outcome is not None]
 
-    def benchmark(self, configs: Sequence[Config]) -> BenchmarkOutcome:
-        """Time each config (median, µs); one that raises is recorded as failed (inf)."""
+    def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
+        """Time each config (median, µs); one that raises is recorded as failed (inf).
+
+        `repeat` (how often each config was timed before) only matters to
+        replay; a live timing is always a fresh one.
+        """
         start = time.perf_counter()
         durations: list[float] = []
         errors: dict[int, str] = {}
@@ -143,7 +159,7 @@ class TritonBackend:
 
     def launch(self, config: Config) -> Any:
         """One plain launch of `config` (no hooks): what the tuned kernel runs."""
-        return self.fn[self.grid](*self.args, **self._launch_kwargs(config))
+        return self.launcher.run(*self.args, grid=self.grid, warmup=False, **self._launch_kwargs(config))
 
     def time_ms(self, config: Config) -> float:
         """Median time of one launch with hooks, in ms."""
@@ -159,7 +175,7 @@ class TritonBackend:
                     if nargs.get(name) is not None:
                         nargs[name].zero_()
             try:
-                self.fn[self.grid](*self.args, **launch_kwargs)
+                self.launcher.run(*self.args, grid=self.grid, warmup=False, **launch_kwargs)
             except Exception as error:
                 if self.post_hook is not None:
                     self.post_hook(nargs, exception=error)
@@ -193,7 +209,7 @@ class TritonBackend:
         """Worker jobs, or None when the kernel or its arguments cannot travel to a worker."""
         module = getattr(self.fn, "module", None) or getattr(self.fn.fn, "__module__", None)
         qualname = self.fn.fn.__qualname__
-        if "<locals>" in qualname:
+        if self.launcher is not self.fn or "<locals>" in qualname:
             return None
         try:
             if resolve(module, qualname) is not self.fn:
@@ -220,7 +236,7 @@ class TritonBackend:
         """
         start = time.perf_counter()
         try:
-            kernel = self.fn.warmup(*self.args, grid=self.grid, **self._launch_kwargs(config))
+            kernel = self.launcher.run(*self.args, grid=self.grid, warmup=True, **self._launch_kwargs(config))
             init = getattr(kernel, "_init_handles", None)
             if init is not None:
                 init()

@@ -69,6 +69,8 @@ def record_command(
     command = shlex.join(sys.argv)
     pool = CompilePool(workers)
     started = time.perf_counter()
+    if device != "cpu":
+        pool.start()
     try:
         for name in specs:
             if deadline_s is not None and time.perf_counter() - started > deadline_s:

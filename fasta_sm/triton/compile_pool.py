@@ -78,6 +78,18 @@ class CompileJob:
     kwargs: dict[str, Any]
 
 
+def _warm_worker() -> None:
+    """Import torch and Triton and pick the target before the first job, so that
+    import time is not charged to the first config each worker compiles."""
+    try:
+        import torch  # noqa: F401
+        from triton.runtime import driver
+
+        driver.active.get_current_target()
+    except Exception:  # no driver (CPU): each job reports its own error
+        pass
+
+
 def _compile_in_worker(job: CompileJob) -> tuple[str | None, float]:
     start = time.perf_counter()
     try:
@@ -100,7 +112,9 @@ class CompilePool:
         with self._lock:
             if self._executor is None:
                 context = multiprocessing.get_context("spawn")
-                self._executor = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+                self._executor = ProcessPoolExecutor(
+                    max_workers=self.workers, mp_context=context, initializer=_warm_worker
+                )
             return self._executor
 
     def _reset(self) -> None:
@@ -108,6 +122,12 @@ class CompilePool:
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
+
+    def start(self) -> None:
+        """Spawn and warm the workers now rather than at the first compile."""
+        executor = self._get()
+        for future in [executor.submit(_warm_worker) for _ in range(self.workers)]:
+            future.result()
 
     def run(self, jobs: Sequence[CompileJob]) -> Iterator[tuple[int, str | None, float]]:
         """Yield (position, error, seconds) as each job finishes, in completion order.

@@ -309,15 +309,16 @@ def attention_fwd_kernel(
 
 
 def spec_attention(
-    Z: int = 4, H: int = 16, N_CTX: int = 4096, HEAD_DIM: int = 64, configs: list[Config] | None = None
+    Z: int = 4, H: int = 16, N_CTX: int = 4096, HEAD_DIM: int = 64, dtype: str = "fp16",
+    configs: list[Config] | None = None,
 ) -> KernelSpec:
-    """fp16 flash-attention forward (non-causal), one head dim; 160 configs."""
+    """Flash-attention forward (non-causal) for one head dim; 160 configs."""
     axes = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256]}
     space = configs or _space(axes, warps=[4, 8], stages=[1, 2, 3, 4])
 
     def make_args(device: str) -> tuple:
         shape = (Z * H, N_CTX, HEAD_DIM)
-        q, k, v = (torch.randn(shape, device=device, dtype=torch.float16) for _ in range(3))
+        q, k, v = (torch.randn(shape, device=device, dtype=_DTYPES[dtype]) for _ in range(3))
         return (q, k, v, torch.empty_like(q), HEAD_DIM**-0.5, N_CTX)
 
     def reference(args: tuple):
@@ -325,11 +326,18 @@ def spec_attention(
         return torch.softmax((q @ k.transpose(1, 2)) * args[4], dim=-1) @ v
 
     return KernelSpec(
-        name=f"attention_fwd_fp16_d{HEAD_DIM}", fn=attention_fwd_kernel, configs=space, make_args=make_args,
+        name=f"attention_fwd_{dtype}_d{HEAD_DIM}", fn=attention_fwd_kernel, configs=space, make_args=make_args,
         grid=lambda meta: (meta["N_CTX"] // meta["BLOCK_M"], Z * H),
-        shape={"Z": Z, "H": H, "N_CTX": N_CTX, "HEAD_DIM": HEAD_DIM, "dtype": "fp16", "causal": False},
+        shape={"Z": Z, "H": H, "N_CTX": N_CTX, "HEAD_DIM": HEAD_DIM, "dtype": dtype, "causal": False},
         reference=reference, output=3, kwargs={"HEAD_DIM": HEAD_DIM}, tolerance=1e-2,
     )
+
+
+def spec_attention_d128(Z: int = 4, H: int = 16, N_CTX: int = 4096, configs: list[Config] | None = None) -> KernelSpec:
+    """bf16 flash-attention forward with head dim 128; 128 configs (BLOCK_N ≤ 128)."""
+    axes = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128]}
+    space = configs or _space(axes, warps=[4, 8], stages=[1, 2, 3, 4])
+    return spec_attention(Z=Z, H=H, N_CTX=N_CTX, HEAD_DIM=128, dtype="bf16", configs=space)
 
 
 # --------------------------------------------------------------------------- pointwise
@@ -415,6 +423,7 @@ ZOO = {
     "mm_skinny_bf16": spec_mm_skinny_bf16,
     "mm_skinny_fp16": spec_mm_skinny_fp16,
     "attention": spec_attention,
+    "attention_d128": spec_attention_d128,
     "row_sum": spec_row_sum,
     "rmsnorm": spec_rmsnorm,
     "softmax": spec_softmax,

@@ -1,0 +1,230 @@
+"""`fasta_sm.autotune`: a drop-in for `triton.autotune` that tunes durably and cheaply.
+
+The decorator has `triton.autotune`'s call shape and semantics (the key, config
+pruning, reset/restore of mutated arguments, hooks, a custom `do_bench`), but
+each tuning key is a fasta-sm tune: the policy measures a fraction of the
+configs, every step is checkpointed, a process killed mid-tune resumes where it
+stopped, and a finished tune is reused by the next process without measuring
+anything.
+
+The key is Triton's (the `key` arguments' values and every tensor argument's
+dtype) plus the device name and the Triton version, since a winner on one GPU
+or compiler says little about another.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import triton
+from triton.runtime.jit import KernelInterface
+
+from ..config import Config
+from ..store import StateStore
+from ..tuner import TuneResult, tune
+from .backend import TritonBackend, device_name
+from .compile_pool import shared_pool
+
+logger = logging.getLogger("fasta_sm.triton.autotune")
+
+_LAUNCH_OPTIONS = ("num_ctas", "maxnreg")
+
+
+def to_fasta_config(config: Any) -> Config:
+    """A `triton.Config` (or a fasta_sm Config) as a fasta_sm Config: kwargs and launch options."""
+    if isinstance(config, Config):
+        return config
+    options = {}
+    for name in _LAUNCH_OPTIONS:
+        value = getattr(config, name, None)
+        if value is not None and not (name == "num_ctas" and value == 1):
+            options[name] = value
+    return Config(dict(config.kwargs), num_warps=config.num_warps, num_stages=config.num_stages, options=options)
+
+
+def to_triton_config(config: Config) -> triton.Config:
+    return triton.Config(dict(config.kwargs), num_warps=config.num_warps, num_stages=config.num_stages,
+                         **dict(config.options))
+
+
+class Autotuner(KernelInterface):
+    """The object `@fasta_sm.autotune(...)` puts in place of the kernel; launch it as `kernel[grid](...)`."""
+
+    def __init__(
+        self,
+        fn: Any,
+        configs: Sequence[Any],
+        key: Sequence[str],
+        *,
+        prune_configs_by: Mapping[str, Any] | None = None,
+        reset_to_zero: Sequence[str] | None = None,
+        restore_value: Sequence[str] | None = None,
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        do_bench: Callable[..., Any] | None = None,
+        policy: str = "fasta",
+        budget: float | None = None,
+        policy_params: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        state_dir: str | None = None,
+    ) -> None:
+        self.fn = fn
+        self.arg_names = list(fn.arg_names)
+        self.configs = [c if isinstance(c, triton.Config) else to_triton_config(c) for c in configs]
+        if not self.configs:
+            raise ValueError("fasta_sm.autotune: the config list is empty")
+        self.keys = _names("key", key, self.arg_names)
+        self.reset_to_zero = _names("reset_to_zero", reset_to_zero or [], self.arg_names)
+        self.restore_value = _names("restore_value", restore_value or [], self.arg_names)
+        self.user_pre_hook = pre_hook
+        self.post_hook = post_hook
+        self.do_bench = do_bench
+        prune = dict(prune_configs_by or {})
+        self.perf_model = prune.get("perf_model")
+        self.top_k = prune.get("top_k", 1.0)
+        self.early_config_prune = prune.get("early_config_prune")
+        self.policy = policy
+        self.policy_params = dict(policy_params or {})
+        if budget is not None:
+            self.policy_params["budget"] = budget
+        self.seed = seed
+        self.state_dir = state_dir
+        self._store: StateStore | None = None
+        self.cache: dict[tuple, triton.Config] = {}
+        self.results: dict[tuple, TuneResult] = {}
+        self.best_config: triton.Config | None = None
+        self.bench_time: float | None = None
+        base = fn
+        while not callable(getattr(base, "__code__", None)) and hasattr(base, "fn"):
+            base = base.fn
+        self.base_fn = base
+        self.kernel_name = f"{base.__module__}.{base.__qualname__}"
+
+    # ------------------------------------------------------------------ key
+
+    def key_of(self, nargs: Mapping[str, Any]) -> tuple:
+        """Triton's tuning key (key values, then tensor dtypes) plus device and Triton version."""
+        values = [nargs[name] for name in self.keys if name in nargs]
+        values += [str(arg.dtype) for name, arg in nargs.items() if name in self.arg_names and hasattr(arg, "dtype")]
+        return (*values, device_name(), triton.__version__)
+
+    def store(self) -> StateStore:
+        if self._store is None:
+            self._store = StateStore(self.state_dir)
+        return self._store
+
+    # ------------------------------------------------------------------ launch
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        nargs = {**dict(zip(self.arg_names, args)), **kwargs}
+        if len(self.configs) == 1:
+            config = self.configs[0]
+        else:
+            key = self.key_of(nargs)
+            config = self.cache.get(key)
+            if config is None:
+                config = self._tune(key, args, kwargs, nargs)
+                self.cache[key] = config
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**nargs, **config.all_kwargs()})
+        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+
+    def prune_configs(self, nargs: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[triton.Config]:
+        """`prune_configs_by` exactly as triton.autotune applies it."""
+        configs = list(self.configs)
+        if self.early_config_prune:
+            configs = list(self.early_config_prune(configs, nargs, **kwargs))
+            if not configs:
+                raise ValueError("fasta_sm.autotune: early_config_prune returned no configs")
+        if self.perf_model:
+            top_k = self.top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(configs) * top_k))
+            if len(configs) > top_k:
+                estimate = {id(c): self.perf_model(**nargs, **c.all_kwargs()) for c in configs}
+                configs = sorted(configs, key=lambda c: estimate[id(c)])[:top_k]
+        return configs
+
+    def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
+        launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+        candidates = self.prune_configs(nargs, launch_kwargs)
+        if len(candidates) == 1:
+            return candidates[0]
+        by_identity = {to_fasta_config(c).identity: c for c in candidates}
+        backend = TritonBackend(
+            self.fn, args, kwargs["grid"], launch_kwargs,
+            reset_to_zero=self.reset_to_zero, restore_value=self.restore_value,
+            pre_hook=self.user_pre_hook, post_hook=self.post_hook, do_bench=self.do_bench,
+        )
+        pool_workers = 1 if backend.interpreting else shared_pool().workers
+        start = time.perf_counter()
+        result = tune(
+            _key_string(self.kernel_name, key), self.kernel_name, [to_fasta_config(c) for c in candidates], backend,
+            policy=self.policy, policy_params=self.policy_params, seed=self.seed, store=self.store(),
+            chunk_size=max(16, 2 * pool_workers),
+        )
+        self.results[key] = result
+        if not result.reused:
+            self.bench_time = time.perf_counter() - start
+            self._reset(nargs)
+        logger.info("%s %s: %s (%.2f us, %s)", self.kernel_name, key, result.best_config.label(), result.best_us,
+                    "reused" if result.reused else "tuned")
+        return by_identity[result.best_config.identity]
+
+    def _reset(self, nargs: Mapping[str, Any]) -> None:
+        """Undo the tune's launches on outputs that accumulate, as triton.autotune does."""
+        if self.user_pre_hook is not None:
+            self.user_pre_hook(dict(nargs), reset_only=True)
+            return
+        for name in self.reset_to_zero:
+            if nargs.get(name) is not None:
+                nargs[name].zero_()
+
+
+def _names(what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[str]:
+    if isinstance(names, str):
+        raise TypeError(f"fasta_sm.autotune: {what} must be a list of argument names, not the string {names!r}")
+    unknown = [name for name in names if name not in arg_names]
+    if unknown and what != "key":
+        raise ValueError(f"fasta_sm.autotune: {what} names unknown arguments {unknown}")
+    return list(names)
+
+
+def _key_string(kernel: str, key: tuple) -> str:
+    return kernel + "[" + ", ".join(repr(value) for value in key) + "]"
+
+
+def autotune(
+    configs: Sequence[Any],
+    key: Sequence[str],
+    prune_configs_by: Mapping[str, Any] | None = None,
+    reset_to_zero: Sequence[str] | None = None,
+    restore_value: Sequence[str] | None = None,
+    pre_hook: Callable[..., Any] | None = None,
+    post_hook: Callable[..., Any] | None = None,
+    do_bench: Callable[..., Any] | None = None,
+    policy: str = "fasta",
+    budget: float | None = None,
+    seed: int = 0,
+    state_dir: str | None = None,
+    policy_params: Mapping[str, Any] | None = None,
+) -> Callable[[Any], Autotuner]:
+    """Decorate a `@triton.jit` kernel like `triton.autotune`; tune each key durably with `policy`.
+
+    `configs` are `triton.Config`s (or fasta_sm Configs); `budget` is the
+    fraction of configs the policy may measure (None: the policy's own
+    routing); `state_dir` holds the state files (default: `$FASTA_SM_STATE_DIR`
+    or the user cache dir).
+    """
+
+    def decorator(fn: Any) -> Autotuner:
+        return Autotuner(
+            fn, configs, key, prune_configs_by=prune_configs_by, reset_to_zero=reset_to_zero,
+            restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, do_bench=do_bench,
+            policy=policy, budget=budget, policy_params=policy_params, seed=seed, state_dir=state_dir,
+        )
+
+    return decorator
