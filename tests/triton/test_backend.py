@@ -1,0 +1,140 @@
+"""The live backend: compile outcomes, timings, reset/restore of mutated arguments, failures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import DEVICE, HAS_CUDA
+from kernels import accumulate_kernel, grid
+
+from fasta_sm.config import Config
+from fasta_sm.protocols import Backend
+from fasta_sm.triton.backend import TritonBackend
+from fasta_sm.triton.compile_pool import CompileJob, CompilePool, describe_error, pool_size
+
+N = 1000
+
+
+def make_backend(**options):
+    x = torch.randn(N, device=DEVICE)
+    out = torch.zeros(N, device=DEVICE)
+    return TritonBackend(accumulate_kernel, (x, out, N, 2.0), grid, rep_ms=0.0, **options), x, out
+
+
+def configs(*blocks):
+    return [Config({"BLOCK": b}, num_warps=1, num_stages=1) for b in blocks]
+
+
+def test_is_a_backend_and_times_every_config():
+    backend, _, _ = make_backend()
+    assert isinstance(backend, Backend)
+    assert "triton" in backend.describe()
+    compiled = backend.compile(configs(64, 128))
+    assert [c.error for c in compiled] == [None, None]
+    outcome = backend.benchmark(configs(64, 128), repeat=[0, 0])
+    assert len(outcome.durations_us) == 2 and outcome.errors == {}
+    assert all(math.isfinite(d) and d > 0 for d in outcome.durations_us)
+
+
+def test_reset_to_zero_makes_each_timed_launch_start_from_zero():
+    backend, x, out = make_backend(reset_to_zero=["out_ptr"])
+    backend.benchmark(configs(128))
+    torch.testing.assert_close(out, 2.0 * x)
+
+
+def test_without_reset_the_output_accumulates():
+    backend, x, out = make_backend()
+    backend.benchmark(configs(128))
+    assert not torch.allclose(out, 2.0 * x)
+
+
+def test_restore_value_puts_the_argument_back_after_every_launch():
+    backend, _, out = make_backend(restore_value=["out_ptr"])
+    out.copy_(torch.arange(N, dtype=out.dtype, device=DEVICE))
+    before = out.clone()
+    backend.benchmark(configs(64, 256))
+    torch.testing.assert_close(out, before)
+
+
+def test_user_hooks_replace_the_default_reset():
+    calls = []
+    backend, _, _ = make_backend(
+        reset_to_zero=["out_ptr"],
+        pre_hook=lambda nargs: calls.append(("pre", nargs["BLOCK"])),
+        post_hook=lambda nargs, exception: calls.append(("post", exception)),
+    )
+    backend.benchmark(configs(128))
+    assert ("pre", 128) in calls and ("post", None) in calls
+
+
+def test_custom_do_bench_is_called_like_triton_calls_it():
+    seen = []
+
+    def do_bench(kernel_call, quantiles):
+        kernel_call()
+        seen.append(quantiles)
+        return [0.5, 0.4, 0.6]
+
+    backend, _, _ = make_backend(do_bench=do_bench)
+    outcome = backend.benchmark(configs(64))
+    assert seen == [(0.5, 0.2, 0.8)]
+    assert outcome.durations_us == [500.0]
+
+
+def test_a_config_that_cannot_run_is_failed_not_raised():
+    backend, _, _ = make_backend()
+    outcome = backend.benchmark(configs(24, 64))  # arange needs a power of two
+    assert math.isinf(outcome.durations_us[0]) and math.isfinite(outcome.durations_us[1])
+    assert 0 in outcome.errors and 1 not in outcome.errors
+
+
+def test_describe_error_is_one_short_line():
+    text = describe_error(ValueError("out of resource:\n  shared memory " + "x" * 1000))
+    assert text.startswith("ValueError: out of resource: shared memory")
+    assert "\n" not in text and len(text) <= 400
+
+
+def test_pool_size_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("FASTA_COMPILE_WORKERS", "3")
+    assert pool_size() == 3
+    monkeypatch.delenv("FASTA_COMPILE_WORKERS")
+    assert pool_size() >= 1
+
+
+def test_spawn_workers_report_every_job():
+    """Workers import the kernel by module path; a failure comes back as data, in any order."""
+    pool = CompilePool(2)
+    try:
+        jobs = [
+            CompileJob("kernels", "accumulate_kernel", (torch.float32, torch.float32, N, 2.0),
+                       {"BLOCK": b, "num_warps": 1, "num_stages": 1})
+            for b in (64, 128)
+        ] + [CompileJob("kernels", "no_such_kernel", (), {})]
+        results = sorted(pool.run(jobs))
+    finally:
+        pool.close()
+    assert [index for index, _, _ in results] == [0, 1, 2]
+    assert results[2][1].startswith("AttributeError")
+    if HAS_CUDA:
+        assert results[0][1] is None and results[1][1] is None
+    assert all(seconds >= 0 for _, _, seconds in results)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_gpu_compiles_in_workers_and_loads_in_the_parent():
+    from fasta_sm.triton import zoo
+
+    spec = zoo.spec_mm_fp16(M=512, N=512, K=512)
+    args = spec.make_args("cuda")
+    backend = TritonBackend(spec.fn, args, spec.grid, spec.kwargs, pool=CompilePool(4))
+    space = [c for c in spec.configs if c.kwargs["BLOCK_M"] == 256 and c.num_stages == 4][:4]
+    space += spec.configs[:4]
+    outcomes = backend.compile(space)
+    assert any(o.error is None for o in outcomes)
+    assert all(o.error is None or "OutOfResources" in o.error for o in outcomes)
+    ok = [c for c, o in zip(space, outcomes) if o.error is None]
+    timed = backend.benchmark(ok)
+    assert all(math.isfinite(d) for d in timed.durations_us)

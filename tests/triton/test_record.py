@@ -1,0 +1,53 @@
+"""The recorder and `fasta-sm record`: tables in the replay format, failures kept as data."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from conftest import DEVICE
+
+from fasta_sm.backends.replay import load_table
+from fasta_sm.triton import zoo
+from fasta_sm.triton.cli import record_command
+from fasta_sm.triton.record import record, spread, write_table
+
+
+def test_record_writes_a_table_the_replay_backend_loads(tmp_path):
+    spec = zoo.spec_softmax(M=5, N=300)
+    spec.configs = spread(spec.configs, 3)
+    table = record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
+    assert table["kernel"] == "softmax_fp32" and len(table["configs"]) == 3
+    for row in table["configs"]:
+        assert row["error"] is None and len(row["duration_us"]) == 2 and row["compile_s"] >= 0
+    path = write_table(table, tmp_path / "softmax.json")
+    assert load_table(path) is not None
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_config_with_a_wrong_result_is_recorded_as_failed():
+    # N_CTX smaller than BLOCK_M: the grid is empty, nothing is written.
+    spec = zoo.spec_attention(Z=1, H=1, N_CTX=32, HEAD_DIM=16)
+    spec.configs = [c for c in spec.configs if c.kwargs["BLOCK_N"] == 16 and c.num_stages == 1 and c.num_warps == 4]
+    table = record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
+    by_block = {row["kwargs"]["BLOCK_M"]: row for row in table["configs"]}
+    assert by_block[32]["error"] is None and len(by_block[32]["duration_us"]) == 2
+    assert by_block[64]["error"].startswith("WrongResult") and by_block[64]["duration_us"] == []
+
+
+def test_spread_keeps_an_evenly_spaced_subset():
+    configs = zoo.spec_transpose().configs
+    assert spread(configs, 5)[0] == configs[0] and len(spread(configs, 5)) == 5
+    assert spread(configs, None) == configs
+
+
+def test_record_command_writes_one_table_per_spec(tmp_path):
+    result = CliRunner().invoke(record_command, [
+        "fasta_sm.triton.zoo:spec_row_sum", "rmsnorm", "--out", str(tmp_path), "--param", "M=3",
+        "--param", "N=700", "--limit", "2", "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ])
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert names == ["rmsnorm_bf16.json", "row_sum_fp32.json"]
+    table = json.loads((tmp_path / "row_sum_fp32.json").read_text())
+    assert table["shape"] == {"M": 3, "N": 700, "dtype": "fp32"} and len(table["configs"]) == 2
