@@ -25,7 +25,8 @@ KEY = "mm_synth:crash"
 
 def tune_child(table_path: str, state_dir: str, log_path: str, policy: str, seed: int,
                params: dict | None = None, chunk_size: int = 4, delay_s: float = 0.0,
-               slow_writes_s: float = 0.0, result_path: str | None = None, tag: str = "") -> None:
+               slow_writes_s: float = 0.0, result_path: str | None = None, tag: str = "",
+               key: str = KEY) -> None:
     from fasta_sm.backends.replay import ReplayBackend, load_table
     from fasta_sm.store import StateStore
     from fasta_sm.tuner import tune
@@ -34,7 +35,7 @@ def tune_child(table_path: str, state_dir: str, log_path: str, policy: str, seed
         slow_down_state_writes(slow_writes_s)
     table = load_table(table_path)
     backend = LoggingBackend(ReplayBackend(table, noise=True, seed=seed), log_path, tag=tag, delay_s=delay_s)
-    result = tune(KEY, table.kernel, table.configs, backend, policy=policy, policy_params=params or {},
+    result = tune(key, table.kernel, table.configs, backend, policy=policy, policy_params=params or {},
                   seed=seed, store=StateStore(state_dir, lock_timeout_s=120), chunk_size=chunk_size)
     if result_path:
         Path(result_path).write_text(json.dumps({
