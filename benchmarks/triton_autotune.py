@@ -1,0 +1,278 @@
+"""triton.autotune vs fasta_sm.autotune vs an exhaustive tune on fasta-sm's parallel backend (issue 7, items 5–6).
+
+For each zoo kernel, in one process:
+  triton     `triton.autotune` (exhaustive, compiles serially as it times),
+  exhaustive `fasta_sm.autotune(policy="exhaustive")`: every config, compiled in the spawn pool,
+  fasta      `fasta_sm.autotune(policy="fasta")`,
+each from cold caches (a fresh Triton cache dir, a fresh state dir, a fresh compile pool, the
+kernel's in-memory JIT cache cleared), then warm: a second launch of the same object, and for
+fasta-sm a new decorator over the same state dir (what a second process sees). Then each
+method's chosen config is timed the same way (do_bench median) and compared with the best.
+`--crash` adds the live crash test: a child process tunes with fasta and is killed mid-R2; a
+second child resumes; the script checks that no config timed before the kill is timed again
+(deliberate re-time rounds excepted).
+
+On the H200:   python3 benchmarks/triton_autotune.py --json $OUT/autotune.json --crash
+On a CPU:      TRITON_INTERPRET=1 python benchmarks/triton_autotune.py --small --crash
+(--small: tiny shapes and 12 configs per kernel, host-clock timing; figures meaningless.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SMALL_SHAPES = {
+    "mm_bf16_gelu": dict(M=64, N=64, K=64), "mm_fp16": dict(M=64, N=64, K=64),
+    "mm_skinny_bf16": dict(M=16, N=128, K=128), "mm_skinny_fp16": dict(M=16, N=128, K=128),
+    "attention": dict(Z=1, H=1, N_CTX=256, HEAD_DIM=16), "row_sum": dict(M=33, N=1000),
+    "rmsnorm": dict(M=9, N=1500), "softmax": dict(M=9, N=2100), "add_gelu": dict(M=37, N=300),
+    "transpose": dict(M=70, N=90),
+}
+DEFAULT_KERNELS = ["mm_skinny_bf16", "attention", "row_sum", "rmsnorm"]
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def load(name: str, small: bool):
+    from fasta_sm.triton import zoo
+    from fasta_sm.triton.record import spread
+
+    spec = zoo.ZOO[name](**(SMALL_SHAPES[name] if small else {}))
+    if small:
+        spec.configs = [c for c in spread(spec.configs, 12) if c.kwargs.get("BLOCK_M", 0) <= 64]
+    return spec
+
+
+def make_do_bench(warmup_ms: float, rep_ms: float):
+    """One timing method for all three tuners (the interpreter has no device clock)."""
+    from fasta_sm.triton.backend import host_bench
+
+    if interpreting():
+        return lambda fn, quantiles=None: [host_bench(fn, rep_ms)] * 3
+    import triton.testing
+
+    return lambda fn, quantiles=None: triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=quantiles)
+
+
+def sync() -> None:
+    import torch
+
+    if torch.cuda.is_available() and not interpreting():
+        torch.cuda.synchronize()
+
+
+def cold(fn) -> Path:
+    """Empty Triton cache dir, empty in-memory JIT cache, no compile pool yet.
+
+    The next fasta-sm tune spawns its pool inside the timed region: a fresh
+    process pays that once, so the cold figures include it.
+    """
+    import triton
+
+    from fasta_sm.triton import compile_pool
+
+    cache = Path(tempfile.mkdtemp(prefix="triton-cache-"))
+    os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by spawn workers
+    triton.knobs.cache.dir = str(cache)
+    if hasattr(fn, "device_caches"):
+        fn.device_caches.clear()
+    if compile_pool._shared is not None:
+        compile_pool._shared.close()
+        compile_pool._shared = None
+    return cache
+
+
+def timed_launch(kernel, spec, args) -> float:
+    sync()
+    start = time.perf_counter()
+    kernel[spec.grid](*args, **spec.kwargs)
+    sync()
+    return time.perf_counter() - start
+
+
+def run_kernel(name: str, opts) -> dict:
+    import triton
+
+    import fasta_sm
+    from fasta_sm.triton.autotune import to_fasta_config, to_triton_config
+    from fasta_sm.triton.backend import TritonBackend
+
+    spec = load(name, opts.small)
+    device = "cpu" if interpreting() else "cuda"
+    args = spec.make_args(device)
+    key = [k for k in spec.shape if isinstance(spec.shape[k], int)]
+    configs = [to_triton_config(c) for c in spec.configs]
+    do_bench = make_do_bench(opts.warmup_ms, opts.rep_ms)
+    row: dict = {"kernel": spec.name, "N": len(configs)}
+    chosen = {}
+
+    def triton_decorator(state_dir):
+        return triton.autotune(configs, key=key, do_bench=do_bench)(spec.fn)
+
+    def fasta_decorator(policy):
+        return lambda state_dir: fasta_sm.autotune(configs, key=key, do_bench=do_bench, policy=policy,
+                                                   budget=opts.budget if policy == "fasta" else None,
+                                                   seed=opts.seed, state_dir=state_dir)(spec.fn)
+
+    for method, decorate in (("triton", triton_decorator), ("exhaustive", fasta_decorator("exhaustive")),
+                             ("fasta", fasta_decorator("fasta"))):
+        cold(spec.fn)
+        state_dir = tempfile.mkdtemp(prefix="fasta-states-")
+        kernel = decorate(state_dir)
+        cold_s = timed_launch(kernel, spec, args)
+        warm_s = timed_launch(kernel, spec, args)
+        entry = {"cold_s": round(cold_s, 3), "warm_s": round(warm_s, 6), "config": str(kernel.best_config)}
+        if method != "triton":
+            fresh = decorate(state_dir)  # what a second process builds: reads the DONE state
+            entry["second_process_first_launch_s"] = round(timed_launch(fresh, spec, args), 6)
+            result = next(iter(kernel.results.values()))
+            entry["evaluated"] = result.state.evaluations()
+            entry["measured"] = result.state.measured_count()
+            assert next(iter(fresh.results.values())).reused
+        chosen[method] = kernel.best_config
+        row[method] = entry
+
+    backend = TritonBackend(spec.fn, args, spec.grid, spec.kwargs, do_bench=do_bench)
+    times = {m: backend.time_ms(to_fasta_config(c)) * 1e3 for m, c in chosen.items()}
+    best = min(times.values())
+    for method, us in times.items():
+        row[method]["chosen_us"] = round(us, 3)
+        row[method]["regret_pct"] = round(100 * (us - best) / best, 2)
+    row["fasta_vs_triton_cold"] = round(row["fasta"]["cold_s"] / row["triton"]["cold_s"], 3)
+    row["fasta_vs_exhaustive_cold"] = round(row["fasta"]["cold_s"] / row["exhaustive"]["cold_s"], 3)
+    return row
+
+
+def crash_child(opts) -> None:
+    """Tune `opts.kernel` with fasta; log each config before timing it; die (os._exit) after `kill_after`."""
+    import fasta_sm
+    from fasta_sm.triton.autotune import to_triton_config
+    from fasta_sm.triton.backend import TritonBackend
+
+    spec = load(opts.kernel, opts.small)
+    log = Path(opts.log)
+    count = 0
+    real = TritonBackend.time_ms
+
+    def logged(self, config):
+        nonlocal count
+        if opts.kill_after and count >= opts.kill_after:
+            os._exit(9)
+        count += 1
+        with log.open("a") as handle:
+            handle.write(config.identity + "\n")
+        return real(self, config)
+
+    TritonBackend.time_ms = logged
+    args = spec.make_args("cpu" if interpreting() else "cuda")
+    key = [k for k in spec.shape if isinstance(spec.shape[k], int)]
+    kernel = fasta_sm.autotune([to_triton_config(c) for c in spec.configs], key=key, seed=opts.seed,
+                               do_bench=make_do_bench(opts.warmup_ms, opts.rep_ms),
+                               state_dir=opts.state_dir)(spec.fn)
+    kernel[spec.grid](*args, **spec.kwargs)
+    print("reused" if next(iter(kernel.results.values())).reused else "tuned", flush=True)
+
+
+def crash_test(opts) -> dict:
+    from fasta_sm.policies import make_policy
+    from fasta_sm.store import StateStore
+
+    spec = load(opts.crash_kernel, opts.small)
+    r1 = len(make_policy("fasta", spec.configs, {}).plan(np.random.default_rng(opts.seed)).batch)
+    work = Path(tempfile.mkdtemp(prefix="fasta-crash-"))
+    state_dir = work / "states"
+    base = [sys.executable, __file__, "--child", "--kernel", opts.crash_kernel, "--state-dir", str(state_dir),
+            "--seed", str(opts.seed), "--warmup-ms", str(opts.warmup_ms), "--rep-ms", str(opts.rep_ms)]
+    base += ["--small"] if opts.small else []
+    kill_after = r1 + 2
+    first = subprocess.run(base + ["--log", str(work / "first.log"), "--kill-after", str(kill_after)],
+                           capture_output=True, text=True)
+    store = StateStore(state_dir)
+    (state_file,) = store.state_files()
+    before = store.read(state_file)
+    saved = {before.configs[i].identity for i in before.durations}
+    start = time.perf_counter()
+    second = subprocess.run(base + ["--log", str(work / "second.log"), "--kill-after", "0"],
+                            capture_output=True, text=True)
+    resume_s = time.perf_counter() - start
+    after = store.read(state_file)
+    retimed = {after.configs[i].identity for r in after.rounds if r.retime for i in r.batch}
+    second_log = work / "second.log"
+    timed_second = set(second_log.read_text().split()) if second_log.exists() else set()
+    again = timed_second & saved
+    in_flight = set((work / "first.log").read_text().split()) - saved  # timed, killed before its checkpoint
+    return {
+        "kernel": spec.name, "N": len(spec.configs), "r1": r1, "killed_after_timings": kill_after,
+        "killed_rc": first.returncode, "phase_at_kill": before.phase, "round_at_kill": before.position(),
+        "measured_before_kill": len(saved), "resumed_rc": second.returncode, "resumed_output": second.stdout.strip(),
+        "resume_wall_s": round(resume_s, 2), "done_after_resume": after.done,
+        "measured_again_not_retime": len(again - retimed), "measured_again_in_retime_rounds": len(again & retimed),
+        "lost_in_flight": len(in_flight), "lost_in_flight_timed_again": len(in_flight & timed_second),
+        "stderr_tail": (first.stderr[-300:] + second.stderr[-300:]) if second.returncode else "",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernels", nargs="+", default=DEFAULT_KERNELS)
+    parser.add_argument("--small", action="store_true", help="tiny shapes and spaces (CPU interpreter)")
+    parser.add_argument("--warmup-ms", type=float, default=25.0)
+    parser.add_argument("--rep-ms", type=float, default=100.0)
+    parser.add_argument("--budget", type=float, default=None, help="fasta budget fraction (default: its routing)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--crash", action="store_true", help="also run the live crash test")
+    parser.add_argument("--crash-kernel", default="rmsnorm")
+    parser.add_argument("--no-tune", action="store_true", help="only the crash test")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kernel", help=argparse.SUPPRESS)
+    parser.add_argument("--state-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--log", help=argparse.SUPPRESS)
+    parser.add_argument("--kill-after", type=int, default=0, help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    if opts.child:
+        crash_child(opts)
+        return
+    results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv, "kernels": []}
+    import torch
+    import triton
+
+    from fasta_sm.triton.backend import device_name
+
+    results.update(device=device_name(), torch=torch.__version__, triton=triton.__version__)
+    if not opts.no_tune:
+        for name in opts.kernels:
+            row = run_kernel(name, opts)
+            results["kernels"].append(row)
+            print(json.dumps(row), flush=True)
+            if opts.json:
+                Path(opts.json).write_text(json.dumps(results, indent=1))
+    if opts.crash:
+        results["crash"] = crash_test(opts)
+        print(json.dumps(results["crash"]), flush=True)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(results, indent=1))
+    print(f"{'kernel':26s} {'N':>5s} {'triton s':>9s} {'exh. s':>8s} {'fasta s':>8s} {'f/t':>6s} {'f/e':>6s} "
+          f"{'regret t/e/f %':>16s} {'fasta 2nd-proc ms':>18s}")
+    for row in results["kernels"]:
+        t, e, f = row["triton"], row["exhaustive"], row["fasta"]
+        print(f"{row['kernel']:26s} {row['N']:5d} {t['cold_s']:9.2f} {e['cold_s']:8.2f} {f['cold_s']:8.2f} "
+              f"{row['fasta_vs_triton_cold']:6.3f} {row['fasta_vs_exhaustive_cold']:6.3f} "
+              f"{t['regret_pct']:5.1f}/{e['regret_pct']:4.1f}/{f['regret_pct']:4.1f} "
+              f"{f['second_process_first_launch_s'] * 1e3:18.2f}")
+
+
+if __name__ == "__main__":
+    main()
