@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import TableError
 
-DEFAULT_TABLE = "mm_bf16_4096"
+DEFAULT_TABLE = "mm_bf16_gelu_4096"
 
 
 def tables_dir() -> Path:

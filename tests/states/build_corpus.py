@@ -74,7 +74,7 @@ def snapshot(table: ReplayTable, out: Path, name: str, *, stop: Stop | None = No
 def build(tables: Path | None, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     load = (lambda name: load_table(tables / f"{name}.json")) if tables else (lambda name: load_table(table_path(name)))
-    matmul = load("mm_bf16_4096")
+    matmul = load("mm_bf16_gelu_4096")
     snapshot(matmul, out, "v1-r1-compile", stop=lambda s: True)
     snapshot(matmul, out, "v1-r1-benchmark", stop=lambda s: s.step == "benchmark" and len(s.round_done) > 0,
              chunk_size=4)
@@ -88,7 +88,7 @@ def build(tables: Path | None, out: Path) -> None:
         store.file_for(key).write_bytes(b"\x93truncated")
 
     snapshot(matmul, out, "v1-restarted-after-quarantine", prepare=corrupt_first)
-    small = load("softmax")
+    small = load("softmax_fp32")
     snapshot(small, out, "v1-coverage-done", configs=small.configs[:: max(1, len(small.configs) // 10)][:10])
 
 
