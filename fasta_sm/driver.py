@@ -1,0 +1,420 @@
+"""The tune split between a compile worker and the parent, shared by the Inductor and NPU integrations.
+
+Inductor compiles kernels in subprocess workers and runs them in the parent,
+so one kernel's tune is driven in two halves (the original FASTA design):
+
+- the worker opens (or resumes) the tune, lets the policy plan R1 and compiles
+  only the current round's configs, checkpointing as it goes;
+- the parent, at the kernel's first run, benchmarks that round, refines,
+  compiles and benchmarks the R2 batches in-process, and reaches DONE.
+
+`FastaAutotunerMixin` puts this behind `CachingAutotuner`'s own seams
+(`precompile`, `benchmark_all_configs`, `run`), so a subclass of Inductor's or
+torch_npu's autotuner only names the few calls that differ on its device.
+Nothing here imports torch: the mixin calls methods of the autotuner it is
+mixed into.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .config import Config
+from .errors import FastaError
+from .policies import make_policy, policy_names, register
+from .protocols import BenchmarkOutcome, CompileOutcome, Decision, Observations
+from .state import TuneState
+from .store import StateStore
+from .tuner import open_tune
+
+log = logging.getLogger("fasta_sm.driver")
+
+WORKER_LOCK_TIMEOUT_S = 10.0
+"""A compile worker never waits long for a kernel's lock: if another process is
+tuning that kernel, the worker compiles Inductor's own configs and the parent
+waits for the lock instead (with the store's usual timeout)."""
+
+
+def default_policy() -> str:
+    """"fasta" when it is registered, else "random" (with a warning): never a silent change."""
+    if "fasta" in policy_names():
+        return "fasta"
+    log.warning("fasta_sm: policy 'fasta' is not available; falling back to 'random'")
+    return "random"
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    """What a kernel's tune is run with; travels inside generated kernel source as a dict.
+
+    `max_configs` caps the generated space (Inductor's own configs always stay);
+    `state_dir` None means the store's default (resolved where the tune runs).
+    """
+
+    policy: str = "fasta"
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    state_dir: str | None = None
+    max_configs: int = 96
+    chunk_size: int = 16
+    lock_timeout_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["policy_params"] = dict(self.policy_params)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DriverSettings":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass
+class TunePlan:
+    """One kernel's tune as the autotuner carries it across the pickle: plain data only."""
+
+    key: str
+    kernel: str
+    configs: list[Config]
+    must: list[int]
+    settings: DriverSettings
+
+    def store(self) -> StateStore:
+        return StateStore(self.settings.state_dir, self.settings.lock_timeout_s)
+
+    def policy_args(self) -> tuple[str, dict[str, Any]]:
+        """The registered policy and its params: the chosen one, wrapped to always measure `must`."""
+        inner = self.settings.policy
+        params = dict(self.settings.policy_params)
+        if not self.must:
+            return inner, params
+        return MustMeasure.name, {"inner": inner, "must": sorted(self.must), "params": params}
+
+
+@register("must-measure")
+class MustMeasure:
+    """Wraps a policy so that given configs (Inductor's own) are always in R1.
+
+    This is what makes the winner never slower than Inductor's own pick under
+    the same timing. The inner policy plans and refines as usual; it sees the
+    extra R1 timings as ordinary observations.
+    """
+
+    name = "must-measure"
+
+    def __init__(self, configs: Sequence[Config], inner: str, must: Sequence[int], params: Mapping[str, Any] | None = None):
+        bad = [i for i in must if not 0 <= int(i) < len(configs)]
+        if bad:
+            raise FastaError(f"must-measure: index {bad[0]} outside 0..{len(configs) - 1}")
+        self.must = sorted(int(i) for i in must)
+        self.inner = make_policy(inner, configs, params)
+
+    def plan(self, rng: np.random.Generator) -> Decision:
+        decision = self.inner.plan(rng)
+        extra = [i for i in self.must if i not in set(decision.batch)]
+        batch = sorted(set(int(i) for i in decision.batch) | set(self.must))
+        reason = f"{decision.reason}; plus {len(extra)} default config(s) always measured"
+        return Decision(batch=batch, reason=reason, retime=decision.retime, predicted_us=decision.predicted_us)
+
+    def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
+        return self.inner.refine(observed, rng)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
+def _open(plan: TunePlan, backend: Any, lock_timeout_s: float | None):
+    store = plan.store()
+    policy, params = plan.policy_args()
+    lock = store.lock(plan.key, plan.kernel, lock_timeout_s)
+    lock.__enter__()
+    try:
+        tune = open_tune(store, plan.key, plan.kernel, plan.configs, backend, policy=policy,
+                         policy_params=params, seed=plan.settings.seed, chunk_size=plan.settings.chunk_size)
+        state = tune.state if tune is not None else store.load(plan.key)
+    except BaseException:
+        lock.__exit__(None, None, None)
+        raise
+    return lock, tune, state
+
+
+def worker_phase(plan: TunePlan, backend: Any) -> TuneState:
+    """Open or resume the tune and compile the current round; return the state reached.
+
+    Stops once the round's batch is compiled (or at DONE): benchmarking needs
+    the kernel's real arguments, which only the parent has.
+    """
+    lock, tune, state = _open(plan, backend, WORKER_LOCK_TIMEOUT_S)
+    try:
+        if tune is not None:
+            state = tune.drive(until=lambda s: s.step != "compile")
+        assert state is not None
+        return state
+    finally:
+        if tune is not None:
+            tune.close()
+        lock.__exit__(None, None, None)
+
+
+def parent_phase(plan: TunePlan, backend: Any) -> TuneState:
+    """Drive the tune to DONE from wherever it stands (reusing a DONE state as is)."""
+    lock, tune, state = _open(plan, backend, plan.settings.lock_timeout_s)
+    try:
+        if tune is not None:
+            state = tune.drive()
+        assert state is not None and state.done
+        return state
+    finally:
+        if tune is not None:
+            tune.close()
+        lock.__exit__(None, None, None)
+
+
+def wanted_after_worker(state: TuneState) -> list[int]:
+    """Configs the parent will launch first: the round being benchmarked, or the winner."""
+    if state.done:
+        return [state.best] if state.best is not None else []
+    done = set(state.round_done)
+    return [i for i in state.pending if i in state.compiled and i not in done and i not in state.failed]
+
+
+# --------------------------------------------------------------------------- autotuner side
+
+
+def config_identity(kwargs: Mapping[str, Any], num_warps: int, num_stages: int) -> str:
+    """The fasta Config identity of a Triton/Inductor config (its other launch options ignored)."""
+    return Config(kwargs=dict(kwargs), num_warps=int(num_warps), num_stages=int(num_stages)).identity
+
+
+def to_fasta_config(cfg: Any) -> Config:
+    return Config(kwargs=dict(cfg.kwargs), num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages))
+
+
+class AutotunerBackend:
+    """The Backend protocol over one autotuner's own compile and benchmark calls.
+
+    Compiles go through the autotuner's `_fasta_compile` (Inductor:
+    `_precompile_config`); timings through `_fasta_bench` (Inductor: `bench`,
+    milliseconds), with the arguments of the run that triggered the tune.
+    """
+
+    def __init__(self, autotuner: "FastaAutotunerMixin", args: tuple = (), kwargs: Mapping[str, Any] | None = None):
+        self.autotuner = autotuner
+        self.args = args
+        self.kwargs = dict(kwargs or {})
+
+    def describe(self) -> str:
+        return self.autotuner._fasta_describe()
+
+    def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
+        outcomes = []
+        for config in configs:
+            started = time.perf_counter()
+            error = self.autotuner._fasta_ensure_compiled(self.autotuner._fasta_index(config))
+            outcomes.append(CompileOutcome(error=error, seconds=time.perf_counter() - started))
+        return outcomes
+
+    def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
+        started = time.perf_counter()
+        durations: list[float] = []
+        errors: dict[int, str] = {}
+        for position, config in enumerate(configs):
+            index = self.autotuner._fasta_index(config)
+            try:
+                launcher = self.autotuner._fasta_launcher(index)
+                ms = float(self.autotuner._fasta_bench(launcher, *self.args, **self.kwargs))
+            except Exception as exc:  # a config that cannot run is a failed config, not a failed compile
+                durations.append(math.inf)
+                errors[position] = f"{type(exc).__name__}: {exc}"
+                continue
+            if not math.isfinite(ms) or ms <= 0:
+                durations.append(math.inf)
+                errors[position] = self.autotuner._fasta_failure_reason(launcher)
+            else:
+                durations.append(ms * 1000.0)
+        return BenchmarkOutcome(durations_us=durations, seconds=time.perf_counter() - started, errors=errors)
+
+
+class FastaAutotunerMixin:
+    """Durable FASTA tuning behind `CachingAutotuner`'s seams; mix in before the autotuner class.
+
+    Subclasses set `self._fasta_plan` (a TunePlan, or None to behave exactly as
+    the base class) and `self._fasta_space` (the base's config objects, in
+    plan order) in `__init__`, and may override the `_fasta_*` device seams.
+    """
+
+    _fasta_plan: TunePlan | None = None
+    _fasta_space: list[Any] = []
+    _fasta_finished: bool = False
+
+    # --- device seams (Inductor defaults; torch_npu overrides what differs) ---
+
+    def _fasta_describe(self) -> str:
+        return f"{type(self).__name__} ({self._fasta_plan.key if self._fasta_plan else '?'})"
+
+    def _fasta_compile(self, cfg: Any) -> Any:
+        """Compile one config into a compile result (needs the live kernel function)."""
+        if getattr(self.fn, "fn", None) is None:
+            self.fn = self._reload_kernel().fn
+        return self._precompile_config(cfg)
+
+    def _fasta_make_launcher(self, result: Any) -> Any:
+        return result.make_launcher()
+
+    def _fasta_bench(self, launcher: Any, *args: Any, **kwargs: Any) -> float:
+        """One config's timing in milliseconds (inf if it cannot run)."""
+        return self.bench(launcher, *args, **kwargs)
+
+    def _fasta_failure_reason(self, launcher: Any) -> str:
+        reason = getattr(self, "benchmark_failure_reasons", {}).get(launcher)
+        return f"failed at run time ({getattr(reason, 'name', reason) or 'invalid config'})"
+
+    def _fasta_device_guard(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    # --- bookkeeping ---
+
+    def _fasta_index(self, config: Config) -> int:
+        if not hasattr(self, "_fasta_positions"):
+            self._fasta_positions = {c.identity: i for i, c in enumerate(self._fasta_plan.configs)}
+        return self._fasta_positions[config.identity]
+
+    def _fasta_index_of(self, cfg: Any) -> int | None:
+        if self._fasta_plan is None:
+            return None
+        try:
+            return self._fasta_index(to_fasta_config(cfg))
+        except (KeyError, FastaError):
+            return None
+
+    def _fasta_result(self, index: int) -> Any | None:
+        for result in self.compile_results or ():
+            if self._fasta_index_of(result.config) == index:
+                return result
+        return None
+
+    def _fasta_ensure_compiled(self, index: int) -> str | None:
+        """Compile config `index` in this process unless already done; the error text if it fails."""
+        if self._fasta_result(index) is not None:
+            return None
+        try:
+            result = self._fasta_compile(self._fasta_space[index])
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        self.compile_results = [*(self.compile_results or ()), result]
+        return None
+
+    def _fasta_launcher(self, index: int) -> Any:
+        for launcher in self.launchers:
+            if self._fasta_index_of(launcher.config) == index:
+                return launcher
+        error = self._fasta_ensure_compiled(index)
+        if error is not None:
+            raise FastaError(error)
+        with self._fasta_device_guard():
+            launcher = self._fasta_make_launcher(self._fasta_result(index))
+        self.launchers = [*self.launchers, launcher]
+        return launcher
+
+    def _fasta_give_up(self, why: BaseException) -> list[int]:
+        """Behave as the base autotuner from now on, over Inductor's own configs."""
+        log.warning("fasta_sm: kernel %s: %s: %s; using Inductor's own configs",
+                    self._fasta_plan.kernel if self._fasta_plan else "?", type(why).__name__, why)
+        must = self._fasta_plan.must if self._fasta_plan else []
+        self._fasta_plan = None
+        return must
+
+    # --- the seams of CachingAutotuner ---
+
+    def precompile(self, warm_cache_only: bool = False, reload_kernel: Callable | None = None, **kwargs: Any):
+        if self._fasta_plan is not None and not self.compile_results and not self.launchers:
+            self._fasta_worker()
+        return super().precompile(warm_cache_only=warm_cache_only, reload_kernel=reload_kernel, **kwargs)
+
+    def _fasta_worker(self) -> None:
+        plan = self._fasta_plan
+        try:
+            state = worker_phase(plan, AutotunerBackend(self))
+            wanted = wanted_after_worker(state)
+        except Exception as exc:  # never let tuning break a compile (LockTimeout included)
+            wanted = self._fasta_give_up(exc)
+            self.configs = [self._fasta_space[i] for i in wanted] or list(self._fasta_space)
+            return
+        for index in wanted:
+            self._fasta_ensure_compiled(index)
+        if not self.compile_results:  # the round compiled nothing: let the parent start from the defaults
+            for index in plan.must:
+                self._fasta_ensure_compiled(index)
+        if self.compile_results:
+            self.configs = None
+        else:
+            self.configs = list(self._fasta_space)
+
+    def _dynamic_scale_rblock(self) -> None:
+        """Off for tuned kernels: the space already spans R0_BLOCK, and its extra compile
+        would add a config outside the tune."""
+        if self._fasta_plan is None:
+            return super()._dynamic_scale_rblock()
+        return None
+
+    def run(self, *args: Any, stream: Any, benchmark_run: bool = False, **kwargs: Any):
+        if self._fasta_plan is not None and not self._fasta_finished and not getattr(self, "triton_interpret", False):
+            if not self.launchers:
+                self.precompile()
+            if len(self.launchers) == 1:
+                # One launcher means the base would skip autotuning; the tune still has to finish.
+                self.autotune_to_one_config(*args, **kwargs)
+        return super().run(*args, stream=stream, benchmark_run=benchmark_run, **kwargs)
+
+    def benchmark_all_configs(self, *args: Any, **kwargs: Any):
+        if self._fasta_plan is None or self._fasta_finished:
+            return super().benchmark_all_configs(*args, **kwargs)
+        plan = self._fasta_plan
+        backend = AutotunerBackend(self, args, kwargs)
+        try:
+            state = parent_phase(plan, backend)
+            winner = self._fasta_launcher(state.best)
+        except Exception as exc:  # never let tuning break a run: fall back to Inductor's configs
+            must = self._fasta_give_up(exc)
+            for index in must:
+                try:
+                    self._fasta_launcher(index)
+                except Exception:
+                    continue
+            return super().benchmark_all_configs(*args, **kwargs)
+        self._fasta_finished = True
+        means = {i: state.mean_us(i) / 1000.0 for i in state.durations}
+        timings: dict[Any, float] = {}
+        ranked = sorted(self.launchers, key=lambda l: (means.get(self._fasta_index_of(l.config), math.inf),
+                                                       self._fasta_index_of(l.config) or 0))
+        timings[winner] = means[state.best]
+        for launcher in ranked:
+            if launcher is not winner:
+                timings[launcher] = means.get(self._fasta_index_of(launcher.config), math.inf)
+        self.launchers = list(timings)
+        coordesc = getattr(self, "coordesc_tuner", None)
+        for launcher, ms in timings.items():
+            if coordesc is not None and math.isfinite(ms):
+                coordesc.cache_benchmark_result(launcher.config, ms)
+        if hasattr(self, "reset_to_zero_args"):
+            self.reset_to_zero_args(*args, **kwargs)
+        log.info("fasta_sm: kernel %s: %s (%d of %d configs measured, %s)", plan.kernel,
+                 state.configs[state.best].label(), state.measured_count(), state.n_configs, state.stop_reason)
+        return timings
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

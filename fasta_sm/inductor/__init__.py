@@ -1,0 +1,155 @@
+"""fasta-sm inside torch.compile: one switch, no change to model code.
+
+    import fasta_sm.inductor
+    fasta_sm.inductor.enable()            # or: with fasta_sm.inductor.enabled(): ...
+    model = torch.compile(model)          #     or: FASTA_SM_INDUCTOR=1 python train.py
+
+When on, Inductor's pointwise, reduction and persistent-reduction Triton
+kernels are tuned over a generated tile space (see `space`) by a durable
+FASTA tune split between the compile worker and the parent (see
+`fasta_sm.driver`). Importing this package does not import torch; `enable()` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.util
+import logging
+import os
+import sys
+from typing import Any, Iterator, Mapping
+
+from ..driver import DriverSettings, default_policy, env_flag
+from ..store import StateStore
+
+log = logging.getLogger("fasta_sm.inductor")
+
+ENV_VAR = "FASTA_SM_INDUCTOR"
+MAX_CONFIGS_ENV = "FASTA_SM_INDUCTOR_MAX_CONFIGS"
+CODEGEN_MODULE = "torch._inductor.codegen.triton"
+
+_saved: dict[str, Any] | None = None
+_settings: DriverSettings | None = None
+
+
+def enable(
+    *,
+    policy: str | None = None,
+    policy_params: Mapping[str, Any] | None = None,
+    max_configs: int | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    chunk_size: int = 16,
+) -> DriverSettings:
+    """Tune the kernels torch.compile generates from now on; returns the settings in force.
+
+    `max_configs` caps each kernel's space (default 96, or $FASTA_SM_INDUCTOR_MAX_CONFIGS);
+    `policy` defaults to "fasta". Calling it again replaces the settings.
+    """
+    global _saved, _settings
+    if max_configs is None:
+        max_configs = int(os.environ.get(MAX_CONFIGS_ENV, DriverSettings.max_configs))
+    if max_configs < 1:
+        raise ValueError(f"max_configs={max_configs!r} must be at least 1")
+    settings = DriverSettings(
+        policy=policy or default_policy(),
+        policy_params=dict(policy_params or {}),
+        seed=seed,
+        state_dir=str(StateStore(state_dir).path),
+        max_configs=max_configs,
+        chunk_size=chunk_size,
+    )
+    from torch._inductor.codegen import triton as codegen_triton
+    from torch._inductor.runtime import triton_heuristics
+
+    from . import autotuner
+    from .codegen import patched_codegen_kernel
+
+    kernel_cls = codegen_triton.TritonKernel
+    if _saved is None:
+        _saved = {
+            "codegen_kernel": kernel_cls.__dict__.get("codegen_kernel"),
+            "cached_autotune": triton_heuristics.cached_autotune,
+        }
+        kernel_cls.codegen_kernel = patched_codegen_kernel(kernel_cls.codegen_kernel, current_settings)
+    autotuner.install()
+    _settings = settings
+    log.info("fasta_sm.inductor enabled: %s", settings)
+    return settings
+
+
+def disable() -> None:
+    """Put back exactly what `enable()` replaced; a no-op when not enabled."""
+    global _saved, _settings
+    if _saved is None:
+        return
+    from torch._inductor.codegen import triton as codegen_triton
+    from torch._inductor.runtime import triton_heuristics
+
+    kernel_cls = codegen_triton.TritonKernel
+    if _saved["codegen_kernel"] is None:
+        del kernel_cls.codegen_kernel
+    else:
+        kernel_cls.codegen_kernel = _saved["codegen_kernel"]
+    triton_heuristics.cached_autotune = _saved["cached_autotune"]
+    _saved, _settings = None, None
+
+
+def is_enabled() -> bool:
+    return _settings is not None
+
+
+def current_settings() -> dict[str, Any] | None:
+    """The settings written into kernel source now, or None when off."""
+    return None if _settings is None else _settings.to_dict()
+
+
+@contextlib.contextmanager
+def enabled(**settings: Any) -> Iterator[DriverSettings]:
+    """`enable(**settings)` for the block, then back to how it was (on, with the old settings, or off)."""
+    before = _settings
+    try:
+        yield enable(**settings)
+    finally:
+        if before is None:
+            disable()
+        else:
+            globals()["_settings"] = before
+
+
+class _EnableAfterImport(importlib.abc.MetaPathFinder):
+    """Calls `enable()` right after Inductor's Triton codegen module is first imported."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != CODEGEN_MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            enable()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def autoload() -> None:
+    """torch's `torch.backends` entry point: honours FASTA_SM_INDUCTOR=1 in any process importing torch.
+
+    It runs at the end of `import torch`, so it only arranges for `enable()` to
+    run once Inductor's codegen is imported, and imports nothing heavy itself.
+    """
+    if not env_flag(ENV_VAR) or is_enabled():
+        return
+    if CODEGEN_MODULE in sys.modules:
+        enable()
+    elif not any(isinstance(f, _EnableAfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _EnableAfterImport())
+
+
+__all__ = ["enable", "disable", "enabled", "is_enabled", "current_settings", "autoload", "ENV_VAR"]

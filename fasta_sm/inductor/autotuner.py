@@ -1,0 +1,155 @@
+"""FastaCachingAutotuner and the `cached_autotune` dispatcher that builds it.
+
+Generated kernel source calls `triton_heuristics.pointwise/reduction/
+persistent_reduction(...)`, which call the module's `cached_autotune`. The
+dispatcher installed there hands a kernel to fasta-sm only when its
+`inductor_meta` carries fasta-sm settings (written into the source by the
+codegen patch), so every other kernel of the process is built exactly as
+Inductor would build it.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import logging
+from typing import Any
+
+from torch._inductor.runtime import triton_heuristics
+from torch._inductor.runtime.hints import HeuristicType
+
+from ..config import Config
+from ..driver import DriverSettings, FastaAutotunerMixin, TunePlan, to_fasta_config
+from ..errors import ConfigError
+from .space import DeviceLimits, generate_space
+
+log = logging.getLogger("fasta_sm.inductor.autotuner")
+
+META_KEY = "fasta_sm"
+KIND_OF = {
+    HeuristicType.POINTWISE: "pointwise",
+    HeuristicType.REDUCTION: "reduction",
+    HeuristicType.PERSISTENT_REDUCTION: "persistent_reduction",
+}
+_UNTOUCHED_META = ("RSPLIT_SIZE", "tma_min_block_sizes", "profile_bandwidth", "deterministic")
+"""Kernel variants whose configs carry constraints the tile generator does not model."""
+
+
+class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotuner):
+    """Inductor's CachingAutotuner, tuning its (rich) config list with a durable FASTA tune.
+
+    Behaves exactly as the base class when built without fasta-sm settings or
+    with a single config (an autotune-cache hit).
+    """
+
+    def __init__(self, *args: Any, fasta_settings: dict | None = None,
+                 fasta_default_ids: frozenset[int] = frozenset(), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fasta_space = list(self.configs)
+        self._fasta_finished = False
+        self._fasta_plan = None
+        if fasta_settings is None or len(self.configs) < 2:
+            return
+        try:
+            self._fasta_plan = TunePlan(
+                key=self._fasta_key(),
+                kernel=self.inductor_meta.get("kernel_name") or self.fn.__name__,
+                configs=[to_fasta_config(c) for c in self.configs],
+                must=[i for i, c in enumerate(self.configs) if id(c) in fasta_default_ids],
+                settings=DriverSettings.from_dict(fasta_settings),
+            )
+            if len({c.identity for c in self._fasta_plan.configs}) != len(self.configs):
+                raise ConfigError("two configs differ only in launch options fasta-sm does not key")
+        except (ConfigError, TypeError, ValueError) as exc:
+            log.warning("fasta_sm: kernel %s not tuned: %s", self.fn.__name__, exc)
+            self._fasta_plan = None
+
+    def _fasta_key(self) -> str:
+        import triton
+
+        props = self.device_props
+        name = self.inductor_meta.get("kernel_name") or self.fn.__name__
+        return (f"inductor/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-sm{props.multi_processor_count}"
+                f"/triton-{triton.__version__}")
+
+    def _fasta_describe(self) -> str:
+        props = self.device_props
+        return f"inductor {props.type} cc{props.cc} ({props.multi_processor_count} SMs)"
+
+    def _fasta_device_guard(self) -> Any:
+        from torch._dynamo.device_interface import DeviceGuard
+
+        return DeviceGuard(self.get_device_interface(), self.triton_meta["device"])
+
+
+def _to_inductor(template: Any, config: Config) -> Any:
+    out = copy.deepcopy(template)
+    out.kwargs = dict(config.kwargs)
+    out.num_warps = config.num_warps
+    out.num_stages = config.num_stages
+    return out
+
+
+def build_space(kind: str, size_hints: dict, configs: list, triton_meta: dict, inductor_meta: dict,
+                settings: DriverSettings) -> list:
+    """Inductor's configs (the same objects, first) plus generated ones as Inductor configs."""
+    props = triton_meta.get("device")
+    limits = DeviceLimits(
+        warp_size=getattr(props, "warp_size", None) or 32,
+        max_threads_per_block=getattr(props, "max_threads_per_block", None) or 1024,
+    )
+    floors = {k: v for k, v in (("XBLOCK", inductor_meta.get("min_xblock")),
+                                ("R0_BLOCK", inductor_meta.get("min_rblock"))) if v}
+    defaults = [to_fasta_config(c) for c in configs]
+    space = generate_space(kind, size_hints, defaults, limits=limits, floors=floors,
+                           max_configs=settings.max_configs)
+    return list(configs) + [_to_inductor(configs[0], c) for c in space[len(defaults):]]
+
+
+def cached_autotune(*args: Any, **kwargs: Any) -> Any:
+    """Inductor's `cached_autotune`, with fasta-sm's class and space for kernels that ask for it."""
+    original = ORIGINAL_CACHED_AUTOTUNE
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    inductor_meta = a.get("inductor_meta") or {}
+    raw = inductor_meta.get(META_KEY)
+    kind = KIND_OF.get(a.get("heuristic_type"))
+    if (
+        raw is None
+        or kind is None
+        or a.get("size_hints") is None
+        or a.get("caching_autotuner_cls") is not triton_heuristics.CachingAutotuner
+        or any(inductor_meta.get(k) for k in _UNTOUCHED_META)
+        or (a.get("triton_meta") or {}).get("native_matmul")
+    ):
+        return original(*args, **kwargs)
+    settings = DriverSettings.from_dict(raw)
+    configs = list(a["configs"])
+    try:
+        a["configs"] = build_space(kind, a["size_hints"], configs, a["triton_meta"], inductor_meta, settings)
+    except Exception as exc:  # a space we cannot build is Inductor's own space
+        log.warning("fasta_sm: no generated space for %s: %s", inductor_meta.get("kernel_name"), exc)
+    a["caching_autotuner_cls"] = functools.partial(
+        FastaCachingAutotuner, fasta_settings=settings.to_dict(), fasta_default_ids=frozenset(map(id, configs))
+    )
+    return original(*bound.args, **bound.kwargs)
+
+
+ORIGINAL_CACHED_AUTOTUNE = getattr(triton_heuristics.cached_autotune, "__wrapped_original__",
+                                   triton_heuristics.cached_autotune)
+cached_autotune.__wrapped_original__ = ORIGINAL_CACHED_AUTOTUNE  # type: ignore[attr-defined]
+
+
+def install() -> None:
+    """Route `triton_heuristics.cached_autotune` through the dispatcher (idempotent)."""
+    triton_heuristics.cached_autotune = cached_autotune
+
+
+def uninstall() -> None:
+    triton_heuristics.cached_autotune = ORIGINAL_CACHED_AUTOTUNE
+
+
+def installed() -> bool:
+    return triton_heuristics.cached_autotune is cached_autotune

@@ -1,0 +1,45 @@
+"""The codegen patch: kernel source that imports the hook and carries fasta-sm's settings.
+
+`TritonKernel.codegen_kernel` returns a kernel's whole source text. The
+patch adds one import line after Inductor's `triton_heuristics` import and a
+`fasta_sm` entry to the decorator's `inductor_meta`, for pointwise and
+reduction kernels only. Settings travel in the source (not in environment
+variables) because the worker pool may have been started before `enable()`.
+Source it does not recognise is returned unchanged: the kernel is then built
+exactly as Inductor builds it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from .autotuner import META_KEY
+
+IMPORT_LINE = "from torch._inductor.runtime import triton_helpers, triton_heuristics"
+HOOK_LINE = "import fasta_sm.inductor.hook  # noqa: F401  fasta-sm autotuner, also in compile workers"
+HEURISTIC = re.compile(r"@triton_heuristics\.(pointwise|reduction|persistent_reduction)\(")
+META_OPEN = "inductor_meta={"
+
+
+def rewrite_source(source: str, settings: dict[str, Any]) -> str:
+    """`source` with the hook import and `settings` in its inductor_meta, or unchanged."""
+    match = HEURISTIC.search(source)
+    if match is None or IMPORT_LINE not in source or HOOK_LINE in source:
+        return source
+    start = source.find(META_OPEN, match.end())
+    if start < 0:
+        return source
+    cut = start + len(META_OPEN)
+    source = f"{source[:cut]}{META_KEY!r}: {settings!r}, {source[cut:]}"
+    return source.replace(IMPORT_LINE, f"{IMPORT_LINE}\n{HOOK_LINE}", 1)
+
+
+def patched_codegen_kernel(original: Callable[..., str], settings: Callable[[], dict[str, Any] | None]) -> Callable[..., str]:
+    def codegen_kernel(self: Any, *args: Any, **kwargs: Any) -> str:
+        source = original(self, *args, **kwargs)
+        current = settings()
+        return source if current is None else rewrite_source(source, current)
+
+    codegen_kernel.__wrapped__ = original  # type: ignore[attr-defined]
+    return codegen_kernel

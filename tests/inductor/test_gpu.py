@@ -1,0 +1,86 @@
+"""torch.compile with fasta-sm on a CUDA GPU: tune across compile workers, reuse, resume, quarantine.
+
+Run on the GPU machine: `pytest -m gpu tests/inductor`. Skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (Inductor's Triton autotuner only runs there)"),
+]
+
+from fasta_sm.store import StateStore  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def compile_once(state_dir: Path, **env: str) -> dict:
+    """One fresh process with a fresh Inductor cache: every kernel goes through the compile workers."""
+    full = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="fasta-gpu-"), **env}
+    done = subprocess.run([sys.executable, str(HERE / "compile_child.py"), str(state_dir)],
+                          capture_output=True, text=True, timeout=500, env=full)
+    if env.get("FASTA_SM_TEST_KILL_AFTER_BENCH"):
+        return {"returncode": done.returncode}
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def states(state_dir: Path):
+    store = StateStore(state_dir)
+    return {p.name: store.read(p) for p in store.state_files()}
+
+
+def test_tunes_in_workers_and_parent_then_reuses(tmp_path):
+    state_dir = tmp_path / "states"
+    report = compile_once(state_dir)
+    assert report["correct"] and report["kernels"] and all(k["tuned"] for k in report["kernels"])
+    tuned = states(state_dir)
+    assert tuned and all(s.done for s in tuned.values())
+    for state in tuned.values():
+        must = state.rounds[0].batch
+        defaults = [state.mean_us(i) for i in state.durations if i in must]
+        assert defaults, "Inductor's own configs are measured in R1"
+        assert state.best_us <= min(defaults), "never slower than Inductor's own pick under the same timing"
+        assert state.measured_count() < state.n_configs
+    blobs = {p.name: p.read_bytes() for p in StateStore(state_dir).state_files()}
+
+    again = compile_once(state_dir)
+    assert again["correct"]
+    assert {p.name: p.read_bytes() for p in StateStore(state_dir).state_files()} == blobs, "a finished tune is reused as is"
+
+
+def test_killed_mid_autotune_resumes(tmp_path):
+    state_dir = tmp_path / "states"
+    killed = compile_once(state_dir, FASTA_SM_TEST_KILL_AFTER_BENCH="3")
+    assert killed["returncode"] in (9, -9)
+    cut = states(state_dir)
+    assert cut and not all(s.done for s in cut.values())
+    report = compile_once(state_dir)
+    assert report["correct"]
+    resumed = states(state_dir)
+    assert all(s.done for s in resumed.values())
+    for name, before in cut.items():
+        if before.durations:
+            assert set(before.durations) <= set(resumed[name].durations), "measured work is kept"
+
+
+def test_corrupt_state_file_never_breaks_compilation(tmp_path):
+    state_dir = tmp_path / "states"
+    compile_once(state_dir)
+    for path in StateStore(state_dir).state_files():
+        path.write_bytes(b"\xc1 garbage")
+    report = compile_once(state_dir)
+    assert report["correct"]
+    assert list(state_dir.glob("*.corrupt-*"))
+    assert all(s.done for s in states(state_dir).values())

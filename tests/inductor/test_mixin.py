@@ -1,0 +1,100 @@
+"""FastaAutotunerMixin over a CachingAutotuner stand-in: worker process → pickle → parent run → DONE."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from fake_autotuner import CALLS, FastaFake  # noqa: E402
+
+from fasta_sm.backends.replay import load_table  # noqa: E402
+from fasta_sm.driver import to_fasta_config  # noqa: E402
+from fasta_sm.store import StateStore  # noqa: E402
+
+
+def worker(table_file: Path, state_dir: Path, out: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(HERE / "mixin_worker.py"), str(table_file), str(state_dir), str(out)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(autouse=True)
+def reset_calls():
+    CALLS.update(compile=0, bench=0, rescale=0)
+
+
+def parent(out: Path):
+    with open(out, "rb") as handle:
+        kernel = pickle.load(handle)
+    kernel.precompile(reload_kernel=kernel._reload_kernel)
+    result = kernel.run("x", stream=0)
+    return kernel, result
+
+
+def test_worker_compiles_r1_and_parent_tunes_to_done(table_file, tmp_path):
+    states, out = tmp_path / "states", tmp_path / "kernel.pkl"
+    first = worker(table_file, states, out)
+    state = StateStore(states).load("fake/toy")
+    r1 = [i for i in state.rounds[0].batch if i not in state.failed]
+    assert first["results"] == len(r1) and first["compiled"] == len(state.rounds[0].batch)
+
+    kernel, result = parent(out)
+    done = StateStore(states).load("fake/toy")
+    assert done.done and kernel._fasta_finished
+    assert len(kernel.launchers) == 1
+    winner = to_fasta_config(kernel.launchers[0].config)
+    assert winner == done.configs[done.best] and kernel.saved is kernel.launchers[0].config
+    assert result == ("launched", winner.kwargs)
+    table = load_table(table_file)
+    assert done.best_us <= min(table.mean_us[i] for i in (0, 5)), "never slower than Inductor's own configs"
+    assert CALLS["bench"] == done.evaluations(), "every timing is the tune's"
+    assert CALLS["rescale"] == 0, "a tuned kernel never rescales R0_BLOCK outside its space"
+
+    CALLS.update(compile=0, bench=0, rescale=0)
+    second = worker(table_file, states, out)
+    assert second["results"] == 1, "a finished tune compiles only its winner"
+    kernel, _ = parent(out)
+    assert CALLS == {"compile": 0, "bench": 0, "rescale": 0}, "a third run tunes nothing"
+    assert to_fasta_config(kernel.launchers[0].config) == winner
+
+
+def test_pickle_carries_no_launchers_locks_or_files(table_file, tmp_path):
+    out = tmp_path / "kernel.pkl"
+    worker(table_file, tmp_path / "states", out)
+    kernel = pickle.loads(out.read_bytes())
+    state = kernel.__getstate__()
+    assert state["lock"] is None and state["launchers"] == []
+    for value in state.values():
+        assert not hasattr(value, "fileno") and not hasattr(value, "acquire")
+    assert kernel._fasta_plan.key == "fake/toy"
+
+
+def test_unusable_state_dir_falls_back_to_inductor_configs(table_file, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    kernel = FastaFake(table_file, blocker)
+    kernel.precompile()
+    kernel.run("x", stream=0)
+    assert kernel._fasta_plan is None
+    assert len(kernel.launchers) == 1
+    table = load_table(table_file)
+    best_default = min((0, 5), key=lambda i: table.mean_us[i])
+    assert to_fasta_config(kernel.launchers[0].config) == table.configs[best_default]
+
+
+def test_parent_without_worker_tunes_in_process(table_file, tmp_path):
+    kernel = FastaFake(table_file, tmp_path / "states")
+    kernel.precompile()  # the non-parallel path: worker and parent halves in one process
+    kernel.run("x", stream=0)
+    assert StateStore(tmp_path / "states").load("fake/toy").done
+    assert len(kernel.launchers) == 1

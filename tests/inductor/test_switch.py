@@ -1,0 +1,146 @@
+"""enable()/disable(), the codegen rewrite and the dispatcher, against torch's real Inductor modules (CPU)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+from torch._inductor.codegen import triton as codegen_triton  # noqa: E402
+from torch._inductor.runtime import triton_heuristics  # noqa: E402
+from torch._inductor.runtime.hints import DeviceProperties  # noqa: E402
+
+import fasta_sm.inductor as fi  # noqa: E402
+from fasta_sm.inductor.autotuner import FastaCachingAutotuner  # noqa: E402
+from fasta_sm.inductor.codegen import HOOK_LINE, rewrite_source  # noqa: E402
+
+
+@triton.jit
+def add_kernel(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    mask = xindex < xnumel
+    tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex, mask) + 1, mask)
+
+
+H200 = DeviceProperties(type="cuda", index=0, multi_processor_count=132, cc=90, major=9,
+                        regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048,
+                        max_threads_per_block=1024, warp_size=32)
+
+
+def make_pointwise(tmp_path, settings=None):
+    meta = {"kernel_name": "triton_poi_add_0", "autotune_local_cache": False, "autotune_remote_cache": False}
+    if settings is not None:
+        meta["fasta_sm"] = settings
+    triton_meta = {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"},
+                   "device": H200, "constants": {}, "configs": []}
+    return triton_heuristics.pointwise(size_hints={"x": 1 << 20}, triton_meta=triton_meta,
+                                       inductor_meta=meta, filename=str(tmp_path / "cabc123.py"))(add_kernel)
+
+
+def snapshot():
+    return (dict(vars(codegen_triton.TritonKernel)), dict(vars(triton_heuristics)), list(sys.meta_path))
+
+
+def same(a, b):
+    return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+
+
+@pytest.fixture(autouse=True)
+def switched_off():
+    fi.disable()
+    yield
+    fi.disable()
+
+
+def test_enable_disable_leaves_inductor_exactly_as_it_was(tmp_path):
+    before = snapshot()
+    fi.enable(state_dir=tmp_path)
+    assert fi.is_enabled() and triton_heuristics.cached_autotune is not before[1]["cached_autotune"]
+    fi.enable(state_dir=tmp_path, max_configs=8)  # again: new settings, patches not stacked
+    fi.disable()
+    after = snapshot()
+    assert same(before[0], after[0]) and same(before[1], after[1]) and before[2] == after[2]
+    assert not fi.is_enabled()
+    fi.disable()  # a second disable is a no-op
+
+
+def test_context_manager_restores_the_previous_switch(tmp_path):
+    before = snapshot()
+    with fi.enabled(state_dir=tmp_path, max_configs=8) as settings:
+        assert fi.current_settings()["max_configs"] == 8 == settings.max_configs
+    assert same(before[1], snapshot()[1]) and not fi.is_enabled()
+    fi.enable(state_dir=tmp_path, max_configs=16)
+    with fi.enabled(state_dir=tmp_path, max_configs=4):
+        pass
+    assert fi.current_settings()["max_configs"] == 16
+
+
+def test_rewrite_adds_the_hook_and_settings_only_to_tuned_heuristics():
+    source = (
+        "import triton\nfrom torch._inductor.runtime import triton_helpers, triton_heuristics\n"
+        "@triton_heuristics.pointwise(\n    size_hints={'x': 1024},\n    filename=__file__,\n"
+        "    triton_meta={'signature': {}},\n    inductor_meta={'kernel_name': 'k'},\n)\n"
+        "@triton.jit\ndef k(XBLOCK: tl.constexpr):\n    pass\n"
+    )
+    out = rewrite_source(source, {"policy": "fasta", "max_configs": 8})
+    assert HOOK_LINE in out and "inductor_meta={'fasta_sm': {'policy': 'fasta', 'max_configs': 8}, 'kernel_name'" in out
+    ast.parse(out)
+    assert rewrite_source(out, {"policy": "x"}) == out, "idempotent"
+    foreach = source.replace("pointwise", "foreach")
+    assert rewrite_source(foreach, {}) == foreach
+
+
+def test_dispatcher_builds_fasta_only_for_kernels_that_ask(tmp_path):
+    fi.enable(state_dir=tmp_path)
+    plain = make_pointwise(tmp_path)
+    assert type(plain) is triton_heuristics.CachingAutotuner
+    tuned = make_pointwise(tmp_path, fi.current_settings())
+    assert type(tuned) is FastaCachingAutotuner
+    plan = tuned._fasta_plan
+    assert len(plan.configs) > len(plain.configs) >= 1
+    assert [plan.configs[i] for i in plan.must] == [c for c in plan.configs[: len(plan.must)]]
+    assert {c.identity for c in plan.configs[: len(plain.configs)]} == {
+        c.identity for c in map(__import__("fasta_sm.driver").driver.to_fasta_config, plain.configs)}
+    assert "cabc123" in plan.key and "cc90" in plan.key
+
+
+def test_autotuner_pickle_round_trip(tmp_path):
+    fi.enable(state_dir=tmp_path, max_configs=12)
+    kernel = make_pointwise(tmp_path, fi.current_settings())
+    kernel.prepare_for_pickle()  # what the compile worker does before pickling it back
+    blob = pickle.dumps(kernel)
+    back = pickle.loads(blob)
+    back.restore_after_unpickle(old_values=None)
+    assert type(back) is FastaCachingAutotuner
+    assert back._fasta_plan == kernel._fasta_plan and len(back._fasta_space) == 12
+    assert back.launchers == [] and back.lock is not None and back.lock is not kernel.lock
+    assert b"_thread.lock" not in blob and b"FileLock" not in blob
+
+
+def test_import_fasta_sm_never_imports_torch():
+    code = "import sys, fasta_sm, fasta_sm.inductor, fasta_sm.driver; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_env_var_switches_it_on_when_inductor_codegen_loads(tmp_path):
+    code = (
+        "import torch, fasta_sm.inductor as fi\n"
+        "fi.autoload()\n"
+        "print(fi.is_enabled())\n"
+        "import torch._inductor.codegen.triton\n"
+        "print(fi.is_enabled())\n"
+    )
+    env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    lines = out.stdout.split()
+    if lines and lines[0] == "True":
+        pytest.skip("torch's `torch.backends` entry point already enabled it (installed entry point)")
+    assert lines == ["False", "True"], out.stderr
