@@ -14,7 +14,7 @@ second child resumes; the script checks that no config timed before the kill is 
 
 On the H200:   python3 benchmarks/triton_autotune.py --json $OUT/autotune.json --crash
 On a CPU:      TRITON_INTERPRET=1 python benchmarks/triton_autotune.py --small --crash
-(--small: tiny shapes and 12 configs per kernel, host-clock timing; figures meaningless.)
+(--small [N]: tiny shapes and at most N (12) configs per kernel, host-clock timing; figures meaningless.)
 """
 
 from __future__ import annotations
@@ -44,13 +44,14 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def load(name: str, small: bool):
+def load(name: str, small: int):
+    """The zoo kernel; with `small`, tiny shapes and at most `small` of its configs."""
     from fasta_sm.triton import zoo
     from fasta_sm.triton.record import spread
 
     spec = zoo.ZOO[name](**(SMALL_SHAPES[name] if small else {}))
     if small:
-        spec.configs = [c for c in spread(spec.configs, 12) if c.kwargs.get("BLOCK_M", 0) <= 64]
+        spec.configs = [c for c in spread(spec.configs, small) if c.kwargs.get("BLOCK_M", 0) <= 64]
     return spec
 
 
@@ -194,7 +195,7 @@ def crash_test(opts) -> dict:
     state_dir = work / "states"
     base = [sys.executable, __file__, "--child", "--kernel", opts.crash_kernel, "--state-dir", str(state_dir),
             "--seed", str(opts.seed), "--warmup-ms", str(opts.warmup_ms), "--rep-ms", str(opts.rep_ms)]
-    base += ["--small"] if opts.small else []
+    base += ["--small", str(opts.small)] if opts.small else []
     kill_after = r1 + 2
     first = subprocess.run(base + ["--log", str(work / "first.log"), "--kill-after", str(kill_after)],
                            capture_output=True, text=True)
@@ -226,7 +227,8 @@ def crash_test(opts) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", nargs="+", default=DEFAULT_KERNELS)
-    parser.add_argument("--small", action="store_true", help="tiny shapes and spaces (CPU interpreter)")
+    parser.add_argument("--small", type=int, nargs="?", const=12, default=0,
+                        help="tiny shapes and at most N configs (default 12) per kernel, for the CPU interpreter")
     parser.add_argument("--warmup-ms", type=float, default=25.0)
     parser.add_argument("--rep-ms", type=float, default=100.0)
     parser.add_argument("--budget", type=float, default=None, help="fasta budget fraction (default: its routing)")

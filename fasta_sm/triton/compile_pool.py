@@ -78,9 +78,20 @@ class CompileJob:
     kwargs: dict[str, Any]
 
 
+def _exit_with_parent(parent: int, interval_s: float = 0.5) -> None:
+    while os.getppid() == parent:
+        time.sleep(interval_s)
+    os._exit(0)
+
+
 def _warm_worker() -> None:
-    """Import torch and Triton and pick the target before the first job, so that
-    import time is not charged to the first config each worker compiles."""
+    """Make the worker die with its parent, then import torch and Triton and pick
+    the target, so that import time is not charged to the first config.
+
+    A tune killed with SIGKILL must not leave its workers behind: they would
+    hold a CUDA context each, and the pipes of whoever waits on the process.
+    """
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     try:
         import torch  # noqa: F401
         from triton.runtime import driver

@@ -138,3 +138,30 @@ def test_gpu_compiles_in_workers_and_loads_in_the_parent():
     ok = [c for c, o in zip(space, outcomes) if o.error is None]
     timed = backend.benchmark(ok)
     assert all(math.isfinite(d) for d in timed.durations_us)
+
+
+def test_workers_die_with_a_killed_parent():
+    """A tune killed with SIGKILL leaves no compile workers behind (nor holds its caller's pipes)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    child = subprocess.run([sys.executable, str(Path(__file__).parent / "pool_child.py")],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 9, child.stderr[-2000:]
+    pids = [int(pid) for pid in child.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in pids if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
+    assert not alive
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0]
+    except OSError:
+        return "Z"
