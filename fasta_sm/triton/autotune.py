@@ -75,6 +75,8 @@ class Autotuner(KernelInterface):
         self.configs = [c if isinstance(c, triton.Config) else to_triton_config(c) for c in configs]
         if not self.configs:
             raise ValueError("fasta_sm.autotune: the config list is empty")
+        # Converted once: a warm start must not pay for it at every new key.
+        self._as_fasta = {id(c): to_fasta_config(c) for c in self.configs}
         self.keys = _names("key", key, self.arg_names)
         self.reset_to_zero = _names("reset_to_zero", reset_to_zero or [], self.arg_names)
         self.restore_value = _names("restore_value", restore_value or [], self.arg_names)
@@ -153,7 +155,8 @@ class Autotuner(KernelInterface):
         candidates = self.prune_configs(nargs, launch_kwargs)
         if len(candidates) == 1:
             return candidates[0]
-        by_identity = {to_fasta_config(c).identity: c for c in candidates}
+        fasta_configs = [self._as_fasta.get(id(c)) or to_fasta_config(c) for c in candidates]
+        by_identity = {f.identity: c for f, c in zip(fasta_configs, candidates)}
         backend = TritonBackend(
             self.fn, args, kwargs["grid"], launch_kwargs,
             reset_to_zero=self.reset_to_zero, restore_value=self.restore_value,
@@ -162,7 +165,7 @@ class Autotuner(KernelInterface):
         pool_workers = 1 if backend.interpreting else shared_pool().workers
         start = time.perf_counter()
         result = tune(
-            _key_string(self.kernel_name, key), self.kernel_name, [to_fasta_config(c) for c in candidates], backend,
+            _key_string(self.kernel_name, key), self.kernel_name, fasta_configs, backend,
             policy=self.policy, policy_params=self.policy_params, seed=self.seed, store=self.store(),
             chunk_size=max(16, 2 * pool_workers),
         )
