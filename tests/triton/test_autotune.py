@@ -14,7 +14,7 @@ from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
 
 import fasta_sm
 from fasta_sm.store import StateStore
-from fasta_sm.triton.autotune import to_fasta_config
+from fasta_sm.triton.autotune import to_fasta_config, to_triton_config
 from fasta_sm.triton.backend import TritonBackend
 
 HERE = Path(__file__).parent
@@ -149,3 +149,19 @@ def test_killed_mid_r2_then_rerun_resumes_without_remeasuring(tmp_path):
     reused = run_child(state_dir, tmp_path / "third.log", kill_after=0)
     assert "OK True" in reused.stdout, reused.stderr[-2000:]
     assert not (tmp_path / "third.log").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+def test_gpu_matmul_tunes_in_the_pool_and_computes_the_product(tmp_path):
+    from fasta_sm.triton import zoo
+
+    spec = zoo.spec_mm_fp16(M=512, N=512, K=512)
+    configs = [c for c in spec.configs if c.num_stages == 3][:12]
+    kernel = fasta_sm.autotune([to_triton_config(c) for c in configs], key=["M", "N", "K"], budget=0.5,
+                               state_dir=str(tmp_path))(spec.fn)
+    args = spec.make_args("cuda")
+    kernel[spec.grid](*args, **spec.kwargs)
+    torch.testing.assert_close(args[2].float(), spec.reference(args), atol=1e-1, rtol=2e-2)
+    (result,) = kernel.results.values()
+    assert result.state.done and "do_bench" in result.state.backend
