@@ -6,7 +6,8 @@ machine is shared by every tune in the process; a tune is a model added to it.
 
 Within a round the machine compiles the batch, benchmarks what compiled, then
 asks the policy to refine: a new R2 round, or DONE. Compile and benchmark work
-in chunks so that a crash loses at most one chunk of work.
+in chunks (compiles in parallel batches, timings a few at a time) so that a
+crash loses at most one chunk of work.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .state import RoundRecord, TuneState, decode_rng, encode_rng, pack_state, u
 log = logging.getLogger("fasta_sm.machine")
 
 DEFAULT_CHUNK = 16
+DEFAULT_BENCHMARK_CHUNK = 4
 
 STATES = ["R1", "R2", "DONE"]
 TRANSITIONS = [
@@ -79,13 +81,16 @@ class Tune:
         policy: Policy,
         checkpoint: Checkpoint | None = None,
         chunk_size: int = DEFAULT_CHUNK,
+        benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
     ) -> None:
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size={chunk_size!r} must be at least 1")
+        for name, value in (("chunk_size", chunk_size), ("benchmark_chunk", benchmark_chunk)):
+            if value < 1:
+                raise ValueError(f"{name}={value!r} must be at least 1")
         self.state = state
         self.backend = backend
         self.policy = policy
         self.chunk_size = chunk_size
+        self.benchmark_chunk = benchmark_chunk
         self._on_checkpoint = checkpoint
         self._decision: Decision | None = None
         self._last_blob = pack_state(state)
@@ -107,6 +112,7 @@ class Tune:
         seed: int = 0,
         checkpoint: Checkpoint | None = None,
         chunk_size: int = DEFAULT_CHUNK,
+        benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
         restarts: Sequence[str] = (),
         carried: dict[int, dict] | None = None,
     ) -> "Tune":
@@ -127,7 +133,7 @@ class Tune:
             restarts=list(restarts),
             carried=dict(carried or {}),
         )
-        tune = cls(state, backend, policy, checkpoint, chunk_size)
+        tune = cls(state, backend, policy, checkpoint, chunk_size, benchmark_chunk)
         started = time.perf_counter()
         decision = policy.plan(tune._rng)
         if len(decision.batch) == 0:
@@ -218,7 +224,7 @@ class Tune:
         if len(state.round_done) > len(done):
             self._update_best()
         todo = [i for i in todo if i not in state.round_done]
-        chunk = todo[: self.chunk_size]
+        chunk = todo[: self.benchmark_chunk]
         if chunk:
             repeat = [len(state.durations.get(i, ())) for i in chunk]
             outcome = self.backend.benchmark([state.configs[i] for i in chunk], repeat=repeat)

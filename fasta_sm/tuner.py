@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .config import Config, check_config_list, configs_hash
 from .errors import StateFileError
-from .machine import DEFAULT_CHUNK, Tune
+from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune
 from .policies import make_policy
 from .protocols import Backend
 from .state import TuneState
@@ -59,6 +59,7 @@ def tune(
     store: StateStore | None = None,
     lock_timeout_s: float | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
     on_step: StepCallback | None = None,
 ) -> TuneResult:
     """Tune `kernel` (durably, under `key`) and return its winner."""
@@ -70,7 +71,8 @@ def tune(
         return TuneResult(done, reused=True)
     with store.lock(key, kernel, lock_timeout_s):
         tune_ = open_tune(store, key, kernel, configs, backend, policy=policy,
-                          policy_params=policy_params, seed=seed, chunk_size=chunk_size, on_step=on_step)
+                          policy_params=policy_params, seed=seed, chunk_size=chunk_size,
+                          benchmark_chunk=benchmark_chunk, on_step=on_step)
         if tune_ is None:
             state = store.load(key)
             assert state is not None
@@ -92,6 +94,7 @@ def open_tune(
     policy_params: Mapping[str, Any] | None = None,
     seed: int = 0,
     chunk_size: int = DEFAULT_CHUNK,
+    benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
     on_step: StepCallback | None = None,
 ) -> Tune | None:
     """The tune to drive for `key` (resumed or new), or None if it is already DONE.
@@ -120,11 +123,12 @@ def open_tune(
     if state is not None:
         log.info("kernel %s: resuming at %s", kernel, state.position())
         chosen = make_policy(state.policy, configs, state.policy_params)
-        return Tune(state, backend, chosen, checkpoint, chunk_size)
+        return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
     params = dict(policy_params or {})
     chosen = make_policy(policy, configs, params)
     return Tune.start(key, kernel, configs, backend, chosen, policy_params=params, seed=seed,
-                      checkpoint=checkpoint, chunk_size=chunk_size, restarts=notes, carried=carried)
+                      checkpoint=checkpoint, chunk_size=chunk_size, benchmark_chunk=benchmark_chunk,
+                      restarts=notes, carried=carried)
 
 
 def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:

@@ -312,7 +312,7 @@ def test_drive_until_lets_another_process_finish_the_tune_without_recompiling(ta
 
 def test_every_step_is_checkpointed(table, backend, store):
     steps = []
-    run_tune(table, backend, store, chunk_size=16, on_step=lambda s: steps.append(s.position()))
+    run_tune(table, backend, store, chunk_size=16, benchmark_chunk=16, on_step=lambda s: steps.append(s.position()))
     # plan, 3 compile chunks, 3 benchmark chunks, refine → DONE
     assert steps == ["R1 compile"] * 3 + ["R1 benchmark"] * 3 + ["R1 refine"] + ["DONE"]
 
