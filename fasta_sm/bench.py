@@ -1,9 +1,8 @@
 """Replay every policy over recorded tables and score its picks against the true best.
 
-The bench drives policies directly over a table held in memory (no state
-files, no locks): the same plan/refine protocol as the engine, with the
-replay backend's cost model and its seeded noise, so a run takes
-milliseconds. Baselines get, on every run, the evaluation budget the first
+Each run is a real tune through the engine (the machine, the replay backend
+with its cost model and seeded noise, the policy), kept in memory: no state
+file, no lock, so a run takes milliseconds. Baselines get, on every run, the evaluation budget the first
 policy actually used, so quality is compared at equal cost.
 """
 
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -19,13 +17,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .backends.replay import BENCH_OVERHEAD_S, ReplayBackend, ReplayTable, load_table
-from .errors import PolicyError
+from .errors import TuneFailed
+from .machine import Tune
 from .policies import make_policy
-from .protocols import Observations
 
 log = logging.getLogger("fasta_sm.bench")
-
-MAX_DECISIONS = 10_000
 
 Progress = Callable[[int, int, str, str], None]
 """progress(runs_done, runs_total, kernel, policy), called after every run."""
@@ -38,6 +34,7 @@ class Run:
     pick: int
     regret_pct: float
     evaluated: int
+    benchmarked: int
     cost_s: float
 
 
@@ -52,50 +49,36 @@ def run_policy(
     seed: int,
     params: Mapping[str, Any] | None = None,
 ) -> Run:
-    """Drive `policy` over `table` to its stop, charging compile and benchmark seconds."""
+    """Tune `table` with `policy` through the engine (in memory, no state file) and score its pick."""
     n = len(table.configs)
-    backend = ReplayBackend(table, noise=True, seed=seed)
-    rng = np.random.default_rng([seed, zlib.crc32(table.kernel.encode())])
-    instance = make_policy(policy, table.configs, params)
-    durations = np.full(n, np.nan)
-    sums = np.zeros(n)
-    samples = np.zeros(n, dtype=np.int64)
-    compile_s = np.full(n, np.nan)
-    spent = 0.0
-    decision = instance.plan(rng)
-    for _ in range(MAX_DECISIONS):
-        batch = [int(i) for i in decision.batch]
-        if not batch:
-            break
-        for index in batch:
-            tried = not math.isnan(durations[index])
-            if tried != bool(decision.retime) or math.isinf(durations[index]):
-                raise PolicyError(f"{policy} on {table.kernel}: config #{index} proposed against the protocol")
-            if not tried:
-                spent += float(table.compile_s[index])
-                if table.errors[index] is not None:
-                    durations[index] = math.inf
-                    continue
-                compile_s[index] = table.compile_s[index]
-            sums[index] += backend.timing(index, int(samples[index]))
-            samples[index] += 1
-            durations[index] = sums[index] / samples[index]
-            spent += BENCH_OVERHEAD_S
-        observed = Observations(duration_us=durations.copy(), samples=samples.copy(), compile_s=compile_s.copy(),
-                                spent_s=spent)
-        decision = instance.refine(observed, rng)
-    else:
-        raise PolicyError(f"{policy} on {table.kernel}: no stop after {MAX_DECISIONS} decisions")
-    finite = np.flatnonzero(np.isfinite(durations))
-    if finite.size == 0:
-        return Run(pick=-1, regret_pct=math.inf, evaluated=int(np.sum(~np.isnan(durations))), cost_s=spent)
-    pick = int(finite[np.argmin(durations[finite])])
+    tune = Tune.start(
+        key=f"bench/{table.kernel}/{policy}/seed={seed}",
+        kernel=table.kernel,
+        configs=table.configs,
+        backend=ReplayBackend(table, noise=True, seed=seed),
+        policy=make_policy(policy, table.configs, params),
+        policy_params=dict(params or {}),
+        seed=seed,
+        chunk_size=n,
+        benchmark_chunk=n,
+    )
+    try:
+        state = tune.drive()
+    except TuneFailed:
+        state = tune.state
+    finally:
+        tune.close()
+    tried = state.measured_count() + len(state.failed)
+    cost = state.cost.compile_s + state.cost.benchmark_s
+    if state.best is None:
+        return Run(pick=-1, regret_pct=math.inf, evaluated=tried, benchmarked=0, cost_s=cost)
     best = table.true_best_us
     return Run(
-        pick=pick,
-        regret_pct=100.0 * (float(table.mean_us[pick]) - best) / best,
-        evaluated=int(np.sum(~np.isnan(durations))),
-        cost_s=spent,
+        pick=state.best,
+        regret_pct=100.0 * (float(table.mean_us[state.best]) - best) / best,
+        evaluated=tried,
+        benchmarked=state.measured_count(),
+        cost_s=cost,
     )
 
 
@@ -112,7 +95,7 @@ def _summary(runs: list[Run], n: int, exhaustive: float) -> dict[str, float]:
         "catch5": float(np.mean(regret <= 5.0)),
         "median_regret_pct": float(np.median(regret)),
         "p95_regret_pct": float(np.percentile(regret, 95)),
-        "evals_pct": float(100.0 * np.mean([r.evaluated for r in runs]) / n),
+        "evals_pct": float(100.0 * np.mean([r.benchmarked for r in runs]) / n),
         "cost_pct": float(100.0 * np.mean([r.cost_s for r in runs]) / exhaustive),
     }
 
