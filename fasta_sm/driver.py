@@ -17,9 +17,12 @@ mixed into.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -62,7 +65,7 @@ class DriverSettings:
     policy_params: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     state_dir: str | None = None
-    max_configs: int = 96
+    max_configs: int = 64
     chunk_size: int = 16
     lock_timeout_s: float | None = None
 
@@ -249,19 +252,51 @@ class AutotunerBackend:
 class FastaAutotunerMixin:
     """Durable FASTA tuning behind `CachingAutotuner`'s seams; mix in before the autotuner class.
 
-    Subclasses set `self._fasta_plan` (a TunePlan, or None to behave exactly as
-    the base class) and `self._fasta_space` (the base's config objects, in
-    plan order) in `__init__`, and may override the `_fasta_*` device seams.
+    Subclasses call `_fasta_setup(settings, must, prefix)` at the end of
+    `__init__` (no settings, or a single config, leaves the base class's
+    behaviour untouched) and may override the `_fasta_*` device seams.
     """
 
     _fasta_plan: TunePlan | None = None
     _fasta_space: list[Any] = []
     _fasta_finished: bool = False
+    _fasta_keep_configs: bool = False
+    """Whether `configs` must stay set once compiled (torch_npu builds its candidate plan from it)."""
+
+    def _fasta_setup(self, settings: Mapping[str, Any] | None, must: Sequence[int], prefix: str) -> None:
+        self._fasta_space = list(self.configs or ())
+        self._fasta_finished = False
+        self._fasta_plan = None
+        if settings is None or len(self._fasta_space) < 2:
+            return
+        name = self.inductor_meta.get("kernel_name") or self.fn.__name__
+        try:
+            configs = [to_fasta_config(c) for c in self._fasta_space]
+            if len({c.identity for c in configs}) != len(configs):
+                raise FastaError("two configs differ only in launch options fasta-sm does not key")
+            self._fasta_plan = TunePlan(key=self._fasta_key(prefix, name), kernel=name, configs=configs,
+                                        must=sorted(set(must)), settings=DriverSettings.from_dict(settings))
+        except (FastaError, TypeError, ValueError) as exc:
+            log.warning("fasta_sm: kernel %s not tuned: %s", name, exc)
 
     # --- device seams (Inductor defaults; torch_npu overrides what differs) ---
 
+    def _fasta_key(self, prefix: str, name: str) -> str:
+        """Kernel source hash, device and Triton version: what a timing depends on."""
+        import triton
+
+        props = self.device_props
+        return (f"{prefix}/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-sm{props.multi_processor_count}"
+                f"/triton-{triton.__version__}")
+
     def _fasta_describe(self) -> str:
-        return f"{type(self).__name__} ({self._fasta_plan.key if self._fasta_plan else '?'})"
+        props = self.device_props
+        return f"{type(self).__name__} on {props.type} cc{props.cc} ({props.multi_processor_count} SMs)"
+
+    def _fasta_device_guard(self) -> Any:
+        from torch._dynamo.device_interface import DeviceGuard
+
+        return DeviceGuard(self.get_device_interface(), self.triton_meta["device"])
 
     def _fasta_compile(self, cfg: Any) -> Any:
         """Compile one config into a compile result (needs the live kernel function)."""
@@ -279,11 +314,6 @@ class FastaAutotunerMixin:
     def _fasta_failure_reason(self, launcher: Any) -> str:
         reason = getattr(self, "benchmark_failure_reasons", {}).get(launcher)
         return f"failed at run time ({getattr(reason, 'name', reason) or 'invalid config'})"
-
-    def _fasta_device_guard(self) -> Any:
-        import contextlib
-
-        return contextlib.nullcontext()
 
     # --- bookkeeping ---
 
@@ -339,10 +369,10 @@ class FastaAutotunerMixin:
 
     # --- the seams of CachingAutotuner ---
 
-    def precompile(self, warm_cache_only: bool = False, reload_kernel: Callable | None = None, **kwargs: Any):
+    def precompile(self, warm_cache_only: bool = False, reload_kernel: Callable | None = None, *args: Any, **kwargs: Any):
         if self._fasta_plan is not None and not self.compile_results and not self.launchers:
             self._fasta_worker()
-        return super().precompile(warm_cache_only=warm_cache_only, reload_kernel=reload_kernel, **kwargs)
+        return super().precompile(warm_cache_only, reload_kernel, *args, **kwargs)
 
     def _fasta_worker(self) -> None:
         plan = self._fasta_plan
@@ -358,10 +388,12 @@ class FastaAutotunerMixin:
         if not self.compile_results:  # the round compiled nothing: let the parent start from the defaults
             for index in plan.must:
                 self._fasta_ensure_compiled(index)
-        if self.compile_results:
-            self.configs = None
-        else:
+        if not self.compile_results:
             self.configs = list(self._fasta_space)
+        elif self._fasta_keep_configs:
+            self.configs = [result.config for result in self.compile_results]
+        else:
+            self.configs = None
 
     def _dynamic_scale_rblock(self) -> None:
         """Off for tuned kernels: the space already spans R0_BLOCK, and its extra compile
@@ -418,3 +450,38 @@ class FastaAutotunerMixin:
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback right after one module is first imported (then leaves sys.meta_path)."""
+
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            self.callback()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def call_after_import(name: str, callback: Callable[[], None]) -> None:
+    """`callback()` now if module `name` is loaded, else right after its first import.
+
+    Used by the `torch.backends` entry points, which run inside `import torch`
+    where importing Inductor (or torch_npu) eagerly would be premature.
+    """
+    if name in sys.modules:
+        callback()
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, callback))

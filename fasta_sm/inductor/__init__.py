@@ -13,14 +13,11 @@ FASTA tune split between the compile worker and the parent (see
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.util
 import logging
 import os
-import sys
 from typing import Any, Iterator, Mapping
 
-from ..driver import DriverSettings, default_policy, env_flag
+from ..driver import DriverSettings, call_after_import, default_policy, env_flag
 from ..store import StateStore
 
 log = logging.getLogger("fasta_sm.inductor")
@@ -44,7 +41,7 @@ def enable(
 ) -> DriverSettings:
     """Tune the kernels torch.compile generates from now on; returns the settings in force.
 
-    `max_configs` caps each kernel's space (default 96, or $FASTA_SM_INDUCTOR_MAX_CONFIGS);
+    `max_configs` caps each kernel's space (default 64, or $FASTA_SM_INDUCTOR_MAX_CONFIGS);
     `policy` defaults to "fasta". Calling it again replaces the settings.
     """
     global _saved, _settings
@@ -118,38 +115,14 @@ def enabled(**settings: Any) -> Iterator[DriverSettings]:
             globals()["_settings"] = before
 
 
-class _EnableAfterImport(importlib.abc.MetaPathFinder):
-    """Calls `enable()` right after Inductor's Triton codegen module is first imported."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != CODEGEN_MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        load = spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            load(module)
-            enable()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def autoload() -> None:
     """torch's `torch.backends` entry point: honours FASTA_SM_INDUCTOR=1 in any process importing torch.
 
     It runs at the end of `import torch`, so it only arranges for `enable()` to
     run once Inductor's codegen is imported, and imports nothing heavy itself.
     """
-    if not env_flag(ENV_VAR) or is_enabled():
-        return
-    if CODEGEN_MODULE in sys.modules:
-        enable()
-    elif not any(isinstance(f, _EnableAfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _EnableAfterImport())
+    if env_flag(ENV_VAR) and not is_enabled():
+        call_after_import(CODEGEN_MODULE, lambda: None if is_enabled() else enable())
 
 
 __all__ = ["enable", "disable", "enabled", "is_enabled", "current_settings", "autoload", "ENV_VAR"]

@@ -20,8 +20,7 @@ from torch._inductor.runtime import triton_heuristics
 from torch._inductor.runtime.hints import HeuristicType
 
 from ..config import Config
-from ..driver import DriverSettings, FastaAutotunerMixin, TunePlan, to_fasta_config
-from ..errors import ConfigError
+from ..driver import DriverSettings, FastaAutotunerMixin, to_fasta_config
 from .space import DeviceLimits, generate_space
 
 log = logging.getLogger("fasta_sm.inductor.autotuner")
@@ -46,41 +45,8 @@ class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotu
     def __init__(self, *args: Any, fasta_settings: dict | None = None,
                  fasta_default_ids: frozenset[int] = frozenset(), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._fasta_space = list(self.configs)
-        self._fasta_finished = False
-        self._fasta_plan = None
-        if fasta_settings is None or len(self.configs) < 2:
-            return
-        try:
-            self._fasta_plan = TunePlan(
-                key=self._fasta_key(),
-                kernel=self.inductor_meta.get("kernel_name") or self.fn.__name__,
-                configs=[to_fasta_config(c) for c in self.configs],
-                must=[i for i, c in enumerate(self.configs) if id(c) in fasta_default_ids],
-                settings=DriverSettings.from_dict(fasta_settings),
-            )
-            if len({c.identity for c in self._fasta_plan.configs}) != len(self.configs):
-                raise ConfigError("two configs differ only in launch options fasta-sm does not key")
-        except (ConfigError, TypeError, ValueError) as exc:
-            log.warning("fasta_sm: kernel %s not tuned: %s", self.fn.__name__, exc)
-            self._fasta_plan = None
-
-    def _fasta_key(self) -> str:
-        import triton
-
-        props = self.device_props
-        name = self.inductor_meta.get("kernel_name") or self.fn.__name__
-        return (f"inductor/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-sm{props.multi_processor_count}"
-                f"/triton-{triton.__version__}")
-
-    def _fasta_describe(self) -> str:
-        props = self.device_props
-        return f"inductor {props.type} cc{props.cc} ({props.multi_processor_count} SMs)"
-
-    def _fasta_device_guard(self) -> Any:
-        from torch._dynamo.device_interface import DeviceGuard
-
-        return DeviceGuard(self.get_device_interface(), self.triton_meta["device"])
+        must = [i for i, c in enumerate(self.configs) if id(c) in fasta_default_ids]
+        self._fasta_setup(fasta_settings, must, "inductor")
 
 
 def _to_inductor(template: Any, config: Config) -> Any:

@@ -118,7 +118,7 @@ def generate_space(
     *,
     limits: DeviceLimits = DeviceLimits(),
     floors: Mapping[str, int] | None = None,
-    max_configs: int = 96,
+    max_configs: int = 64,
 ) -> list[Config]:
     """Inductor's `defaults` first, then generated configs, at most `max_configs` in all.
 

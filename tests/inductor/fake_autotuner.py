@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import builtins
 import threading
+from types import SimpleNamespace
 from dataclasses import dataclass
 
 from fasta_sm.backends.replay import load_table
-from fasta_sm.driver import DriverSettings, FastaAutotunerMixin, TunePlan, to_fasta_config
+from fasta_sm.driver import DriverSettings, FastaAutotunerMixin, to_fasta_config
 
 
 @dataclass
@@ -51,6 +52,8 @@ class FakeCachingAutotuner:
         self.launchers = []
         self.lock = threading.Lock()
         self.saved = None
+        self.inductor_meta = {"kernel_name": "toy"}
+        self.device_props = SimpleNamespace(type="fake", cc=0, multi_processor_count=1)
 
     def __getstate__(self):
         assert not self.launchers
@@ -114,7 +117,7 @@ class FastaFake(FastaAutotunerMixin, FakeCachingAutotuner):
         table = load_table(table_path)
         configs = [FakeConfig(dict(c.kwargs), c.num_warps, c.num_stages) for c in table.configs]
         super().__init__(table_path, configs)
-        self._fasta_space = list(configs)
-        self._fasta_finished = False
-        self._fasta_plan = TunePlan(key="fake/toy", kernel="toy", configs=list(table.configs), must=list(must),
-                                    settings=DriverSettings(policy=policy, state_dir=str(state_dir)))
+        self._fasta_setup(DriverSettings(policy=policy, state_dir=str(state_dir)).to_dict(), must, "fake")
+
+    def _fasta_key(self, prefix, name):
+        return f"{prefix}/{name}"

@@ -1,0 +1,39 @@
+"""What runs without torch_npu: the import boundary and the error that says what is missing."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+
+def test_import_fasta_sm_npu_needs_neither_torch_nor_torch_npu():
+    code = "import sys, fasta_sm, fasta_sm.npu; print('torch' in sys.modules, 'torch_npu' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu is installed here")
+def test_enable_without_torch_npu_raises_a_clear_error():
+    import fasta_sm.npu
+
+    with pytest.raises(fasta_sm.npu.NPUUnavailable) as caught:
+        fasta_sm.npu.enable()
+    message = str(caught.value)
+    assert "torch_npu" in message and "torch-npu" in message and "CANN" in message
+    assert isinstance(caught.value, ImportError)
+    assert fasta_sm.npu.current_settings() is None, "a failed enable() changes nothing"
+
+
+def test_settings_reach_a_worker_through_the_environment(monkeypatch, tmp_path):
+    import json
+
+    import fasta_sm.npu
+    from fasta_sm.driver import DriverSettings
+
+    settings = DriverSettings(policy="random", state_dir=str(tmp_path), policy_params={"optimize_configs": True})
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, json.dumps(settings.to_dict()))
+    assert fasta_sm.npu.current_settings() == settings.to_dict()
