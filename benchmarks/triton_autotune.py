@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,14 +45,17 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def load(name: str, small: int):
-    """The zoo kernel; with `small`, tiny shapes and at most `small` of its configs."""
+def load(name: str, small: int, max_configs: int = 0):
+    """The zoo kernel; with `small`, tiny shapes and at most `small` of its configs;
+    with `max_configs`, full shapes and an evenly spread subset of that many configs."""
     from fasta_sm.triton import zoo
     from fasta_sm.triton.record import spread
 
     spec = zoo.ZOO[name](**(SMALL_SHAPES[name] if small else {}))
     if small:
         spec.configs = [c for c in spread(spec.configs, small) if c.kwargs.get("BLOCK_M", 0) <= 64]
+    elif max_configs and len(spec.configs) > max_configs:
+        spec.configs = spread(spec.configs, max_configs)
     return spec
 
 
@@ -109,7 +113,7 @@ def run_kernel(name: str, opts) -> dict:
     from fasta_sm.triton.autotune import to_fasta_config, to_triton_config
     from fasta_sm.triton.backend import TritonBackend
 
-    spec = load(name, opts.small)
+    spec = load(name, opts.small, opts.max_configs)
     device = "cpu" if interpreting() else "cuda"
     args = spec.make_args(device)
     key = [k for k in spec.shape if isinstance(spec.shape[k], int)]
@@ -141,6 +145,9 @@ def run_kernel(name: str, opts) -> dict:
             entry["evaluated"] = result.state.evaluations()
             entry["measured"] = result.state.measured_count()
             assert next(iter(fresh.results.values())).reused
+            if opts.keep_states:
+                for path in Path(state_dir).glob("*.fsm"):
+                    shutil.copyfile(path, Path(opts.keep_states) / f"live-h200-{spec.name}-{method}.fsm")
         chosen[method] = kernel.best_config
         row[method] = entry
 
@@ -161,7 +168,7 @@ def crash_child(opts) -> None:
     from fasta_sm.triton.autotune import to_triton_config
     from fasta_sm.triton.backend import TritonBackend
 
-    spec = load(opts.kernel, opts.small)
+    spec = load(opts.kernel, opts.small, opts.max_configs)
     log = Path(opts.log)
     count = 0
     real = TritonBackend.time_ms
@@ -189,7 +196,7 @@ def crash_test(opts) -> dict:
     from fasta_sm.policies import make_policy
     from fasta_sm.store import StateStore
 
-    spec = load(opts.crash_kernel, opts.small)
+    spec = load(opts.crash_kernel, opts.small, opts.max_configs)
     r1 = len(make_policy("fasta", spec.configs, {}).plan(np.random.default_rng(opts.seed)).batch)
     work = Path(tempfile.mkdtemp(prefix="fasta-crash-"))
     state_dir = work / "states"
@@ -235,6 +242,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--crash", action="store_true", help="also run the live crash test")
+    parser.add_argument("--max-configs", type=int, default=0,
+                        help="an evenly spread subset of each space (to fit a device call); 0: all")
+    parser.add_argument("--keep-states", default=None, help="copy each fasta-sm tune's state file into this dir")
     parser.add_argument("--crash-kernel", default="rmsnorm")
     parser.add_argument("--no-tune", action="store_true", help="only the crash test")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -247,6 +257,8 @@ def main() -> None:
     if opts.child:
         crash_child(opts)
         return
+    if opts.keep_states:
+        Path(opts.keep_states).mkdir(parents=True, exist_ok=True)
     results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv, "kernels": []}
     import torch
     import triton
