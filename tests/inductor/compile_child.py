@@ -21,6 +21,7 @@ import torch._inductor.config as inductor_config  # noqa: E402
 
 import fasta_sm.inductor as fi  # noqa: E402
 from fasta_sm.inductor.autotuner import FastaCachingAutotuner  # noqa: E402
+from fasta_sm.store import StateStore  # noqa: E402
 
 device = "cpu" if interpret else "cuda"
 if interpret:
@@ -63,9 +64,14 @@ x = torch.randn(32, 128, device=device)
 y = torch.randn(32, 128, device=device)
 out = torch.compile(f)(x, y)
 ok = all(torch.allclose(a, b, atol=1e-4) for a, b in zip(out, f(x, y)))
+store = StateStore(sys.argv[1])
+states = [store.read(path) for path in store.state_files()]
 print(json.dumps({
     "correct": ok,
+    # built in this process: every kernel under the interpreter, only parent-side reloads with compile workers
     "kernels": [{"kind": k.heuristic_type.name, "space": len(k._fasta_space),
                  "tuned": k._fasta_plan is not None, "must": k._fasta_plan.must if k._fasta_plan else []}
                 for k in built],
+    "states": [{"kernel": s.kernel, "position": s.position(), "configs": s.n_configs,
+                "measured": s.measured_count()} for s in states],
 }))

@@ -1,0 +1,152 @@
+"""FastaCachingAutotuner through torch's real CachingAutotuner control flow, with compile and timing faked.
+
+Compiling and timing need a GPU; everything around them is torch's own code
+here: the decorator, the worker's precompile(warm_cache_only=True),
+prepare_for_pickle and the pickle, the parent's precompile (launchers),
+run() → autotune_to_one_config() → our benchmark_all_configs, the pruning
+of compile results to the winner, and run()'s launch.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+from torch._inductor.runtime import triton_heuristics  # noqa: E402
+from torch._inductor.runtime.hints import DeviceProperties  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+import fasta_sm.inductor as fi  # noqa: E402
+from fasta_sm.driver import to_fasta_config  # noqa: E402
+from fasta_sm.inductor.autotuner import FastaCachingAutotuner  # noqa: E402
+from fasta_sm.store import StateStore  # noqa: E402
+
+
+def reduce_source(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):
+    pass
+
+
+CPU = DeviceProperties(type="cpu", index=0, multi_processor_count=8, cc=0, warp_size=32, max_threads_per_block=1024)
+CALLS = {"compile": 0, "bench": 0, "launch": 0}
+
+
+def cost_us(config) -> float:
+    """A smooth landscape with its optimum away from Inductor's own configs."""
+    kw = config.kwargs
+    return 10 + abs(math.log2(kw["XBLOCK"]) - 3) * 2 + abs(math.log2(kw["R0_BLOCK"]) - 7) + config.num_warps * 0.3
+
+
+class FakeKernel:
+    def __init__(self, config):
+        self.hash = "h" + str(abs(hash(to_fasta_config(config).identity)))
+
+
+class FakeLauncher:
+    def __init__(self, config):
+        self.config = config
+        self.cache_hash = None
+        self.store_cubin = False
+        self.n_spills = self.n_regs = self.shared = 0
+
+    def __call__(self, *args, stream=None, **kwargs):
+        CALLS["launch"] += 1
+        return self.config
+
+
+class FakeResult:
+    def __init__(self, config):
+        self.config = config
+        self.kernel = FakeKernel(config)
+
+    def make_launcher(self):
+        return FakeLauncher(self.config)
+
+
+def fake_precompile_config(self, cfg):
+    assert self.fn.fn is not None, "compiling needs the live kernel function"
+    CALLS["compile"] += 1
+    return FakeResult(cfg)
+
+
+def fake_bench(self, launcher, *args, **kwargs):
+    CALLS["bench"] += 1
+    return cost_us(launcher.config) / 1000.0
+
+
+class NoDeviceGuard:
+    """CPU has no device to switch to (torch's CPU interface raises NotImplementedError)."""
+
+    def __init__(self, interface, index):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture
+def faked(monkeypatch, tmp_path):
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "_precompile_config", fake_precompile_config)
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "bench", fake_bench)
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "_build_fast_launcher", lambda self, launcher: None,
+                        raising=False)
+    monkeypatch.setattr(torch._dynamo.device_interface, "DeviceGuard", NoDeviceGuard)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    CALLS.update(compile=0, bench=0, launch=0)
+    settings = fi.enable(state_dir=tmp_path / "states", max_configs=40)
+    yield settings
+    fi.disable()
+
+
+def decorate(tmp_path, settings):
+    meta = {"kernel_name": "triton_red_fused_sum_0", "fasta_sm": settings.to_dict(),
+            "autotune_local_cache": False, "autotune_remote_cache": False}
+    triton_meta = {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "r0_numel": "i32"},
+                   "device": CPU, "constants": {}, "configs": []}
+    return triton_heuristics.reduction(size_hints={"x": 4096, "r0_": 4096}, reduction_hint=0, triton_meta=triton_meta,
+                                       inductor_meta=meta, filename=str(tmp_path / "cfake0001.py"))(JITFunction(reduce_source))  # a fresh module's function, as in a worker
+
+
+def worker_then_parent(tmp_path, settings):
+    worker = decorate(tmp_path, settings)
+    worker.precompile(warm_cache_only=True)
+    worker.prepare_for_pickle()
+    parent = pickle.loads(pickle.dumps(worker))
+    parent.restore_after_unpickle(old_values=None)
+    parent.precompile(warm_cache_only=False, reload_kernel=lambda: decorate(tmp_path, settings))
+    return worker, parent
+
+
+def test_worker_parent_run_through_torchs_own_flow(tmp_path, faked):
+    worker, parent = worker_then_parent(tmp_path, faked)
+    assert type(parent) is FastaCachingAutotuner
+    plan = parent._fasta_plan
+    state = StateStore(tmp_path / "states").load(plan.key)
+    r1 = state.rounds[0].batch
+    assert CALLS["compile"] == len(r1) and len(parent.launchers) == len(r1)
+    assert set(plan.must) <= set(r1)
+
+    CALLS["compile"] = 0
+    winner_config = parent.run("in", "out", 4096, 4096, stream=0)
+    done = StateStore(tmp_path / "states").load(plan.key)
+    assert done.done and CALLS["launch"] == 1
+    assert len(parent.launchers) == 1 and parent.launchers[0].config is winner_config
+    assert to_fasta_config(winner_config) == done.configs[done.best]
+    assert len(parent.compile_results) == 1, "torch pruned its compile results to the winner"
+    assert CALLS["compile"] == len(done.compiled) - len(r1), "R2 compiled in the parent, after reloading the kernel"
+    assert CALLS["bench"] == done.evaluations()
+    assert done.best_us <= min(cost_us(parent._fasta_space[i]) for i in plan.must)
+    assert done.measured_count() < done.n_configs
+
+    CALLS.update(compile=0, bench=0)
+    _, again = worker_then_parent(tmp_path, faked)
+    assert CALLS["compile"] == 1 and len(again.launchers) == 1, "a finished tune compiles only its winner"
+    assert to_fasta_config(again.run("in", "out", 4096, 4096, stream=0)) == done.configs[done.best]
+    assert CALLS["bench"] == 0, "and benchmarks nothing"
