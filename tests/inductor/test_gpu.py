@@ -48,11 +48,12 @@ def test_tunes_in_workers_and_parent_then_reuses(tmp_path):
     tuned = states(state_dir)
     assert tuned and all(s.done for s in tuned.values())
     for state in tuned.values():
-        must = state.rounds[0].batch
-        defaults = [state.mean_us(i) for i in state.durations if i in must]
-        assert defaults, "Inductor's own configs are measured in R1"
+        must = state.policy_params.get("must", [])
+        assert must and set(must) <= set(state.rounds[0].batch), "Inductor's own configs are in R1"
+        defaults = [state.mean_us(i) for i in must if i in state.durations]
         assert state.best_us <= min(defaults), "never slower than Inductor's own pick under the same timing"
-        assert state.measured_count() < state.n_configs
+        if state.n_configs >= 40:
+            assert state.measured_count() < state.n_configs, "a rich space is not measured exhaustively"
     blobs = {p.name: p.read_bytes() for p in StateStore(state_dir).state_files()}
 
     again = compile_once(state_dir)

@@ -139,7 +139,8 @@ def test_worker_parent_run_through_torchs_own_flow(tmp_path, faked):
     assert done.done and CALLS["launch"] == 1
     assert len(parent.launchers) == 1 and parent.launchers[0].config is winner_config
     assert to_fasta_config(winner_config) == done.configs[done.best]
-    assert len(parent.compile_results) == 1, "torch pruned its compile results to the winner"
+    if hasattr(triton_heuristics.CachingAutotuner, "_prune_compile_results_to_launcher"):  # torch >= 2.13
+        assert len(parent.compile_results) == 1, "torch pruned its compile results to the winner"
     assert CALLS["compile"] == len(done.compiled) - len(r1), "R2 compiled in the parent, after reloading the kernel"
     assert CALLS["bench"] == done.evaluations()
     assert done.best_us <= min(cost_us(parent._fasta_space[i]) for i in plan.must)
