@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .config import Config
-from .errors import FastaError
+from .errors import FastaError, LockTimeout
 from .policies import make_policy, policy_names, register
 from .protocols import BenchmarkOutcome, CompileOutcome, Decision, Observations
 from .state import TuneState
@@ -379,7 +379,11 @@ class FastaAutotunerMixin:
         try:
             state = worker_phase(plan, AutotunerBackend(self))
             wanted = wanted_after_worker(state)
-        except Exception as exc:  # never let tuning break a compile (LockTimeout included)
+        except LockTimeout:
+            log.info("fasta_sm: kernel %s is being tuned by another process; its parent will wait for it",
+                     plan.kernel)
+            wanted = list(plan.must)
+        except Exception as exc:  # never let tuning break a compile
             wanted = self._fasta_give_up(exc)
             self.configs = [self._fasta_space[i] for i in wanted] or list(self._fasta_space)
             return

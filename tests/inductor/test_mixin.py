@@ -98,3 +98,26 @@ def test_parent_without_worker_tunes_in_process(table_file, tmp_path):
     kernel.run("x", stream=0)
     assert StateStore(tmp_path / "states").load("fake/toy").done
     assert len(kernel.launchers) == 1
+
+
+def test_worker_that_finds_the_tune_locked_leaves_it_to_its_parent(table_file, tmp_path, monkeypatch):
+    import fasta_sm.driver
+
+    states = tmp_path / "states"
+    kernel = FastaFake(table_file, states)
+    lock_path = StateStore(states).lock_path_for(kernel._fasta_plan.key)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
+        "print('held', flush=True); time.sleep(60)"), str(lock_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(fasta_sm.driver, "WORKER_LOCK_TIMEOUT_S", 0.2)
+        kernel.precompile(warm_cache_only=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert kernel._fasta_plan is not None, "still tuned: the parent waits for the lock"
+    assert CALLS["compile"] == 2, "the worker compiled Inductor's own configs only"
+    kernel.precompile()
+    kernel.run("x", stream=0)
+    assert StateStore(states).load("fake/toy").done
