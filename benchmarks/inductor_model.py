@@ -142,7 +142,7 @@ def run_child(args) -> dict:
     elif args.child == "fasta-sm":
         import fasta_sm.inductor
 
-        state_dir = tempfile.mkdtemp(prefix="fasta-bench-states-")
+        state_dir = args.state_dir or tempfile.mkdtemp(prefix="fasta-bench-states-")
         settings = fasta_sm.inductor.enable(state_dir=state_dir, max_configs=args.max_configs)
         out["fasta_settings"] = settings.to_dict()
 
@@ -254,13 +254,17 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--mlp-hidden", type=int, default=4096)
     parser.add_argument("--max-configs", type=int, default=64, help="fasta-sm: cap on each kernel's space")
+    parser.add_argument("--state-dir", help="fasta-sm: where its state files go (default: next to --out, else a temp dir)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         Path(args.result).write_text(json.dumps(run_child(args)))
         return
-    args.child_args = [f"--batch={args.batch}", f"--seq={args.seq}", f"--d-model={args.d_model}",
+    out = args.out or (os.path.join(os.environ["OUT"], "inductor_model.json") if os.environ.get("OUT") else None)
+    if args.state_dir is None and out:
+        args.state_dir = os.path.join(os.path.dirname(os.path.abspath(out)), f"fasta-states-{int(time.time())}")
+    args.child_args = ([f"--state-dir={args.state_dir}"] if args.state_dir else []) + [f"--batch={args.batch}", f"--seq={args.seq}", f"--d-model={args.d_model}",
                        f"--heads={args.heads}", f"--mlp-hidden={args.mlp_hidden}",
                        f"--max-configs={args.max_configs}"] + (["--train"] if args.train else [])
     deadline = time.perf_counter() + args.budget_s
@@ -279,6 +283,8 @@ def main() -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {name}: " +
               (r["error"].splitlines()[0][:200] if "error" in r else
                f"{r['compile_autotune_s']:.1f} s to compile+tune, {r['step_ms']:.3f} ms/step"), flush=True)
+        if "stderr_tail" in r:
+            print("\n".join(r["stderr_tail"].splitlines()[-15:]), flush=True)
     report = {
         "benchmark": "inductor_model",
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -287,7 +293,6 @@ def main() -> None:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "results": results,
     }
-    out = args.out or (os.path.join(os.environ["OUT"], "inductor_model.json") if os.environ.get("OUT") else None)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(report, indent=2))
