@@ -215,7 +215,7 @@ def run_variant(name: str, args, timeout_s: float) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"fasta-bench-{name}-")}
     started = time.perf_counter()
     try:
-        done = subprocess.run(cmd, env=env, timeout=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(cmd, check=False, env=env, timeout=timeout_s, capture_output=True, text=True)
     except subprocess.TimeoutExpired:
         return {"variant": name, "error": f"timed out after {timeout_s:.0f} s"}
     wall = time.perf_counter() - started

@@ -24,8 +24,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,7 @@ class DriverSettings:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DriverSettings":
+    def from_dict(cls, data: Mapping[str, Any]) -> DriverSettings:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
@@ -123,7 +124,7 @@ class MustMeasure:
     def plan(self, rng: np.random.Generator) -> Decision:
         decision = self.inner.plan(rng)
         extra = [i for i in self.must if i not in set(decision.batch)]
-        batch = sorted(set(int(i) for i in decision.batch) | set(self.must))
+        batch = sorted({int(i) for i in decision.batch} | set(self.must))
         reason = f"{decision.reason}; plus {len(extra)} default config(s) always measured"
         return Decision(batch=batch, reason=reason, retime=decision.retime, predicted_us=decision.predicted_us)
 
@@ -212,7 +213,7 @@ class AutotunerBackend:
     milliseconds), with the arguments of the run that triggered the tune.
     """
 
-    def __init__(self, autotuner: "FastaAutotunerMixin", args: tuple = (), kwargs: Mapping[str, Any] | None = None):
+    def __init__(self, autotuner: FastaAutotunerMixin, args: tuple = (), kwargs: Mapping[str, Any] | None = None):
         self.autotuner = autotuner
         self.args = args
         self.kwargs = dict(kwargs or {})
@@ -237,7 +238,7 @@ class AutotunerBackend:
             try:
                 launcher = self.autotuner._fasta_launcher(index)
                 ms = float(self.autotuner._fasta_bench(launcher, *self.args, **self.kwargs))
-            except Exception as exc:  # a config that cannot run is a failed config, not a failed compile
+            except Exception as exc:  # noqa: BLE001  a config that cannot run is a failed config
                 durations.append(math.inf)
                 errors[position] = f"{type(exc).__name__}: {exc}"
                 continue
@@ -258,7 +259,7 @@ class FastaAutotunerMixin:
     """
 
     _fasta_plan: TunePlan | None = None
-    _fasta_space: list[Any] = []
+    _fasta_space: tuple[Any, ...] | list[Any] = ()
     _fasta_finished: bool = False
     _fasta_keep_configs: bool = False
     """Whether `configs` must stay set once compiled (torch_npu builds its candidate plan from it)."""
@@ -342,7 +343,7 @@ class FastaAutotunerMixin:
             return None
         try:
             result = self._fasta_compile(self._fasta_space[index])
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  a config that fails to compile is a failed config
             return f"{type(exc).__name__}: {exc}"
         self.compile_results = [*(self.compile_results or ()), result]
         return None
@@ -383,7 +384,7 @@ class FastaAutotunerMixin:
             log.info("fasta_sm: kernel %s is being tuned by another process; its parent will wait for it",
                      plan.kernel)
             wanted = list(plan.must)
-        except Exception as exc:  # never let tuning break a compile
+        except Exception as exc:  # noqa: BLE001  never let tuning break a compile
             wanted = self._fasta_give_up(exc)
             self.configs = [self._fasta_space[i] for i in wanted] or list(self._fasta_space)
             return
@@ -423,13 +424,13 @@ class FastaAutotunerMixin:
         try:
             state = parent_phase(plan, backend)
             winner = self._fasta_launcher(state.best)
-        except Exception as exc:  # never let tuning break a run: fall back to Inductor's configs
+        except Exception as exc:  # noqa: BLE001  never let tuning break a run: Inductor's configs instead
             must = self._fasta_give_up(exc)
             for index in must:
                 try:
                     self._fasta_launcher(index)
-                except Exception:
-                    continue
+                except Exception as why:  # noqa: BLE001  the base benchmarks whatever launchers exist
+                    log.info("fasta_sm: Inductor config #%d unavailable: %s", index, why)
             return super().benchmark_all_configs(*args, **kwargs)
         self._fasta_finished = True
         means = {i: state.mean_us(i) / 1000.0 for i in state.durations}

@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ..driver import DriverSettings, call_after_import, default_policy, env_flag
 from ..store import StateStore
@@ -125,4 +126,4 @@ def autoload() -> None:
         call_after_import(CODEGEN_MODULE, lambda: None if is_enabled() else enable())
 
 
-__all__ = ["enable", "disable", "enabled", "is_enabled", "current_settings", "autoload", "ENV_VAR"]
+__all__ = ["ENV_VAR", "autoload", "current_settings", "disable", "enable", "enabled", "is_enabled"]

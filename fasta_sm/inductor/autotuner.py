@@ -95,7 +95,7 @@ def cached_autotune(*args: Any, **kwargs: Any) -> Any:
     configs = list(a["configs"])
     try:
         a["configs"] = build_space(kind, a["size_hints"], configs, a["triton_meta"], inductor_meta, settings)
-    except Exception as exc:  # a space we cannot build is Inductor's own space
+    except Exception as exc:  # noqa: BLE001  a space we cannot build is Inductor's own space
         log.warning("fasta_sm: no generated space for %s: %s", inductor_meta.get("kernel_name"), exc)
     a["caching_autotuner_cls"] = functools.partial(
         FastaCachingAutotuner, fasta_settings=settings.to_dict(), fasta_default_ids=frozenset(map(id, configs))

@@ -12,7 +12,8 @@ exactly as Inductor builds it.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .autotuner import META_KEY
 

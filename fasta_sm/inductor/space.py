@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

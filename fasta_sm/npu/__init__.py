@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..driver import DriverSettings, call_after_import, default_policy, env_flag
 from ..errors import FastaError
@@ -120,4 +121,4 @@ def autoload() -> None:
     call_after_import(SLOT_MODULE, install_quietly)
 
 
-__all__ = ["enable", "disable", "current_settings", "autoload", "NPUUnavailable", "ENV_VAR"]
+__all__ = ["ENV_VAR", "NPUUnavailable", "autoload", "current_settings", "disable", "enable"]

@@ -16,12 +16,12 @@ if interpret:
     os.environ["TRITON_INTERPRET"] = "1"
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="fasta-inductor-"))
 
-import torch  # noqa: E402
-import torch._inductor.config as inductor_config  # noqa: E402
+import torch
+import torch._inductor.config as inductor_config
 
-import fasta_sm.inductor as fi  # noqa: E402
-from fasta_sm.inductor.autotuner import FastaCachingAutotuner  # noqa: E402
-from fasta_sm.store import StateStore  # noqa: E402
+import fasta_sm.inductor as fi
+from fasta_sm.inductor.autotuner import FastaCachingAutotuner
+from fasta_sm.store import StateStore
 
 device = "cpu" if interpret else "cuda"
 if interpret:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import builtins
 import threading
-from types import SimpleNamespace
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from fasta_sm.backends.replay import load_table
 from fasta_sm.driver import DriverSettings, FastaAutotunerMixin, to_fasta_config

@@ -9,7 +9,13 @@ import os
 import sys
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
-from fasta_sm.driver import DriverSettings, TunePlan, parent_phase, wanted_after_worker, worker_phase
+from fasta_sm.driver import (
+    DriverSettings,
+    TunePlan,
+    parent_phase,
+    wanted_after_worker,
+    worker_phase,
+)
 
 
 def make_plan(table, state_dir: str) -> TunePlan:

@@ -23,7 +23,7 @@ HERE = Path(__file__).parent
 
 def test_torch_compile_builds_fasta_autotuners(tmp_path):
     done = subprocess.run([sys.executable, str(HERE / "compile_child.py"), str(tmp_path / "states"), "interpret"],
-                          capture_output=True, text=True, timeout=300)
+                          check=False, capture_output=True, text=True, timeout=300)
     if done.returncode != 0 and "InterpreterError" in done.stderr:
         pytest.skip(f"this torch/triton pair cannot interpret Inductor kernels on CPU: {done.stderr[-300:]}")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -13,17 +13,17 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from fake_autotuner import CALLS, FastaFake  # noqa: E402
+from fake_autotuner import CALLS, FastaFake
 
-from fasta_sm.backends.replay import load_table  # noqa: E402
-from fasta_sm.driver import to_fasta_config  # noqa: E402
-from fasta_sm.store import StateStore  # noqa: E402
+from fasta_sm.backends.replay import load_table
+from fasta_sm.driver import to_fasta_config
+from fasta_sm.store import StateStore
 
 
 def worker(table_file: Path, state_dir: Path, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(HERE / "mixin_worker.py"), str(table_file), str(state_dir), str(out)],
-                          capture_output=True, text=True, timeout=120, env=env)
+                          check=False, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

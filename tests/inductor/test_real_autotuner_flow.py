@@ -16,15 +16,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
-import triton.language as tl  # noqa: E402
-from torch._inductor.runtime import triton_heuristics  # noqa: E402
-from torch._inductor.runtime.hints import DeviceProperties  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
+import triton.language as tl
+from torch._inductor.runtime import triton_heuristics
+from torch._inductor.runtime.hints import DeviceProperties
+from triton.runtime.jit import JITFunction
 
-import fasta_sm.inductor as fi  # noqa: E402
-from fasta_sm.driver import to_fasta_config  # noqa: E402
-from fasta_sm.inductor.autotuner import FastaCachingAutotuner  # noqa: E402
-from fasta_sm.store import StateStore  # noqa: E402
+import fasta_sm.inductor as fi
+from fasta_sm.driver import to_fasta_config
+from fasta_sm.inductor.autotuner import FastaCachingAutotuner
+from fasta_sm.store import StateStore
 
 
 def reduce_source(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):
@@ -125,7 +125,7 @@ def worker_then_parent(tmp_path, settings):
 
 
 def test_worker_parent_run_through_torchs_own_flow(tmp_path, faked):
-    worker, parent = worker_then_parent(tmp_path, faked)
+    _, parent = worker_then_parent(tmp_path, faked)
     assert type(parent) is FastaCachingAutotuner
     plan = parent._fasta_plan
     state = StateStore(tmp_path / "states").load(plan.key)

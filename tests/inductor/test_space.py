@@ -7,7 +7,13 @@ from hypothesis import strategies as st
 
 from fasta_sm.config import Config
 from fasta_sm.inductor.space import (
-    AXIS_OF_BLOCK, MAX_BLOCK, DeviceLimits, generate_space, is_legal, next_pow2, tile_numel,
+    AXIS_OF_BLOCK,
+    MAX_BLOCK,
+    DeviceLimits,
+    generate_space,
+    is_legal,
+    next_pow2,
+    tile_numel,
 )
 
 sizes = st.sampled_from([1, 2, 3, 7, 16, 100, 128, 1000, 4096, 5000, 65536, 1 << 20, 1 << 24])

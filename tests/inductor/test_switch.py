@@ -12,15 +12,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
-import triton.language as tl  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
-from torch._inductor.codegen import triton as codegen_triton  # noqa: E402
-from torch._inductor.runtime import triton_heuristics  # noqa: E402
-from torch._inductor.runtime.hints import DeviceProperties  # noqa: E402
+import triton.language as tl
+from torch._inductor.codegen import triton as codegen_triton
+from torch._inductor.runtime import triton_heuristics
+from torch._inductor.runtime.hints import DeviceProperties
+from triton.runtime.jit import JITFunction
 
-import fasta_sm.inductor as fi  # noqa: E402
-from fasta_sm.inductor.autotuner import FastaCachingAutotuner  # noqa: E402
-from fasta_sm.inductor.codegen import HOOK_LINE, rewrite_source  # noqa: E402
+import fasta_sm.inductor as fi
+from fasta_sm.inductor.autotuner import FastaCachingAutotuner
+from fasta_sm.inductor.codegen import HOOK_LINE, rewrite_source
 
 
 def add_kernel_source(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
@@ -130,7 +130,7 @@ def test_autotuner_pickle_round_trip(tmp_path):
 
 def test_import_fasta_sm_never_imports_torch():
     code = "import sys, fasta_sm, fasta_sm.inductor, fasta_sm.driver; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 
 
@@ -143,7 +143,7 @@ def test_env_var_switches_it_on_when_inductor_codegen_loads(tmp_path):
         "print(fi.is_enabled())\n"
     )
     env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env)
     lines = out.stdout.split()
     if lines and lines[0] == "True":
         pytest.skip("torch's `torch.backends` entry point already enabled it (installed entry point)")

@@ -38,7 +38,7 @@ def download_wheel(package: str, version: str) -> tuple[Path | None, str]:
            "--platform", "manylinux_2_28_x86_64", "-d", str(target), f"{package}=={version}"]
     env = {**os.environ, "PIP_CONSTRAINT": ""}
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600, env=env)
     except subprocess.TimeoutExpired:
         return None, f"pip download {package}=={version} timed out"
     found = sorted(target.glob("*.whl"))

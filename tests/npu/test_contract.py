@@ -16,9 +16,17 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from contract import (  # noqa: E402
-    NPU_CONFIG, NPU_FASTA, NPU_HEURISTICS, TORCH_HEURISTICS, BaseChain, class_info, download_wheel,
-    incompatible, our_usage, read_from_wheel,
+from contract import (
+    NPU_CONFIG,
+    NPU_FASTA,
+    NPU_HEURISTICS,
+    TORCH_HEURISTICS,
+    BaseChain,
+    class_info,
+    download_wheel,
+    incompatible,
+    our_usage,
+    read_from_wheel,
 )
 
 VERSIONS = ("2.13.0", "2.14.0")
