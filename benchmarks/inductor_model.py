@@ -22,8 +22,10 @@ Writes JSON to --out, else to $OUT/inductor_model.json when $OUT is set, and pri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -208,21 +210,40 @@ def fasta_summary(state_dir: str) -> dict:
 # ----------------------------------------------------------------------------- parent
 
 
+def run_in_own_session(cmd: list[str], env: dict, timeout_s: float) -> tuple[int | None, str]:
+    """Run a child in its own session and kill the whole group afterwards (its compile workers too).
+
+    Output goes to a file, not a pipe, so workers left behind cannot keep us
+    waiting. Returns (exit status or None on timeout, stderr).
+    """
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True, start_new_session=True)
+        try:
+            returncode = child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        err.seek(0)
+        return returncode, err.read()
+
+
 def run_variant(name: str, args, timeout_s: float) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         result_path = handle.name
     cmd = [sys.executable, __file__, "--child", name, "--result", result_path, *args.child_args]
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"fasta-bench-{name}-")}
     started = time.perf_counter()
-    try:
-        done = subprocess.run(cmd, check=False, env=env, timeout=timeout_s, capture_output=True, text=True)
-    except subprocess.TimeoutExpired:
-        return {"variant": name, "error": f"timed out after {timeout_s:.0f} s"}
+    returncode, stderr = run_in_own_session(cmd, env, timeout_s)
     wall = time.perf_counter() - started
-    sys.stderr.write("".join(line + "\n" for line in done.stderr.splitlines() if line.startswith("  [")))
-    if done.returncode != 0:
-        last = ([line for line in done.stderr.splitlines() if line.strip()] or ["(no output)"])[-1]
-        return {"variant": name, "error": f"exit {done.returncode}: {last}", "stderr_tail": done.stderr[-3000:],
+    sys.stderr.write("".join(line + "\n" for line in stderr.splitlines() if line.startswith("  [")))
+    if returncode is None:
+        return {"variant": name, "error": f"timed out after {timeout_s:.0f} s", "stderr_tail": stderr[-3000:]}
+    if returncode != 0:
+        last = ([line for line in stderr.splitlines() if line.strip()] or ["(no output)"])[-1]
+        return {"variant": name, "error": f"exit {returncode}: {last}", "stderr_tail": stderr[-3000:],
                 "process_s": wall}
     result = json.loads(Path(result_path).read_text())
     result["process_s"] = wall

@@ -5,8 +5,10 @@ Run on the GPU machine: `pytest -m gpu tests/inductor`. Skipped elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,14 +28,29 @@ HERE = Path(__file__).parent
 
 
 def compile_once(state_dir: Path, **env: str) -> dict:
-    """One fresh process with a fresh Inductor cache: every kernel goes through the compile workers."""
+    """One fresh process with a fresh Inductor cache: every kernel goes through the compile workers.
+
+    Output goes to files and the child runs in its own session, killed as a
+    group afterwards: compile workers a killed child leaves behind must neither
+    hold our pipes open nor outlive the test.
+    """
     full = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="fasta-gpu-"), **env}
-    done = subprocess.run([sys.executable, str(HERE / "compile_child.py"), str(state_dir)],
-                          check=False, capture_output=True, text=True, timeout=500, env=full)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, str(HERE / "compile_child.py"), str(state_dir)],
+                                 stdout=out, stderr=err, text=True, env=full, start_new_session=True)
+        try:
+            returncode = child.wait(timeout=500)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if env.get("FASTA_SM_TEST_KILL_AFTER_BENCH"):
-        return {"returncode": done.returncode}
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        return {"returncode": returncode}
+    assert returncode == 0, stderr[-4000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def states(state_dir: Path):
