@@ -7,6 +7,7 @@ fasta-sm, a fresh state dir), so compile and autotune costs are paid in full:
   fasta-sm        torch.compile() with fasta_sm.inductor.enable() (rich tile space, FASTA tune)
   pw-autotune     max_autotune_pointwise + coordinate descent, GEMMs on cuBLAS (the same kernels fasta-sm tunes)
   max-autotune    torch.compile(mode="max-autotune-no-cudagraphs")  (GEMM templates + coordinate descent)
+  fasta-sm+gemm   fasta-sm for pointwise/reductions, Inductor's GEMM template autotuning (not run by default)
 
 Measured per variant: wall time of the first call (compile + autotune),
 steady-state time of one step (median over repeats, CUDA events), configs
@@ -32,9 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-VARIANTS = ("default", "fasta-sm", "pw-autotune", "max-autotune")
+VARIANTS = ("default", "fasta-sm", "pw-autotune", "max-autotune", "fasta-sm+gemm")
+DEFAULT_VARIANTS = VARIANTS[:4]
 """In this order: the longest (GEMM autotuning) last, so a tight budget costs it, not fasta-sm."""
-TIMEOUT_S = {"default": 90, "fasta-sm": 180, "pw-autotune": 150, "max-autotune": 240}
+TIMEOUT_S = {"default": 90, "fasta-sm": 180, "pw-autotune": 150, "max-autotune": 240, "fasta-sm+gemm": 240}
 
 
 # ----------------------------------------------------------------------------- child
@@ -141,12 +143,15 @@ def run_child(args) -> dict:
         compile_kwargs["mode"] = "max-autotune-no-cudagraphs"
     elif args.child == "pw-autotune":
         compile_kwargs["options"] = {"max_autotune_pointwise": True, "coordinate_descent_tuning": True}
-    elif args.child == "fasta-sm":
+    if args.child.startswith("fasta-sm"):
         import fasta_sm.inductor
 
-        state_dir = args.state_dir or tempfile.mkdtemp(prefix="fasta-bench-states-")
+        # one dir per variant: a second fasta-sm variant must not reuse the first one's finished tunes
+        state_dir = os.path.join(args.state_dir or tempfile.mkdtemp(prefix="fasta-bench-states-"), args.child)
         settings = fasta_sm.inductor.enable(state_dir=state_dir, max_configs=args.max_configs)
         out["fasta_settings"] = settings.to_dict()
+        if args.child == "fasta-sm+gemm":
+            compile_kwargs["options"] = {"max_autotune_gemm": True}
 
     def model(inp):
         return mlp(block(inp))
@@ -181,7 +186,7 @@ def run_child(args) -> dict:
         out["max_abs_diff_vs_eager"] = float((compiled(x).float() - model(x).float()).abs().max())
     out["step_ms"] = steady_ms(torch, make_step(compiled))
     out["eager_step_ms"] = steady_ms(torch, make_step(model), repeats=3, iters=10)
-    if args.child == "fasta-sm":
+    if args.child.startswith("fasta-sm"):
         out["fasta"] = fasta_summary(state_dir)
     return out
 
@@ -266,7 +271,7 @@ def table(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"any of {', '.join(VARIANTS)}")
     parser.add_argument("--budget-s", type=float, default=510.0, help="wall budget for the whole run")
     parser.add_argument("--train", action="store_true", help="time a training step (forward + backward)")
     parser.add_argument("--batch", type=int, default=8)
