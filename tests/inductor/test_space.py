@@ -81,3 +81,46 @@ def test_defaults_the_generator_does_not_understand_are_kept_alone():
     a = Config(kwargs={"XBLOCK": 64, "RSPLIT_SIZE": 8}, num_warps=4, num_stages=1)
     b = Config(kwargs={"XBLOCK": 32, "RSPLIT_SIZE": 16}, num_warps=4, num_stages=1)
     assert generate_space("reduction", {"x": 4096, "r0_": 64}, [a, b]) == [a, b]
+
+
+class SyntheticBackend:
+    """Times a config from a smooth landscape over its log2 blocks and warps; big tiles fail to compile."""
+
+    def describe(self):
+        return "synthetic"
+
+    def compile(self, configs):
+        from fasta_sm.protocols import CompileOutcome
+
+        return [CompileOutcome(error="OutOfResources" if tile_numel("reduction", c.kwargs, {}) > 4096 else None,
+                               seconds=0.01) for c in configs]
+
+    def benchmark(self, configs, repeat=None):
+        import math
+
+        from fasta_sm.protocols import BenchmarkOutcome
+
+        def cost(c):
+            logs = [math.log2(v) for v in c.kwargs.values()]
+            return 10 + sum((x - 5) ** 2 for x in logs) + (math.log2(c.num_warps) - 2) ** 2 + c.num_stages
+
+        return BenchmarkOutcome(durations_us=[cost(c) for c in configs], seconds=0.01)
+
+
+@settings(max_examples=25, deadline=None)
+@given(kernels())
+def test_a_tune_over_any_generated_space_reaches_done_with_inductors_configs_measured(tmp_path_factory, case):
+    from fasta_sm.driver import DriverSettings, TunePlan, parent_phase, worker_phase
+
+    kind, hints, default, limits, cap = case
+    space = generate_space(kind, hints, [default], limits=limits, max_configs=max(cap, 2))
+    if len(space) < 2:
+        return
+    plan = TunePlan(key="space", kernel="k", configs=space, must=[0],
+                    settings=DriverSettings(state_dir=str(tmp_path_factory.mktemp("states"))))
+    worker_phase(plan, SyntheticBackend())
+    state = parent_phase(plan, SyntheticBackend())
+    assert state.done and 0 in state.rounds[0].batch
+    assert 0 in state.durations or 0 in state.failed
+    if 0 in state.durations:
+        assert state.best_us <= state.mean_us(0)
