@@ -293,30 +293,33 @@ def _quality(table, seeds, **params):
 
 
 def test_smooth_bowl_is_solved_within_noise():
-    """Measured over seeds 0-29: catch2 1.00, max regret 0.7 %, 10 % of configs tried."""
+    """N = 768, routed to the large-space budget (5 %). Measured over seeds
+    0-29: catch5 1.00, catch2 0.73, median regret 0 %, max 4.5 %."""
     regrets, tried = _quality(BOWL, range(30))
-    assert np.mean(regrets <= 2.0) >= 0.95
-    assert np.mean(tried) <= 0.15
+    assert np.mean(regrets <= 5.0) >= 0.95
+    assert np.median(regrets) <= 0.5
+    assert np.mean(tried) <= 0.06
 
 
 def test_noisy_matmul_beats_random_search_at_the_same_budget():
-    """5 % timing noise, out-of-resource failures. Measured over seeds 0-29:
-    fasta catch5 0.70, median regret 0 %; random search with the same number of
-    configs per seed: catch5 0.10, median regret 12 %."""
+    """5 % timing noise, out-of-resource failures, 5 % budget. Measured over
+    seeds 0-29: fasta catch5 0.43, median regret 7.9 %; random search with
+    the same number of configs per seed: catch5 0.07, median regret 26.6 %."""
     table = landscapes.as_table(landscapes.matmul(8, size=500, noise=0.05))
     regrets, tried = _quality(table, range(30))
     random_regrets = []
     for seed, fraction in enumerate(tried):
         trace = drive(make_policy("random", table.configs, {"budget": float(fraction)}), table, seed)
         random_regrets.append(_regret_pct(table, trace))
-    assert np.mean(regrets <= 5.0) >= 0.6
-    assert np.median(regrets) < np.median(random_regrets) - 5.0
+    assert np.mean(regrets <= 5.0) >= 0.3
+    assert np.median(regrets) < np.median(random_regrets) - 10.0
 
 
-def test_single_needle_is_found_more_often_than_its_share_of_the_budget():
+def test_single_needle_is_found_about_as_often_as_its_share_of_the_budget():
     """A needle on a flat plateau has no structure to learn: the policy can only
-    do as well as coverage. Measured over seeds 0-59: hit rate about equals the
-    tried fraction (0.5 on N=60 with the small-space budget)."""
+    do as well as coverage. N = 60 is too small for a model, so it takes the
+    coverage path (half the space). Measured over seeds 0-59: hit rate 0.52
+    for 0.50 of the space tried."""
     regrets, tried = _quality(NEEDLE, range(60))
     assert np.mean(regrets <= 2.0) >= np.mean(tried) - 0.15
 

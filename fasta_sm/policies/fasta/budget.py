@@ -30,7 +30,8 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
     Small spaces hold few near-optimal configs in absolute terms, so missing
     them is likely unless a larger fraction is measured; large spaces with
     many knobs are smooth enough in aggregate that a small fraction suffices.
-    An explicit `budget` fraction overrides the routing. The model path needs
+    An explicit `budget` fraction overrides the routing. At least
+    `guided_share` of the total is kept for the guided rounds. The model path needs
     `min_viable_np` R1 points per linear parameter; otherwise (including
     D = 0, nothing to regress on) the policy takes the coverage path.
     """
@@ -46,7 +47,8 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
         budget_class, fraction = "base", params.base_budget
     total = min(n, max(math.ceil(fraction * n), params.min_budget))
     wanted_r1 = max(math.ceil(params.r1_frac * n), params.r1_min, math.ceil(params.r1_per_param * (1 + dims)))
-    r1 = max(1, min(wanted_r1, total))
+    guided = math.ceil(params.guided_share * total) if total > 1 else 0
+    r1 = max(1, min(wanted_r1, total - guided))
     viable = dims > 0 and r1 / (1 + dims) >= params.min_viable_np and r1 < total
     if not viable:
         coverage_total = total if budget is not None else max(total, math.ceil(params.coverage_budget * n))

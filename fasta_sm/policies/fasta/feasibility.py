@@ -2,10 +2,11 @@
 
 Out-of-resource configs sit in a corner of the space (big tiles times many
 stages). Each one costs a compile and a budget slot, and the duration model
-cannot learn them because failures never enter the regression. A ridge fit
-of the 0/1 failure indicator over the configs tried so far gives a failure
-probability; selection multiplies each config's softmax weight by its chance
-of running.
+cannot learn them because failures never enter the regression: worse, the
+duration model extrapolates "bigger tiles are faster" straight into the
+corner where they stop compiling. A ridge fit of the 0/1 failure indicator
+over the configs tried so far gives a failure probability p, and selection
+multiplies each config's softmax weight by a power of its chance to run.
 """
 
 from __future__ import annotations
@@ -14,18 +15,26 @@ import numpy as np
 
 from .surrogates import fit_ridge
 
-PROBABILITY_FLOOR = 0.02
+PROBABILITY_FLOOR = 1e-3
 
 
-def log_run_chance(design: np.ndarray, tried: np.ndarray, failed: np.ndarray, lam: float) -> np.ndarray:
-    """log P(config runs) for every row of `design`; all zeros until a failure is seen.
+def failure_chance(design: np.ndarray, tried: np.ndarray, failed: np.ndarray, lam: float) -> np.ndarray:
+    """P(config fails) for every row of `design`, in [0, 1]; all zeros until a failure is seen.
 
-    `tried` are the rows compiled so far, `failed` a 0/1 array over them. The
-    probability is clipped to [PROBABILITY_FLOOR, 1] so a wrong guess only
-    demotes a config, never rules it out.
+    `tried` are the rows compiled so far, `failed` a 0/1 array over them.
     """
-    if not failed.any() or failed.all() or design.shape[1] == 0:
+    if not failed.any() or design.shape[1] == 0:
         return np.zeros(design.shape[0])
+    if failed.all():
+        return np.ones(design.shape[0])
     fit = fit_ridge("feasibility", design, tried, failed.astype(float), lam)
-    p_fail = np.clip(fit.predict(design), 0.0, 1.0 - PROBABILITY_FLOOR)
-    return np.log1p(-p_fail)
+    return np.clip(fit.predict(design), 0.0, 1.0)
+
+
+def run_penalty(p_fail: np.ndarray, tau: float, weight: float) -> np.ndarray:
+    """Score added so that a config's softmax weight is multiplied by P(runs) ** weight.
+
+    P(runs) is floored at PROBABILITY_FLOOR: a wrong guess demotes a config,
+    it never rules it out.
+    """
+    return -tau * weight * np.log(np.maximum(1.0 - p_fail, PROBABILITY_FLOOR))

@@ -25,22 +25,26 @@ class FastaParams:
     r1_frac: float = 0.06
     r1_min: int = 12
     r1_per_param: float = 2.0
-    small_budget: float = 0.30
-    base_budget: float = 0.16
-    large_budget: float = 0.10
-    min_budget: int = 16
-    small_n: int = 150
-    small_d: int = 3
-    large_n: int = 150
-    large_d: int = 4
+    guided_share: float = 0.3
+    small_budget: float = 0.21
+    base_budget: float = 0.12
+    large_budget: float = 0.05
+    min_budget: int = 12
+    small_n: int = 220
+    small_d: int = 5
+    large_n: int = 300
+    large_d: int = 2
     cost_budget: float = 0.0
     coverage_budget: float = 0.5
     # --- model ---
     min_viable_np: float = 2.0
-    ridge_lambda: float = 0.1
-    bases: tuple[str, ...] = ("linear", "quad", "full", "fourier", "cubic", "pairs")
+    ridge_lambda: float = 0.03
+    bases: tuple[str, ...] = ("linear", "quad", "full", "fourier", "cubic", "rbf")
+    incumbent_basis: str = "rbf"
+    challenger_handicap: float = 0.2
     log2_features: bool = True
-    feasibility: bool = True
+    failure_weight: float = 3.0
+    cap_quantile: float = 0.5
     # --- batch selection ---
     rounds: int = 8
     max_rounds: int = 12
@@ -49,17 +53,17 @@ class FastaParams:
     near_tol: float = 0.05
     near_full: int = 4
     marginal_d: int = 3
-    marginal_share: float = 0.25
+    marginal_share: float = 0.5
     # --- stopping ---
     min_rounds: int = 3
     margin_conv: float = 0.05
-    trust_rho: float = 0.8
+    trust_rho: float = 0.95
     l1_conv: float = 0.0
     hist_bins: int = 10
     hist_span: float = 0.1
     # --- re-timing before DONE ---
-    retime_top: int = 5
-    retime_tol: float = 0.08
+    retime_top: int = 3
+    retime_tol: float = 0.05
     retime_rounds: int = 2
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
@@ -71,6 +75,8 @@ class FastaParams:
                 raise PolicyError(f"fasta: {name}={value!r} must be a fraction in (0, 1]")
         if not 0.0 <= self.cost_budget <= 1.0:
             raise PolicyError(f"fasta: cost_budget={self.cost_budget!r} must be 0 (off) or a fraction in (0, 1]")
+        if not 0.0 <= self.guided_share < 1.0:
+            raise PolicyError(f"fasta: guided_share={self.guided_share!r} must be in [0, 1)")
         if not 0.0 <= self.marginal_share < 1.0:
             raise PolicyError(f"fasta: marginal_share={self.marginal_share!r} must be in [0, 1)")
         for name in ("tau_min", "ridge_lambda", "near_tol", "retime_tol", "hist_span"):
@@ -79,8 +85,10 @@ class FastaParams:
         for name in ("r1_min", "min_budget", "rounds", "max_rounds", "hist_bins", "near_full"):
             if getattr(self, name) < 1:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
-        if self.tau_range < 0 or self.retime_top < 0 or self.min_rounds < 0:
-            raise PolicyError("fasta: tau_range, retime_top and min_rounds must not be negative")
+        if self.tau_range < 0 or self.retime_top < 0 or self.min_rounds < 0 or self.failure_weight < 0:
+            raise PolicyError("fasta: tau_range, retime_top, min_rounds and failure_weight must not be negative")
+        if not 0.0 < self.cap_quantile <= 1.0:
+            raise PolicyError(f"fasta: cap_quantile={self.cap_quantile!r} must be in (0, 1]")
         from .surrogates import BASIS_NAMES
 
         unknown = [b for b in self.bases if b not in BASIS_NAMES]
@@ -111,6 +119,7 @@ DESCRIPTIONS: dict[str, str] = {
     "r1_frac": "R1 size as a fraction of N",
     "r1_min": "smallest R1",
     "r1_per_param": "R1 points wanted per linear-model parameter (1 + D)",
+    "guided_share": "least share of the total budget kept for the guided rounds",
     "small_budget": "budget fraction of small low-D spaces",
     "base_budget": "budget fraction of the other spaces",
     "large_budget": "budget fraction of large high-D spaces",
@@ -124,8 +133,11 @@ DESCRIPTIONS: dict[str, str] = {
     "min_viable_np": "R1 points per linear parameter below which no model is fitted (coverage path)",
     "ridge_lambda": "ridge penalty, on unit-scaled features and log durations",
     "bases": "bases that compete each round",
+    "incumbent_basis": "the basis the others must beat by `challenger_handicap` in LOO Spearman",
+    "challenger_handicap": "LOO Spearman margin a challenger needs over the incumbent basis",
     "log2_features": "take all-positive columns in log2",
-    "feasibility": "learn which configs fail and demote them",
+    "failure_weight": "softmax weights are multiplied by P(config runs) to this power (0: no failure model)",
+    "cap_quantile": "fit log durations capped at this quantile of the measured ones (1: no cap)",
     "rounds": "the guided budget is split into this many batches",
     "max_rounds": "cap on guided rounds",
     "tau_min": "softmax temperature floor (log-duration units)",

@@ -22,7 +22,7 @@ from ..config_optimizer import optimize_configs
 from .budget import BudgetPlan, route_budget
 from .contract import check_observations
 from .features import extract_features
-from .feasibility import log_run_chance
+from .feasibility import failure_chance, run_penalty
 from .params import FastaParams, resolve_params
 from .sampling import marginal_scores, softmax_pick, stratified_sample
 from .stopping import histogram_settled, margin_settled, relative_histogram
@@ -70,7 +70,7 @@ class FastaPolicy:
             self._active = np.array([c.identity in kept for c in self._configs])
         self._space = extract_features(self._configs, log2=params.log2_features)
         self._designs = {name: build_basis(name, self._space) for name in params.bases}
-        self._feasibility_design = build_basis("full", self._space) if params.feasibility else None
+        self._feasibility_design = build_basis("full", self._space) if params.failure_weight > 0 else None
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
 
@@ -135,7 +135,9 @@ class FastaPolicy:
         best_log = float(y.min())
         if self._reference_log is None:
             self._reference_log = best_log
-        fit, scores = compete(self._designs, params.bases, rows, y, params.ridge_lambda)
+        target = np.minimum(y, np.quantile(y, params.cap_quantile)) if params.cap_quantile < 1 else y
+        handicap = {name: params.challenger_handicap for name in params.bases if name != params.incumbent_basis}
+        fit, scores = compete(self._designs, params.bases, rows, target, params.ridge_lambda, handicap)
         predicted = fit.predict(self._designs[fit.basis])
         near = int(np.sum(y <= best_log + math.log1p(params.near_tol)))
         tau = params.tau_min + params.tau_range * (1.0 - fit.loo_r2) * min(1.0, near / params.near_full)
@@ -165,12 +167,13 @@ class FastaPolicy:
         n_vote = 0
         if self._space.dims >= params.marginal_d:
             n_vote = min(batch_size - 1, int(round(batch_size * params.marginal_share)))
-        run_chance = self._log_run_chance(durations)
-        model_scores = predicted - best_log - tau * run_chance
+        p_fail = self._failure_chance(durations)
+        model_scores = predicted - best_log + run_penalty(p_fail, tau, params.failure_weight)
         picks = candidates[softmax_pick(model_scores[candidates], tau, batch_size - n_vote, rng)]
         if n_vote > 0:
             rest = np.setdiff1d(candidates, picks, assume_unique=True)
-            vote = marginal_scores(self._space.levels, rows, y) - best_log - params.tau_min * run_chance
+            vote = marginal_scores(self._space.levels, rows, target) - best_log
+            vote += run_penalty(p_fail, params.tau_min, params.failure_weight)
             picks = np.concatenate([picks, rest[softmax_pick(vote[rest], params.tau_min, n_vote, rng)]])
         self._r2_rounds += 1
         record["batch"] = int(picks.size)
@@ -182,13 +185,12 @@ class FastaPolicy:
             predicted_us=np.exp(predicted),
         )
 
-    def _log_run_chance(self, durations: np.ndarray) -> np.ndarray:
-        """log P(runs) per config, zero when the feasibility model is off or nothing failed."""
+    def _failure_chance(self, durations: np.ndarray) -> np.ndarray:
+        """P(fails) per config; zero when the feasibility model is off or nothing failed."""
         if self._feasibility_design is None:
             return np.zeros(durations.size)
         tried = np.flatnonzero(~np.isnan(durations))
-        failed = np.isinf(durations[tried])
-        return log_run_chance(self._feasibility_design, tried, failed, self.params.ridge_lambda)
+        return failure_chance(self._feasibility_design, tried, np.isinf(durations[tried]), self.params.ridge_lambda)
 
     def _round_size(self) -> int:
         plan = self.plan_budget
