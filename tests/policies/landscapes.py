@@ -98,5 +98,16 @@ def needle(seed: int, noise: float = 0.01, count: int = 200) -> dict:
     return {"kernel": f"synthetic_needle_{seed}", "configs": _rows(grid, duration, noise, rng)}
 
 
+def flags(seed: int, count: int = 12) -> dict:
+    """Configs that differ only in a string flag: no numeric feature at all (D = 0)."""
+    rng = np.random.default_rng(seed)
+    rows = [
+        {"kwargs": {"MODE": f"m{i}"}, "num_warps": 4, "num_stages": 3, "compile_s": 0.5,
+         "duration_us": [float(v)] * 2, "error": None}
+        for i, v in enumerate(rng.uniform(10, 20, size=count))
+    ]
+    return {"kernel": f"synthetic_flags_{seed}", "configs": rows}
+
+
 def as_table(data: dict) -> ReplayTable:
     return table_from_dict(data, data["kernel"])

@@ -166,6 +166,14 @@ def test_explicit_budget_bounds_configs_tried_failures_included(budget):
     assert trace.tried <= math.ceil(budget * len(MATMUL.configs))
 
 
+def test_cost_budget_stops_the_tune_in_seconds_not_only_in_configs():
+    free = drive(FastaPolicy(MATMUL.configs, budget=0.3), MATMUL, seed=0)
+    capped_policy = FastaPolicy(MATMUL.configs, budget=0.3, cost_budget=0.08)
+    capped = drive(capped_policy, MATMUL, seed=0)
+    assert capped.tried < free.tried
+    assert any(h.get("stop") == "cost budget spent" for h in capped_policy._history)
+
+
 def test_failed_configs_are_never_proposed_again():
     trace = drive(FastaPolicy(MATMUL.configs), MATMUL, seed=2)
     failed = {i for i, e in enumerate(MATMUL.errors) if e is not None}
@@ -213,17 +221,44 @@ def test_no_numeric_feature_takes_the_coverage_path():
 
 
 def test_coverage_path_finishes_and_keeps_its_budget():
-    table = landscapes.as_table(landscapes.needle(5, count=12))
-    policy = FastaPolicy(table.configs, r1_min=4, r1_per_param=0.5)
+    table = landscapes.as_table(landscapes.flags(5, count=12))
+    policy = FastaPolicy(table.configs)
     assert policy.plan_budget.path == "coverage"
     trace = drive(policy, table, seed=0)
     assert trace.tried <= policy.plan_budget.total
     assert all(d.predicted_us is None for d in trace.decisions)
 
 
+@pytest.mark.parametrize("n", [200, 500, 1150])
+def test_r1_leaves_a_share_of_the_budget_to_the_guided_rounds(n):
+    from fasta_sm.policies.fasta.budget import route_budget
+    from fasta_sm.policies.fasta.params import FastaParams
+
+    plan = route_budget(n, 5, FastaParams(), None)
+    assert plan.r1 <= plan.total - math.ceil(0.3 * plan.total)
+
+
+def test_r1_grows_to_a_viable_size_when_the_total_allows_it():
+    from fasta_sm.policies.fasta.budget import route_budget
+    from fasta_sm.policies.fasta.params import FastaParams
+
+    plan = route_budget(60, 5, FastaParams(), None)
+    assert plan.path == "model" and plan.r1 == 12 < plan.total
+
+
+def test_routing_gives_small_spaces_a_larger_share_than_large_ones():
+    from fasta_sm.policies.fasta.budget import route_budget
+    from fasta_sm.policies.fasta.params import FastaParams
+
+    small, large = route_budget(128, 4, FastaParams(), None), route_budget(1000, 4, FastaParams(), None)
+    assert (small.budget_class, large.budget_class) == ("small", "large")
+    assert small.total / 128 > large.total / 1000
+
+
 def test_too_few_r1_points_per_parameter_takes_the_coverage_path():
-    policy = FastaPolicy(MATMUL.configs, r1_min=4, r1_frac=0.01, r1_per_param=0.5, min_viable_np=2.0)
+    policy = FastaPolicy(MATMUL.configs, min_viable_np=5.0)
     assert policy.plan_budget.path == "coverage"
+    assert policy.plan_budget.total == math.ceil(0.5 * len(MATMUL.configs))
 
 
 # --------------------------------------------------------------- determinism and resume
@@ -317,9 +352,8 @@ def test_noisy_matmul_beats_random_search_at_the_same_budget():
 
 def test_single_needle_is_found_about_as_often_as_its_share_of_the_budget():
     """A needle on a flat plateau has no structure to learn: the policy can only
-    do as well as coverage. N = 60 is too small for a model, so it takes the
-    coverage path (half the space). Measured over seeds 0-59: hit rate 0.52
-    for 0.50 of the space tried."""
+    do about as well as coverage. Measured over seeds 0-59 (N = 60, the
+    small-space budget): hit rate 0.17 for 0.22 of the space tried."""
     regrets, tried = _quality(NEEDLE, range(60))
     assert np.mean(regrets <= 2.0) >= np.mean(tried) - 0.15
 
@@ -407,6 +441,18 @@ def test_competition_picks_a_basis_with_curvature_on_a_bowl():
     rows = np.random.default_rng(0).choice(len(BOWL.configs), size=60, replace=False)
     fit, scores = compete(designs, names, rows, np.log(BOWL.mean_us[rows]), 0.1)
     assert fit.basis != "linear" and scores[fit.basis] == max(scores.values())
+
+
+def test_a_challenger_must_beat_the_incumbent_by_its_handicap():
+    space = extract_features(BOWL.configs)
+    names = ("linear", "quad")
+    designs = {n: build_basis(n, space) for n in names}
+    rows = np.random.default_rng(0).choice(len(BOWL.configs), size=60, replace=False)
+    y = np.log(BOWL.mean_us[rows])
+    fair, scores = compete(designs, names, rows, y, 0.1)
+    assert fair.basis == "quad" and scores["quad"] > scores["linear"]
+    handicapped, _ = compete(designs, names, rows, y, 0.1, {"quad": 2.0})
+    assert handicapped.basis == "linear"
 
 
 def test_cubic_waits_for_enough_points_to_be_identifiable():

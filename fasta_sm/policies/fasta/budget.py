@@ -31,7 +31,9 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
     them is likely unless a larger fraction is measured; large spaces with
     many knobs are smooth enough in aggregate that a small fraction suffices.
     An explicit `budget` fraction overrides the routing. At least
-    `guided_share` of the total is kept for the guided rounds. The model path needs
+    `guided_share` of the total is kept for the guided rounds, unless that
+    would leave R1 too small for any model while a viable R1 still fits in
+    the total. The model path needs
     `min_viable_np` R1 points per linear parameter; otherwise (including
     D = 0, nothing to regress on) the policy takes the coverage path.
     """
@@ -49,6 +51,9 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
     wanted_r1 = max(math.ceil(params.r1_frac * n), params.r1_min, math.ceil(params.r1_per_param * (1 + dims)))
     guided = math.ceil(params.guided_share * total) if total > 1 else 0
     r1 = max(1, min(wanted_r1, total - guided))
+    viable_r1 = math.ceil(params.min_viable_np * (1 + dims))
+    if r1 < viable_r1 < total:
+        r1 = viable_r1
     viable = dims > 0 and r1 / (1 + dims) >= params.min_viable_np and r1 < total
     if not viable:
         coverage_total = total if budget is not None else max(total, math.ceil(params.coverage_budget * n))
