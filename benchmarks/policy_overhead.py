@@ -15,7 +15,12 @@ import time
 
 import numpy as np
 
-from fasta_sm.backends.replay import ReplayBackend, ReplayTable, load_table, table_from_dict
+from fasta_sm.backends.replay import (
+    ReplayBackend,
+    ReplayTable,
+    load_table,
+    table_from_dict,
+)
 from fasta_sm.policies.fasta import FastaPolicy
 from fasta_sm.protocols import Observations
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..config import Config
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 
+import landscapes
 import numpy as np
 import pytest
-
-import landscapes
 from driving import drive
+
 from fasta_sm.bench import bench, exhaustive_cost_s, run_policy
-from fasta_sm.policies import make_policy
-from fasta_sm.policies import coordinate, trees  # noqa: F401  (registers coordesc and trees)
+from fasta_sm.policies import coordinate, make_policy, trees  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
 
 pytest.importorskip("sklearn")
@@ -49,9 +48,9 @@ def test_coordesc_descends_a_smooth_bowl_to_its_floor():
 
 
 def test_trees_beats_random_on_a_smooth_bowl():
-    trees = [run_policy(BOWL, "trees", s, {"budget": 0.05}).regret_pct for s in range(5)]
+    forest = [run_policy(BOWL, "trees", s, {"budget": 0.05}).regret_pct for s in range(5)]
     rand = [run_policy(BOWL, "random", s, {"budget": 0.05}).regret_pct for s in range(5)]
-    assert np.median(trees) < np.median(rand)
+    assert np.median(forest) < np.median(rand)
 
 
 def test_bench_report_has_exactly_the_documented_shape(tmp_path):

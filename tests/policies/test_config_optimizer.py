@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import landscapes
 import numpy as np
+from driving import drive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import landscapes
-from driving import drive
 from fasta_sm.config import Config
 from fasta_sm.policies.config_optimizer import circle_num, optimize_configs, tile_numel
 from fasta_sm.policies.fasta import FastaPolicy

@@ -10,22 +10,30 @@ from __future__ import annotations
 
 import math
 
+import landscapes
 import msgpack
 import numpy as np
 import pytest
+from driving import Simulator, drive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import landscapes
-from driving import Simulator, drive
 from fasta_sm.config import Config
 from fasta_sm.errors import ConfigError, PolicyError
 from fasta_sm.policies import make_policy
 from fasta_sm.policies.fasta import FastaPolicy
 from fasta_sm.policies.fasta.contract import InvalidObservations
 from fasta_sm.policies.fasta.features import extract_features
-from fasta_sm.policies.fasta.sampling import marginal_scores, softmax_pick, stratified_sample
-from fasta_sm.policies.fasta.stopping import histogram_settled, margin_settled, relative_histogram
+from fasta_sm.policies.fasta.sampling import (
+    marginal_scores,
+    softmax_pick,
+    stratified_sample,
+)
+from fasta_sm.policies.fasta.stopping import (
+    histogram_settled,
+    margin_settled,
+    relative_histogram,
+)
 from fasta_sm.policies.fasta.surrogates import build_basis, compete, fit_ridge, spearman
 from fasta_sm.protocols import Observations
 

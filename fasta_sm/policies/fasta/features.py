@@ -9,8 +9,8 @@ bools are categorical flags and are skipped, as are the kwargs in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

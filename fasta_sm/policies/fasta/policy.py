@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +22,8 @@ from .. import register
 from ..config_optimizer import optimize_configs
 from .budget import BudgetPlan, route_budget
 from .contract import check_observations
-from .features import extract_features
 from .feasibility import failure_chance, run_penalty
+from .features import extract_features
 from .params import FastaParams, resolve_params
 from .sampling import marginal_scores, softmax_pick, stratified_sample
 from .stopping import histogram_settled, margin_settled, relative_histogram
@@ -98,7 +99,7 @@ class FastaPolicy:
         durations = check_observations(observed, len(self._configs), self._last_batch)
         self._last_batch = []
         if self._phase == "retime":
-            return self._finish(self._stop_reason, durations, observed)
+            return self._finish(self._stop_reason, durations)
         if self._phase == "done":
             return self._stop(f"fasta: {self._stop_reason}")
         measured = np.isfinite(durations)
@@ -112,14 +113,14 @@ class FastaPolicy:
         if self.plan_budget.path == "coverage":
             if remaining > 0 and candidates.size:
                 return self._issue(self._blind(candidates, remaining, rng), "coverage path: uniform sample")
-            return self._finish("coverage budget spent", durations, observed)
+            return self._finish("coverage budget spent", durations)
         if remaining <= 0 or candidates.size == 0:
-            return self._finish("budget spent" if candidates.size else "every config measured", durations, observed)
+            return self._finish("budget spent" if candidates.size else "every config measured", durations)
         if self._r2_rounds >= self.params.max_rounds:
-            return self._finish(f"max_rounds={self.params.max_rounds} reached", durations, observed)
+            return self._finish(f"max_rounds={self.params.max_rounds} reached", durations)
         if self._cost_spent(observed, durations):
-            return self._finish("cost budget spent", durations, observed)
-        return self._guided_round(durations, candidates, remaining, rng, observed)
+            return self._finish("cost budget spent", durations)
+        return self._guided_round(durations, candidates, remaining, rng)
 
     def _guided_round(
         self,
@@ -127,7 +128,6 @@ class FastaPolicy:
         candidates: np.ndarray,
         remaining: int,
         rng: np.random.Generator,
-        observed: Observations,
     ) -> Decision:
         params = self.params
         rows = np.flatnonzero(np.isfinite(durations))
@@ -158,15 +158,15 @@ class FastaPolicy:
             lower = predicted[candidates] - fit.loo_rmse
             if margin_settled(lower, best_log, params.margin_conv, fit.loo_rho, params.trust_rho):
                 self._history.append(record)
-                return self._finish("margin: the model bounds every unmeasured config as slower", durations, observed)
+                return self._finish("margin: the model bounds every unmeasured config as slower", durations)
             settled = histogram_settled(None if previous is None else np.array(previous), hist, params.l1_conv)
             if settled and not improved:
                 self._history.append(record)
-                return self._finish("histogram of measured durations settled, best unchanged", durations, observed)
+                return self._finish("histogram of measured durations settled, best unchanged", durations)
         batch_size = min(remaining, candidates.size, self._round_size())
         n_vote = 0
         if self._space.dims >= params.marginal_d:
-            n_vote = min(batch_size - 1, int(round(batch_size * params.marginal_share)))
+            n_vote = min(batch_size - 1, round(batch_size * params.marginal_share))
         p_fail = self._failure_chance(durations)
         model_scores = predicted - best_log + run_penalty(p_fail, tau, params.failure_weight)
         picks = candidates[softmax_pick(model_scores[candidates], tau, batch_size - n_vote, rng)]
@@ -216,7 +216,7 @@ class FastaPolicy:
         size = min(remaining, candidates.size)
         return sorted(int(i) for i in rng.choice(candidates, size=size, replace=False))
 
-    def _finish(self, why: str, durations: np.ndarray, observed: Observations) -> Decision:
+    def _finish(self, why: str, durations: np.ndarray) -> Decision:
         """Before DONE, time the near-best configs again, so one lucky timing cannot win.
 
         Up to `retime_rounds` rounds, each re-timing the configs among the

@@ -14,9 +14,9 @@ high num_stages) that no low-order polynomial can.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Callable, Sequence
 
 import numpy as np
 
