@@ -66,6 +66,7 @@ class FastaParams:
     retime_top: int = 3
     retime_tol: float = 0.05
     retime_rounds: int = 2
+    retime_min: int = 1
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
 
@@ -83,7 +84,7 @@ class FastaParams:
         for name in ("tau_min", "ridge_lambda", "near_tol", "retime_tol", "hist_span"):
             if getattr(self, name) <= 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be positive")
-        for name in ("r1_min", "min_budget", "rounds", "max_rounds", "hist_bins", "near_full"):
+        for name in ("r1_min", "min_budget", "rounds", "max_rounds", "hist_bins", "near_full", "retime_min"):
             if getattr(self, name) < 1:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
         if self.tau_range < 0 or self.retime_top < 0 or self.min_rounds < 0 or self.failure_weight < 0:
@@ -153,9 +154,10 @@ DESCRIPTIONS: dict[str, str] = {
     "l1_conv": "histogram test: L1 change below which results have settled (0: off)",
     "hist_bins": "histogram test: bins",
     "hist_span": "histogram test: log-duration span above the R1 best",
-    "retime_top": "re-time at most this many of the fastest configs (< 2: off)",
+    "retime_top": "re-time at most this many of the fastest configs (0: off)",
     "retime_tol": "re-time only configs within this share of the best",
     "retime_rounds": "re-time rounds before DONE",
+    "retime_min": "re-time only when at least this many configs are near the best (1: confirm a lone best too)",
     "optimize_configs": "prune the list with the config optimizer first",
 }
 

@@ -225,11 +225,11 @@ class FastaPolicy:
         """
         self._stop_reason = why
         finite = np.flatnonzero(np.isfinite(durations))
-        if self.params.retime_top >= 2 and finite.size >= 2 and self._retimes < self.params.retime_rounds:
+        if self.params.retime_top > 0 and finite.size > 0 and self._retimes < self.params.retime_rounds:
             order = finite[np.argsort(durations[finite], kind="stable")]
             limit = durations[order[0]] * (1 + self.params.retime_tol)
             close = [int(i) for i in order[: self.params.retime_top] if durations[i] <= limit]
-            if len(close) >= 2:
+            if len(close) >= self.params.retime_min:
                 self._phase = "retime"
                 self._retimes += 1
                 self._history.append({"stop": why, "retime": close})
