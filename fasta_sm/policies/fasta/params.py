@@ -54,7 +54,7 @@ class FastaParams:
     near_tol: float = 0.05
     near_full: int = 4
     marginal_d: int = 3
-    marginal_share: float = 0.5
+    marginal_share: float = 0.4
     # --- stopping ---
     min_rounds: int = 3
     margin_conv: float = 0.05
