@@ -107,9 +107,12 @@ class FastaPolicy:
         candidates = np.flatnonzero(self._active & np.isnan(durations))
         remaining = self.plan_budget.total - int(evaluated[self._active].sum())
         if not measured.any():
-            if remaining > 0 and candidates.size:
-                return self._issue(self._blind(candidates, remaining, rng), "every config so far failed: sampling blind")
-            return self._stop("fasta: every measured config failed; nothing left in the budget")
+            if candidates.size:
+                # A tune that ends with no winner is worthless: past the budget, keep
+                # sampling (a few at a time) until one config runs or none is left.
+                return self._issue(self._blind(candidates, max(remaining, self.params.r1_min), rng),
+                                   "every config so far failed: sampling blind")
+            return self._stop("fasta: every config failed")
         if self.plan_budget.path == "coverage":
             if remaining > 0 and candidates.size:
                 return self._issue(self._blind(candidates, remaining, rng), "coverage path: uniform sample")
