@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from fasta_sm.cli import main
@@ -80,3 +83,13 @@ def test_show_plot_writes_a_png(table_file, state_dir, tmp_path):
     picture = tmp_path / "tune.png"
     invoke("show", str(state_file), "--plot", str(picture), "--state-dir", str(state_dir))
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg"])
+def test_graph_draws_a_picture_where_graphviz_is_installed(fmt, tmp_path):
+    if shutil.which("dot") is None or importlib.util.find_spec("graphviz") is None:
+        pytest.skip("needs Graphviz's dot and the graphviz Python package")
+    picture = tmp_path / f"machine.{fmt}"
+    invoke("graph", "--format", fmt, "--out", str(picture))
+    head = picture.read_bytes()[:200]
+    assert head.startswith(b"\x89PNG") if fmt == "png" else b"<svg" in picture.read_bytes()
