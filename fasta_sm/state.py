@@ -142,9 +142,15 @@ def encode_rng(rng: np.random.Generator) -> dict[str, Any]:
     return _ints_to_str(rng.bit_generator.state)
 
 
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
 def decode_rng(state: Mapping[str, Any]) -> np.random.Generator:
     restored = _str_to_ints(dict(state))
-    bit_generator = getattr(np.random, restored["bit_generator"])()
+    name = restored.get("bit_generator")
+    if name not in _BIT_GENERATORS:  # never call whatever a state file names
+        raise ValueError(f"rng_state names {name!r}, not a numpy bit generator")
+    bit_generator = getattr(np.random, name)()
     bit_generator.state = restored
     return np.random.Generator(bit_generator)
 
@@ -212,6 +218,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     if unknown:
         raise StateFileError(f"{source}: unknown field(s) {', '.join(map(str, unknown))}")
     data = dict(data)
+    _check_types(data, source)
     data["configs"] = [Config.from_dict(c) for c in data["configs"]]
     data["rounds"] = [RoundRecord(**r) for r in data["rounds"]]
     data["cost"] = Cost(**data["cost"])
@@ -222,6 +229,74 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     state = TuneState(**data)
     _check_consistent(state, source)
     return state
+
+
+_NUMBER = (int, float)
+_OPTIONAL = type(None)
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "key": (str,), "kernel": (str,), "policy": (str,), "backend": (str,), "configs_hash": (str,),
+    "phase": (str,), "step": (str,), "library": (str,), "configs": (list,),
+    "policy_params": (dict,), "policy_state": (dict,), "rng_state": (dict,), "compiled": (dict,),
+    "failed": (dict,), "durations": (dict,), "carried": (dict,), "cost": (dict,),
+    "seed": (int,), "round": (int,), "retime": (bool,),
+    "pending": (list,), "round_done": (list,), "predicted_us": (list,), "rounds": (list,), "restarts": (list,),
+    "best": (int, _OPTIONAL), "best_us": (*_NUMBER, _OPTIONAL), "stop_reason": (str, _OPTIONAL),
+    "last_error": (str, _OPTIONAL), "created": _NUMBER, "updated": _NUMBER,
+}
+_ROUND_TYPES: dict[str, tuple[type, ...]] = {
+    "phase": (str,), "round": (int,), "batch": (list,), "reason": (str,), "retime": (bool,),
+    "predicted_us": (list,), "started": _NUMBER, "finished": (*_NUMBER, _OPTIONAL),
+    "compile_s": _NUMBER, "benchmark_s": _NUMBER, "policy_s": _NUMBER,
+}
+
+
+def _check_types(data: dict, source: str) -> None:
+    """Reject fields of the wrong kind, so a state that loads can also be resumed."""
+
+    def check(where: str, value: Any, types: tuple[type, ...]) -> None:
+        if isinstance(value, bool) and bool not in types:
+            ok = False
+        else:
+            ok = isinstance(value, types)
+        if not ok:
+            names = " or ".join("null" if t is _OPTIONAL else t.__name__ for t in types)
+            raise StateFileError(f"{source}: {where} is {type(value).__name__} {value!r:.60}, expected {names}")
+
+    for name, value in data.items():
+        if name in _FIELD_TYPES:
+            check(name, value, _FIELD_TYPES[name])
+    for name in ("pending", "round_done"):
+        for value in data.get(name, ()):
+            check(f"{name} entry", value, (int,))
+    for value in data.get("predicted_us", ()):
+        check("predicted_us entry", value, _NUMBER)
+    for value in data.get("restarts", ()):
+        check("restarts entry", value, (str,))
+    for position, record in enumerate(data.get("rounds", ())):
+        check(f"rounds[{position}]", record, (dict,))
+        for name, value in record.items():
+            check(f"rounds[{position}].{name}", value, _ROUND_TYPES.get(name, (object,)))
+        for value in record.get("batch", ()):
+            check(f"rounds[{position}].batch entry", value, (int,))
+        for value in record.get("predicted_us", ()):
+            check(f"rounds[{position}].predicted_us entry", value, _NUMBER)
+    for name, value in data.get("cost", {}).items():
+        check(f"cost.{name}", value, _NUMBER)
+    for index, value in data.get("compiled", {}).items():
+        check(f"compiled[{index!r}]", value, _NUMBER)
+    for index, value in data.get("failed", {}).items():
+        check(f"failed[{index!r}]", value, (str,))
+    for index, samples in data.get("durations", {}).items():
+        check(f"durations[{index!r}]", samples, (list,))
+        for value in samples:
+            check(f"durations[{index!r}] entry", value, _NUMBER)
+    for index, carried in data.get("carried", {}).items():
+        check(f"carried[{index!r}]", carried, (dict,))
+        check(f"carried[{index!r}].compile_s", carried.get("compile_s"), (*_NUMBER, _OPTIONAL))
+        check(f"carried[{index!r}].error", carried.get("error"), (str, _OPTIONAL))
+        check(f"carried[{index!r}].durations_us", carried.get("durations_us", []), (list,))
+        for value in carried.get("durations_us", []):
+            check(f"carried[{index!r}].durations_us entry", value, _NUMBER)
 
 
 def _check_consistent(state: TuneState, source: str) -> None:
@@ -235,6 +310,8 @@ def _check_consistent(state: TuneState, source: str) -> None:
         raise StateFileError(f"{source}: unknown position phase={state.phase!r} step={state.step!r}")
     if (state.phase == "DONE") != (state.step == "done"):
         raise StateFileError(f"{source}: phase {state.phase!r} with step {state.step!r}")
+    if not state.done and not state.rounds:
+        raise StateFileError(f"{source}: at {state.position()} without a round record")
     for name in ("pending", "round_done", "compiled", "failed", "durations", "carried"):
         indices = list(getattr(state, name))
         bad = [i for i in indices if not isinstance(i, int) or not 0 <= i < n]

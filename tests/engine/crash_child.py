@@ -52,7 +52,7 @@ def write_loop_child(state_dir: str, n_configs: int, progress_path: str, ready=N
     newest state that must survive.
     """
     from fasta_sm.config import Config
-    from fasta_sm.state import TuneState, pack_state
+    from fasta_sm.state import RoundRecord, TuneState, pack_state
     from fasta_sm.store import StateStore
 
     if slow_writes_s:
@@ -62,7 +62,8 @@ def write_loop_child(state_dir: str, n_configs: int, progress_path: str, ready=N
     state = TuneState(key=KEY, kernel="loop", configs=configs, policy="exhaustive",
                       durations={i: [100.0 + i] for i in range(n_configs)},
                       compiled={i: 0.5 for i in range(n_configs)}, best=0, best_us=100.0,
-                      phase="R1", step="refine")
+                      phase="R1", step="refine",
+                      rounds=[RoundRecord(phase="R1", round=0, batch=list(range(n_configs)), reason="all")])
     try:  # carry on from the newest state that survived the last kill
         state.round = store.read(store.file_for(KEY)).round
     except FileNotFoundError:

@@ -105,7 +105,7 @@ def tune_states(draw) -> TuneState:
         best=best,
         best_us=None if best is None else sum(durations[best]) / len(durations[best]),
         predicted_us=draw(st.lists(finite, max_size=n)),
-        rounds=draw(st.lists(round_records(n), max_size=3)),
+        rounds=draw(st.lists(round_records(n), min_size=0 if position[0] == "DONE" else 1, max_size=3)),
         cost=Cost(draw(nonneg), draw(nonneg), draw(nonneg)),
         stop_reason=draw(st.none() | text),
         last_error=draw(st.none() | text),
