@@ -351,6 +351,7 @@ class Tune:
 
     def _checkpoint(self) -> None:
         self._decision = None
+        self.state.updated = time.time()
         blob = pack_state(self.state)
         if self._on_checkpoint is not None:
             self._on_checkpoint(self.state, blob)

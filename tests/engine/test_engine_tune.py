@@ -322,3 +322,10 @@ def test_a_tune_ends_with_the_tables_true_best_under_exhaustive(table, store):
     assert result.best_index == table.true_best
     assert result.best_us == pytest.approx(table.true_best_us)
     assert json.loads(result.best_config.identity) == json.loads(table.configs[table.true_best].identity)
+
+
+def test_every_checkpoint_stamps_the_state_updated_time(table, backend, store):
+    stamps = []
+    result = run_tune(table, backend, store, chunk_size=8, on_step=lambda s: stamps.append(s.updated))
+    assert stamps == sorted(stamps) and stamps[-1] > result.state.created
+    assert store.read(store.file_for(KEY)).updated == stamps[-1]
