@@ -204,6 +204,20 @@ def test_retime_batches_hold_only_measured_near_best_configs():
     assert all(trace.durations[i] <= best * 1.06 for d in retimes for i in d.batch)
 
 
+def test_a_lone_best_is_timed_again_before_done():
+    policy, sim, _, _ = _after_r1(BOWL, seed=0, retime_top=3, retime_tol=1e-9)
+    durations = sim.observed().duration_us
+    best = int(np.nanargmin(durations))
+    finish = policy._finish("test", durations)
+    assert finish.retime and list(finish.batch) == [best]
+
+
+def test_a_lone_best_is_not_retimed_when_two_are_required():
+    policy, sim, _, _ = _after_r1(BOWL, seed=0, retime_top=3, retime_tol=1e-9, retime_min=2)
+    finish = policy._finish("test", sim.observed().duration_us)
+    assert not finish.retime and list(finish.batch) == []
+
+
 def test_retime_rounds_are_capped():
     trace = drive(FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=3), MATMUL, seed=0)
     assert sum(d.retime for d in trace.decisions) == 3
