@@ -39,11 +39,6 @@ class Run:
     cost_s: float
 
 
-def _load_baselines() -> None:
-    """Register the bench-only baselines (coordinate descent, extra trees)."""
-    from .policies import coordinate, trees  # noqa: F401
-
-
 def run_policy(
     table: ReplayTable,
     policy: str,
@@ -116,7 +111,6 @@ def bench(
     with a `budget`, every policy gets that fraction. `params` adds per-policy
     constructor arguments. Returns the JSON shape of `fasta-sm bench --json`.
     """
-    _load_baselines()
     paths = sorted(Path(tables_dir).glob("*.json"))
     if not paths:
         raise FileNotFoundError(f"{tables_dir}: no *.json replay tables")

@@ -42,9 +42,5 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
 
 
 def _load_builtin() -> None:
-    from . import baseline  # noqa: F401  (registers exhaustive, random)
-
-    try:
-        from . import fasta  # noqa: F401  (registers fasta)
-    except ImportError:
-        pass
+    """Register the shipped policies; scikit-learn is imported only when `trees` runs."""
+    from . import baseline, coordinate, fasta, trees  # noqa: F401
