@@ -1,8 +1,8 @@
 """Where the tuning time went: per-tune cost against exhaustive tuning of the same space.
 
-Exhaustive cost is estimated from what the tune itself measured: the mean compile
-time of the configs it compiled, and the mean benchmark time per timing, scaled
-to the whole space. On replay the recorded compile times give it exactly.
+Exhaustive cost is estimated from what the tune itself measured: its compile
+seconds per config tried (failed compiles cost time too), and its benchmark
+seconds per timing, scaled to the whole space. On replay the recorded compile times give it exactly.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def tune_costs(state: TuneState, compile_s: np.ndarray | None = None) -> TuneCos
     if compile_s is not None:
         compile_all = float(np.sum(compile_s))
     else:
-        seen = list(state.compiled.values())
-        compile_all = (sum(seen) / len(seen) if seen else 0.0) * state.n_configs
+        tried = len(set(state.compiled) | set(state.failed))
+        compile_all = (state.cost.compile_s / tried if tried else 0.0) * state.n_configs
     return TuneCosts(spent_s=spent, exhaustive_s=compile_all + bench_per_config * benchable)
 
 
