@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from itertools import chain
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 import msgpack
@@ -173,13 +174,75 @@ def _str_to_ints(value: Any) -> Any:
     return value
 
 
+_CACHE_SIZE = 64
+_packed_configs: dict[str, tuple[list, int, bytes]] = {}
+_decoded_configs: dict[bytes, tuple[list, str]] = {}
+
+
+def _configs_bytes(state: TuneState) -> bytes:
+    """The msgpack of a state's config list, packed once per list object.
+
+    A tune checkpoints the same (immutable) config list after every step; packing
+    it is most of pack_state's cost, so the bytes are kept, keyed by the list's
+    hash and checked against the list object itself.
+    """
+    hit = _packed_configs.get(state.configs_hash)
+    if hit is not None and hit[0] is state.configs and hit[1] == len(state.configs):
+        return hit[2]
+    blob = msgpack.packb([config.to_dict() for config in state.configs], use_bin_type=True)
+    if len(_packed_configs) >= _CACHE_SIZE:
+        _packed_configs.clear()
+    _packed_configs[state.configs_hash] = (state.configs, len(state.configs), blob)
+    return blob
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(TuneState))
+_ROUND_FIELDS = tuple(f.name for f in fields(RoundRecord))
+_COST_FIELDS = tuple(f.name for f in fields(Cost))
+
+
 def pack_state(state: TuneState) -> bytes:
-    """Serialize a state to msgpack bytes (the state file's whole content)."""
-    data = {f.name: getattr(state, f.name) for f in fields(TuneState)}
-    data["configs"] = [config.to_dict() for config in state.configs]
-    data["rounds"] = [asdict(record) for record in state.rounds]
-    data["cost"] = asdict(state.cost)
-    return msgpack.packb(data, use_bin_type=True)
+    """Serialize a state to msgpack bytes (the state file's whole content).
+
+    Byte for byte what `msgpack.packb` gives for the map of every field in
+    declaration order (configs as dicts, rounds and cost as maps); the map is
+    written field by field so the config list's cached bytes can be spliced in.
+    """
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [packer.pack_map_header(len(_FIELD_NAMES))]
+    for name in _FIELD_NAMES:
+        parts.append(packer.pack(name))
+        if name == "configs":
+            parts.append(_configs_bytes(state))
+        elif name == "rounds":
+            parts.append(packer.pack([{f: getattr(r, f) for f in _ROUND_FIELDS} for r in state.rounds]))
+        elif name == "cost":
+            parts.append(packer.pack({f: getattr(state.cost, f) for f in _COST_FIELDS}))
+        else:
+            parts.append(packer.pack(getattr(state, name)))
+    return b"".join(parts)
+
+
+def _decode_configs(raw: Any) -> tuple[list[Config], str]:
+    """Config objects and their hash for a raw config list, decoded once per distinct list.
+
+    Building a Config and its identity costs microseconds each; a process that
+    reloads states over the same list (rollback, `ls`, a waiter reusing a DONE
+    state) gets them from a cache keyed by the list's own canonical msgpack.
+    """
+    key = raw.blob if isinstance(raw, _RawConfigs) else msgpack.packb(raw, use_bin_type=True)
+    hit = _decoded_configs.get(key)
+    if hit is None:
+        if isinstance(raw, _RawConfigs):
+            raw = msgpack.unpackb(raw.blob, raw=False, strict_map_key=False, use_list=True)
+            if not isinstance(raw, list):
+                raise TypeError(f"configs is {type(raw).__name__}, expected list")
+        configs = [Config.from_dict(c) for c in raw]
+        hit = (configs, configs_hash(configs))
+        if len(_decoded_configs) >= _CACHE_SIZE:
+            _decoded_configs.clear()
+        _decoded_configs[key] = hit
+    return list(hit[0]), hit[1]
 
 
 _REQUIRED = {f.name for f in fields(TuneState) if f.name in ("key", "kernel", "configs", "policy")}
@@ -191,7 +254,7 @@ def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
     StateFileError is the only error this raises, whatever the bytes.
     """
     try:
-        data = msgpack.unpackb(blob, raw=False, strict_map_key=False, use_list=True)
+        data = _read_top_map(blob)
     except Exception as exc:  # msgpack raises many types on damaged input
         raise StateFileError(f"{source}: not a msgpack state file ({type(exc).__name__}: {exc})") from None
     try:
@@ -200,6 +263,46 @@ def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
         raise
     except Exception as exc:
         raise StateFileError(f"{source}: malformed state ({type(exc).__name__}: {exc})") from None
+
+
+def _types(values: Any) -> set[type]:
+    return set(map(type, values))
+
+
+class _RawConfigs:
+    """The config list's msgpack bytes, left undecoded: decoding is cached per distinct list."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+
+def _read_top_map(blob: bytes) -> Any:
+    """`msgpack.unpackb(blob)`, except that a top-level map's "configs" stays raw bytes.
+
+    Decoding a thousand configs into dicts costs more than all other fields
+    together; skipping over them (no objects built) and keeping their bytes lets
+    `_decode_configs` reuse an earlier decoding of the same list.
+    """
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True, max_buffer_size=max(len(blob), 1))
+    unpacker.feed(blob)
+    try:
+        size = unpacker.read_map_header()
+    except Exception:  # not a map at the top: decode plainly, for the plain error
+        return msgpack.unpackb(blob, raw=False, strict_map_key=False, use_list=True)
+    data: dict = {}
+    for _ in range(size):
+        key = unpacker.unpack()
+        if key == "configs":
+            start = unpacker.tell()
+            unpacker.skip()
+            data[key] = _RawConfigs(bytes(blob[start:unpacker.tell()]))
+        else:
+            data[key] = unpacker.unpack()
+    if unpacker.tell() != len(blob):
+        raise ValueError(f"{len(blob) - unpacker.tell()} bytes of extra data after the state")
+    return data
 
 
 def _state_from_data(data: Any, source: str) -> TuneState:
@@ -219,15 +322,20 @@ def _state_from_data(data: Any, source: str) -> TuneState:
         raise StateFileError(f"{source}: unknown field(s) {', '.join(map(str, unknown))}")
     data = dict(data)
     _check_types(data, source)
-    data["configs"] = [Config.from_dict(c) for c in data["configs"]]
+    data["configs"], list_hash = _decode_configs(data["configs"])
     data["rounds"] = [RoundRecord(**r) for r in data["rounds"]]
     data["cost"] = Cost(**data["cost"])
-    data["compiled"] = {int(k): float(v) for k, v in data["compiled"].items()}
-    data["failed"] = {int(k): str(v) for k, v in data["failed"].items()}
-    data["durations"] = {int(k): [float(x) for x in v] for k, v in data["durations"].items()}
+    # convert only where msgpack did not already give the exact types (it does for files we wrote)
+    if not (_types(data["compiled"]) <= {int} and _types(data["compiled"].values()) <= {float}):
+        data["compiled"] = {int(k): float(v) for k, v in data["compiled"].items()}
+    if not _types(data["failed"]) <= {int}:
+        data["failed"] = {int(k): str(v) for k, v in data["failed"].items()}
+    durations = data["durations"]
+    if not (_types(durations) <= {int} and _types(chain.from_iterable(durations.values())) <= {float}):
+        data["durations"] = {int(k): list(map(float, v)) for k, v in durations.items()}
     data["carried"] = {int(k): dict(v) for k, v in data["carried"].items()}
     state = TuneState(**data)
-    _check_consistent(state, source)
+    _check_consistent(state, source, list_hash)
     return state
 
 
@@ -235,7 +343,7 @@ _NUMBER = (int, float)
 _OPTIONAL = type(None)
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "key": (str,), "kernel": (str,), "policy": (str,), "backend": (str,), "configs_hash": (str,),
-    "phase": (str,), "step": (str,), "library": (str,), "configs": (list,),
+    "phase": (str,), "step": (str,), "library": (str,), "configs": (list, _RawConfigs),
     "policy_params": (dict,), "policy_state": (dict,), "rng_state": (dict,), "compiled": (dict,),
     "failed": (dict,), "durations": (dict,), "carried": (dict,), "cost": (dict,),
     "seed": (int,), "round": (int,), "retime": (bool,),
@@ -265,31 +373,29 @@ def _check_types(data: dict, source: str) -> None:
     for name, value in data.items():
         if name in _FIELD_TYPES:
             check(name, value, _FIELD_TYPES[name])
+    def each(where: str, values: Any, types: tuple[type, ...]) -> None:
+        values = values if isinstance(values, (list, tuple)) else list(values)
+        if not set(map(type, values)) <= set(types):  # fast path: msgpack gives exact types
+            for value in values:
+                check(where, value, types)
+
     for name in ("pending", "round_done"):
-        for value in data.get(name, ()):
-            check(f"{name} entry", value, (int,))
-    for value in data.get("predicted_us", ()):
-        check("predicted_us entry", value, _NUMBER)
-    for value in data.get("restarts", ()):
-        check("restarts entry", value, (str,))
+        each(f"{name} entry", data.get(name, ()), (int,))
+    each("predicted_us entry", data.get("predicted_us", ()), _NUMBER)
+    each("restarts entry", data.get("restarts", ()), (str,))
     for position, record in enumerate(data.get("rounds", ())):
         check(f"rounds[{position}]", record, (dict,))
         for name, value in record.items():
             check(f"rounds[{position}].{name}", value, _ROUND_TYPES.get(name, (object,)))
-        for value in record.get("batch", ()):
-            check(f"rounds[{position}].batch entry", value, (int,))
-        for value in record.get("predicted_us", ()):
-            check(f"rounds[{position}].predicted_us entry", value, _NUMBER)
+        each(f"rounds[{position}].batch entry", record.get("batch", ()), (int,))
+        each(f"rounds[{position}].predicted_us entry", record.get("predicted_us", ()), _NUMBER)
     for name, value in data.get("cost", {}).items():
         check(f"cost.{name}", value, _NUMBER)
-    for index, value in data.get("compiled", {}).items():
-        check(f"compiled[{index!r}]", value, _NUMBER)
-    for index, value in data.get("failed", {}).items():
-        check(f"failed[{index!r}]", value, (str,))
-    for index, samples in data.get("durations", {}).items():
-        check(f"durations[{index!r}]", samples, (list,))
-        for value in samples:
-            check(f"durations[{index!r}] entry", value, _NUMBER)
+    each("compiled value", data.get("compiled", {}).values(), _NUMBER)
+    each("failed value", data.get("failed", {}).values(), (str,))
+    durations = data.get("durations", {})
+    each("durations value", durations.values(), (list,))
+    each("durations entry", chain.from_iterable(durations.values()), _NUMBER)
     for index, carried in data.get("carried", {}).items():
         check(f"carried[{index!r}]", carried, (dict,))
         check(f"carried[{index!r}].compile_s", carried.get("compile_s"), (*_NUMBER, _OPTIONAL))
@@ -299,12 +405,12 @@ def _check_types(data: dict, source: str) -> None:
             check(f"carried[{index!r}].durations_us entry", value, _NUMBER)
 
 
-def _check_consistent(state: TuneState, source: str) -> None:
+def _check_consistent(state: TuneState, source: str, list_hash: str | None = None) -> None:
     """Reject states whose parts contradict each other: resuming them would mislead."""
     n = state.n_configs
     if n == 0:
         raise StateFileError(f"{source}: empty config list")
-    if state.configs_hash != configs_hash(state.configs):
+    if state.configs_hash != (list_hash if list_hash is not None else configs_hash(state.configs)):
         raise StateFileError(f"{source}: configs_hash does not match the config list")
     if state.phase not in PHASES or state.step not in STEPS:
         raise StateFileError(f"{source}: unknown position phase={state.phase!r} step={state.step!r}")
@@ -314,12 +420,18 @@ def _check_consistent(state: TuneState, source: str) -> None:
         raise StateFileError(f"{source}: at {state.position()} without a round record")
     for name in ("pending", "round_done", "compiled", "failed", "durations", "carried"):
         indices = list(getattr(state, name))
+        if not indices or (set(map(type, indices)) <= {int} and min(indices) >= 0 and max(indices) < n):
+            continue
         bad = [i for i in indices if not isinstance(i, int) or not 0 <= i < n]
         if bad:
             raise StateFileError(f"{source}: {name} holds index {bad[0]!r} outside 0..{n - 1}")
-    for index, samples in state.durations.items():
-        if not samples or any(not math.isfinite(x) or x < 0 for x in samples):
-            raise StateFileError(f"{source}: config #{index} has invalid durations {samples!r}")
+    flat = list(chain.from_iterable(state.durations.values()))
+    if flat and (min(flat) < 0 or max(flat) == math.inf or any(map(math.isnan, flat))) or not all(
+        state.durations.values()
+    ):
+        for index, samples in state.durations.items():
+            if not samples or any(not math.isfinite(x) or x < 0 for x in samples):
+                raise StateFileError(f"{source}: config #{index} has invalid durations {samples!r}")
     if state.best is not None and state.best not in state.durations:
         raise StateFileError(f"{source}: best config #{state.best} was never measured")
     if state.phase == "DONE" and state.best is None:

@@ -212,3 +212,28 @@ def test_config_identity_distinguishes_values_launch_options_and_types(other):
 def test_configs_hash_depends_on_list_order():
     a, b = Config({"X": 1}), Config({"X": 2})
     assert configs_hash([a, b]) != configs_hash([b, a])
+
+
+def _plain_pack(state: TuneState) -> bytes:
+    from dataclasses import asdict, fields
+
+    data = {f.name: getattr(state, f.name) for f in fields(TuneState)}
+    data["configs"] = [c.to_dict() for c in state.configs]
+    data["rounds"] = [asdict(r) for r in state.rounds]
+    data["cost"] = asdict(state.cost)
+    return msgpack.packb(data, use_bin_type=True)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tune_states())
+def test_a_state_file_is_exactly_the_plain_msgpack_map_of_its_fields(state: TuneState):
+    """pack_state splices cached config bytes in; the result must not differ by a byte."""
+    assert pack_state(state) == _plain_pack(state)
+    assert pack_state(state) == _plain_pack(state)  # second pack: from the cache
+    assert _plain_pack(unpack_state(pack_state(state))) == _plain_pack(state)
+
+
+def test_reloading_a_state_over_the_same_config_list_gives_equal_but_unshared_lists():
+    blob = pack_state(sample_state())
+    a, b = unpack_state(blob), unpack_state(blob)
+    assert a.configs == b.configs and a.configs is not b.configs
