@@ -153,7 +153,10 @@ def bench(
         overall[policy]["median_regret_pct"] = float(np.median(regrets[policy]))
         overall[policy]["p95_regret_pct"] = float(np.percentile(regrets[policy], 95))
     ordered = {
-        p: {k: overall[p][k] for k in ("catch2", "catch5", "median_regret_pct", "p95_regret_pct", "evals_pct", "cost_pct")}
+        p: {
+            k: overall[p][k]
+            for k in ("catch2", "catch5", "median_regret_pct", "p95_regret_pct", "evals_pct", "cost_pct")
+        }
         for p in policies
     }
     return {"kernels": kernels, "overall": ordered}

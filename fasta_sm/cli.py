@@ -11,11 +11,17 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from . import __version__
-from .data import default_table, table_path, table_names
+from .data import default_table, table_names, table_path
 from .errors import FastaError, StateFileError
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
@@ -45,13 +51,19 @@ def main(verbose: bool) -> None:
 
 
 @main.command()
-@click.option("--replay", "table", metavar="TABLE", default=None,
-              help=f"Replay table: a path, or the name of a shipped table (default: {default_table()}).")
+@click.option(
+    "--replay",
+    "table",
+    metavar="TABLE",
+    default=None,
+    help=f"Replay table: a path, or the name of a shipped table (default: {default_table()}).",
+)
 @click.option("--policy", default="fasta", show_default=True, help="Search policy.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for the policy and the replay noise.")
 @click.option("--budget", default=None, type=float, help="Budget as a fraction of the space (policy default if unset).")
-@click.option("--noise/--no-noise", default=True, show_default=True,
-              help="Replay with seeded noise matching the recorded spread.")
+@click.option(
+    "--noise/--no-noise", default=True, show_default=True, help="Replay with seeded noise matching the recorded spread."
+)
 @state_dir_option
 def tune(table: str | None, policy: str, seed: int, budget: float | None, noise: bool, state_dir: Path | None) -> None:
     """Tune a kernel by replaying its recorded table; a second run reuses the DONE state."""
@@ -64,34 +76,61 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     key = f"replay/{replay.kernel}/{policy}/seed={seed}/budget={budget}/noise={noise}"
     n = len(replay.configs)
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[position]}"), TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
-        console=console, transient=True,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[position]}"),
+        TextColumn("best {task.fields[best]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     ) as progress:
         task = progress.add_task(replay.kernel, total=n, position="", best="-")
 
         def on_step(state: TuneState) -> None:
-            progress.update(task, completed=state.measured_count() + len(state.failed),
-                            position=state.position(), best=format_us(state.best_us))
+            progress.update(
+                task,
+                completed=state.measured_count() + len(state.failed),
+                position=state.position(),
+                best=format_us(state.best_us),
+            )
 
-        result = run_tune(key, replay.kernel, replay.configs, ReplayBackend(replay, noise=noise, seed=seed),
-                          policy=policy, policy_params=params, seed=seed, store=store, on_step=on_step)
+        result = run_tune(
+            key,
+            replay.kernel,
+            replay.configs,
+            ReplayBackend(replay, noise=noise, seed=seed),
+            policy=policy,
+            policy_params=params,
+            seed=seed,
+            store=store,
+            on_step=on_step,
+        )
     state = result.state
     costs = tune_costs(state, replay.compile_s)
     best_true = replay.true_best_us
     picked_true = float(replay.mean_us[result.best_index])
     summary = Table.grid(padding=(0, 2))
     summary.add_row("kernel", f"{replay.kernel}  ({replay.meta.get('device', '?')}, {n} configs)")
-    summary.add_row("state", f"{store.file_for(key)}" + ("  [green](reused: nothing compiled or timed)" if result.reused else ""))
+    summary.add_row(
+        "state", f"{store.file_for(key)}" + ("  [green](reused: nothing compiled or timed)" if result.reused else "")
+    )
     summary.add_row("winner", f"#{result.best_index} {result.best_config.label()}")
     summary.add_row("measured", f"{format_us(result.best_us)} (recorded mean {format_us(picked_true)})")
-    summary.add_row("evaluations", f"{state.evaluations()}/{n} ({state.evaluations() / n:.0%}), "
-                                   f"{len(state.failed)} failed, {len(state.rounds)} rounds")
-    summary.add_row("tuning cost", f"{costs.spent_s:.1f} s = compile {state.cost.compile_s:.1f} s + benchmark "
-                                   f"{state.cost.benchmark_s:.1f} s + policy {state.cost.policy_s * 1000:.1f} ms; "
-                                   f"{costs.spent_pct:.1f}% of exhaustive ({costs.exhaustive_s:.1f} s)")
-    summary.add_row("regret", f"{(picked_true - best_true) / best_true:.2%} against the table's true best "
-                              f"{format_us(best_true)}")
+    summary.add_row(
+        "evaluations",
+        f"{state.evaluations()}/{n} ({state.evaluations() / n:.0%}), "
+        f"{len(state.failed)} failed, {len(state.rounds)} rounds",
+    )
+    summary.add_row(
+        "tuning cost",
+        f"{costs.spent_s:.1f} s = compile {state.cost.compile_s:.1f} s + benchmark "
+        f"{state.cost.benchmark_s:.1f} s + policy {state.cost.policy_s * 1000:.1f} ms; "
+        f"{costs.spent_pct:.1f}% of exhaustive ({costs.exhaustive_s:.1f} s)",
+    )
+    summary.add_row(
+        "regret", f"{(picked_true - best_true) / best_true:.2%} against the table's true best {format_us(best_true)}"
+    )
     summary.add_row("stopped", state.stop_reason or "-")
     console.print(summary)
 
@@ -109,16 +148,28 @@ def list_states(state_dir: Path | None) -> None:
         except StateFileError as exc:
             table.add_row(path.name, f"[red]unreadable: {exc}", "", "", "", "", "", locked)
             continue
-        table.add_row(path.name, state.kernel, state.position(), str(state.round),
-                      f"{state.measured_count()}/{state.n_configs}", format_us(state.best_us), age_of(state), locked)
+        table.add_row(
+            path.name,
+            state.kernel,
+            state.position(),
+            str(state.round),
+            f"{state.measured_count()}/{state.n_configs}",
+            format_us(state.best_us),
+            age_of(state),
+            locked,
+        )
     console.print(table)
 
 
 @main.command()
 @click.argument("key_or_file")
 @click.option("--json", "as_json", is_flag=True, help="The stable JSON form (docs/state-format.md).")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Draw measured vs predicted durations per round to a PNG or SVG.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Draw measured vs predicted durations per round to a PNG or SVG.",
+)
 @click.option("--top", default=20, show_default=True, help="Measured configs to list (all with --json).")
 @state_dir_option
 def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir: Path | None) -> None:
@@ -147,12 +198,20 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
     head.add_row("position", state.position())
     head.add_row("policy", f"{state.policy} {state.policy_params or ''}  seed {state.seed}")
     head.add_row("backend", state.backend)
-    head.add_row("measured", f"{state.measured_count()}/{state.n_configs} configs, {state.evaluations()} timings, "
-                             f"{len(state.failed)} failed")
-    head.add_row("best", "-" if state.best is None else
-                 f"#{state.best} {state.configs[state.best].label()}  {format_us(state.best_us)}")
-    head.add_row("cost", f"compile {state.cost.compile_s:.2f} s, benchmark {state.cost.benchmark_s:.2f} s, "
-                         f"policy {state.cost.policy_s * 1000:.1f} ms")
+    head.add_row(
+        "measured",
+        f"{state.measured_count()}/{state.n_configs} configs, {state.evaluations()} timings, "
+        f"{len(state.failed)} failed",
+    )
+    head.add_row(
+        "best",
+        "-" if state.best is None else f"#{state.best} {state.configs[state.best].label()}  {format_us(state.best_us)}",
+    )
+    head.add_row(
+        "cost",
+        f"compile {state.cost.compile_s:.2f} s, benchmark {state.cost.benchmark_s:.2f} s, "
+        f"policy {state.cost.policy_s * 1000:.1f} ms",
+    )
     head.add_row("stopped", state.stop_reason or "(running)")
     if state.last_error:
         head.add_row("last error", f"[red]{state.last_error}")
@@ -163,17 +222,35 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
     rounds = Table("round", "batch", "why", "compile s", "bench s", "policy ms", title="Rounds")
     for record in state.rounds:
         name = "R1" if record.phase == "R1" else f"R2_{record.round}"
-        rounds.add_row(name + (" (re-time)" if record.retime else ""), str(len(record.batch)), record.reason,
-                       f"{record.compile_s:.2f}", f"{record.benchmark_s:.2f}", f"{record.policy_s * 1000:.2f}")
+        rounds.add_row(
+            name + (" (re-time)" if record.retime else ""),
+            str(len(record.batch)),
+            record.reason,
+            f"{record.compile_s:.2f}",
+            f"{record.benchmark_s:.2f}",
+            f"{record.policy_s * 1000:.2f}",
+        )
     console.print(rounds)
 
-    measured = Table("#", "config", "mean", "timings", "predicted", "compile s",
-                     title=f"Measured, fastest first (top {top} of {state.measured_count()})")
+    measured = Table(
+        "#",
+        "config",
+        "mean",
+        "timings",
+        "predicted",
+        "compile s",
+        title=f"Measured, fastest first (top {top} of {state.measured_count()})",
+    )
     for index in sorted(state.durations, key=lambda i: (state.mean_us(i), i))[:top]:
         predicted = state.predicted_us[index] if state.predicted_us else None
-        measured.add_row(str(index), state.configs[index].label(), format_us(state.mean_us(index)),
-                         str(len(state.durations[index])), format_us(predicted),
-                         f"{state.compiled.get(index, float('nan')):.2f}")
+        measured.add_row(
+            str(index),
+            state.configs[index].label(),
+            format_us(state.mean_us(index)),
+            str(len(state.durations[index])),
+            format_us(predicted),
+            f"{state.compiled.get(index, float('nan')):.2f}",
+        )
     console.print(measured)
     if state.failed:
         failed = Table("#", "config", "error", title="Failed")
@@ -184,8 +261,12 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
 
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "png", "svg"]), default="mermaid", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write here instead of standard output (required for png/svg).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write here instead of standard output (required for png/svg).",
+)
 def graph(fmt: str, out: Path | None) -> None:
     """Draw the tuning machine: mermaid text always, PNG or SVG where graphviz is installed."""
     from .diagram import draw_machine
@@ -201,8 +282,13 @@ def graph(fmt: str, out: Path | None) -> None:
 
 
 @main.command()
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the table as CSV.")
+@click.option(
+    "--csv",
+    "csv_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the table as CSV.",
+)
 @state_dir_option
 def report(csv_out: Path | None, state_dir: Path | None) -> None:
     """Where the tuning time went, per kernel and in total, against exhaustive tuning."""
@@ -229,23 +315,44 @@ def _cell(value: object) -> str:
 
 
 @main.command("bench")
-@click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory of replay tables (default: the shipped H200 tables).")
+@click.option(
+    "--tables",
+    "tables_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of replay tables (default: the shipped H200 tables).",
+)
 @click.option("--seeds", default=50, show_default=True, help="Seeds per kernel and policy.")
-@click.option("--policies", default="fasta,random,coordesc,trees", show_default=True,
-              help="Comma-separated; the first sets the budget the others get, run by run.")
+@click.option(
+    "--policies",
+    default="fasta,random,coordesc,trees",
+    show_default=True,
+    help="Comma-separated; the first sets the budget the others get, run by run.",
+)
 @click.option("--budget", default=None, type=float, help="Give every policy this fraction instead.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the results as JSON (format in docs/cli.md).")
-def bench_command(tables_dir: Path | None, seeds: int, policies: str, budget: float | None,
-                  json_out: Path | None) -> None:
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the results as JSON (format in docs/cli.md).",
+)
+def bench_command(
+    tables_dir: Path | None, seeds: int, policies: str, budget: float | None, json_out: Path | None
+) -> None:
     """Score the policy against baselines on recorded tables, at the same evaluation budget."""
     from .bench import bench
     from .data import tables_dir as shipped_tables
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("bench", total=None)
 
         def advance(done: int, total: int, kernel: str, policy: str) -> None:

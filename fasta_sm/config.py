@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .errors import ConfigError
 
@@ -27,8 +28,7 @@ def _check_scalar(where: str, name: str, value: Any) -> Scalar:
             raise ConfigError(f"{where}: {name}={value!r} is not a finite number")
         return value
     raise ConfigError(
-        f"{where}: {name}={value!r} has type {type(value).__name__}; "
-        "config values must be int, float, bool or str"
+        f"{where}: {name}={value!r} has type {type(value).__name__}; config values must be int, float, bool or str"
     )
 
 
@@ -81,7 +81,7 @@ class Config:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Config":
+    def from_dict(cls, data: Mapping[str, Any]) -> Config:
         return cls(
             kwargs=dict(data["kwargs"]),
             num_warps=data.get("num_warps", 4),
@@ -114,9 +114,7 @@ def check_config_list(kernel: str, configs: Iterable[Config]) -> list[Config]:
     seen: dict[str, int] = {}
     for index, config in enumerate(configs):
         if not isinstance(config, Config):
-            raise ConfigError(
-                f"kernel {kernel!r}: config #{index} is a {type(config).__name__}, not a fasta_sm.Config"
-            )
+            raise ConfigError(f"kernel {kernel!r}: config #{index} is a {type(config).__name__}, not a fasta_sm.Config")
         first = seen.setdefault(config.identity, index)
         if first != index:
             raise ConfigError(

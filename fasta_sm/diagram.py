@@ -25,8 +25,17 @@ def draw_machine(fmt: str = "mermaid", out: Path | None = None) -> str:
                 "(pip install graphviz; apt-get install graphviz); --format mermaid needs neither"
             ) from None
     model = _Model()
-    GraphMachine(model=model, states=STATES, transitions=TRANSITIONS, initial="R1", auto_transitions=False,
-                 graph_engine=engine, show_conditions=True, title="fasta-sm tune", model_attribute="machine_state")
+    GraphMachine(
+        model=model,
+        states=STATES,
+        transitions=TRANSITIONS,
+        initial="R1",
+        auto_transitions=False,
+        graph_engine=engine,
+        show_conditions=True,
+        title="fasta-sm tune",
+        model_attribute="machine_state",
+    )
     graph = model.get_graph()
     if engine == "mermaid":
         text = graph.draw(None)

@@ -47,7 +47,7 @@ waits for the lock instead (with the store's usual timeout)."""
 
 
 def default_policy() -> str:
-    """"fasta" when it is registered, else "random" (with a warning): never a silent change."""
+    """ "fasta" when it is registered, else "random" (with a warning): never a silent change."""
     if "fasta" in policy_names():
         return "fasta"
     log.warning("fasta_sm: policy 'fasta' is not available; falling back to 'random'")
@@ -114,7 +114,9 @@ class MustMeasure:
 
     name = "must-measure"
 
-    def __init__(self, configs: Sequence[Config], inner: str, must: Sequence[int], params: Mapping[str, Any] | None = None):
+    def __init__(
+        self, configs: Sequence[Config], inner: str, must: Sequence[int], params: Mapping[str, Any] | None = None
+    ):
         bad = [i for i in must if not 0 <= int(i) < len(configs)]
         if bad:
             raise FastaError(f"must-measure: index {bad[0]} outside 0..{len(configs) - 1}")
@@ -144,8 +146,17 @@ def _open(plan: TunePlan, backend: Any, lock_timeout_s: float | None):
     lock = store.lock(plan.key, plan.kernel, lock_timeout_s)
     lock.__enter__()
     try:
-        tune = open_tune(store, plan.key, plan.kernel, plan.configs, backend, policy=policy,
-                         policy_params=params, seed=plan.settings.seed, chunk_size=plan.settings.chunk_size)
+        tune = open_tune(
+            store,
+            plan.key,
+            plan.kernel,
+            plan.configs,
+            backend,
+            policy=policy,
+            policy_params=params,
+            seed=plan.settings.seed,
+            chunk_size=plan.settings.chunk_size,
+        )
         state = tune.state if tune is not None else store.load(plan.key)
     except BaseException:
         lock.__exit__(None, None, None)
@@ -275,8 +286,13 @@ class FastaAutotunerMixin:
             configs = [to_fasta_config(c) for c in self._fasta_space]
             if len({c.identity for c in configs}) != len(configs):
                 raise FastaError("two configs differ only in launch options fasta-sm does not key")
-            self._fasta_plan = TunePlan(key=self._fasta_key(prefix, name), kernel=name, configs=configs,
-                                        must=sorted(set(must)), settings=DriverSettings.from_dict(settings))
+            self._fasta_plan = TunePlan(
+                key=self._fasta_key(prefix, name),
+                kernel=name,
+                configs=configs,
+                must=sorted(set(must)),
+                settings=DriverSettings.from_dict(settings),
+            )
         except (FastaError, TypeError, ValueError) as exc:
             log.warning("fasta_sm: kernel %s not tuned: %s", name, exc)
 
@@ -287,8 +303,10 @@ class FastaAutotunerMixin:
         import triton
 
         props = self.device_props
-        return (f"{prefix}/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-sm{props.multi_processor_count}"
-                f"/triton-{triton.__version__}")
+        return (
+            f"{prefix}/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-sm{props.multi_processor_count}"
+            f"/triton-{triton.__version__}"
+        )
 
     def _fasta_describe(self) -> str:
         props = self.device_props
@@ -362,15 +380,21 @@ class FastaAutotunerMixin:
 
     def _fasta_give_up(self, why: BaseException) -> list[int]:
         """Behave as the base autotuner from now on, over Inductor's own configs."""
-        log.warning("fasta_sm: kernel %s: %s: %s; using Inductor's own configs",
-                    self._fasta_plan.kernel if self._fasta_plan else "?", type(why).__name__, why)
+        log.warning(
+            "fasta_sm: kernel %s: %s: %s; using Inductor's own configs",
+            self._fasta_plan.kernel if self._fasta_plan else "?",
+            type(why).__name__,
+            why,
+        )
         must = self._fasta_plan.must if self._fasta_plan else []
         self._fasta_plan = None
         return must
 
     # --- the seams of CachingAutotuner ---
 
-    def precompile(self, warm_cache_only: bool = False, reload_kernel: Callable | None = None, *args: Any, **kwargs: Any):
+    def precompile(
+        self, warm_cache_only: bool = False, reload_kernel: Callable | None = None, *args: Any, **kwargs: Any
+    ):
         if self._fasta_plan is not None and not self.compile_results and not self.launchers:
             self._fasta_worker()
         return super().precompile(warm_cache_only, reload_kernel, *args, **kwargs)
@@ -381,8 +405,7 @@ class FastaAutotunerMixin:
             state = worker_phase(plan, AutotunerBackend(self))
             wanted = wanted_after_worker(state)
         except LockTimeout:
-            log.info("fasta_sm: kernel %s is being tuned by another process; its parent will wait for it",
-                     plan.kernel)
+            log.info("fasta_sm: kernel %s is being tuned by another process; its parent will wait for it", plan.kernel)
             wanted = list(plan.must)
         except Exception as exc:  # noqa: BLE001  never let tuning break a compile
             wanted = self._fasta_give_up(exc)
@@ -435,8 +458,13 @@ class FastaAutotunerMixin:
         self._fasta_finished = True
         means = {i: state.mean_us(i) / 1000.0 for i in state.durations}
         timings: dict[Any, float] = {}
-        ranked = sorted(self.launchers, key=lambda l: (means.get(self._fasta_index_of(l.config), math.inf),
-                                                       self._fasta_index_of(l.config) or 0))
+        ranked = sorted(
+            self.launchers,
+            key=lambda launcher: (
+                means.get(self._fasta_index_of(launcher.config), math.inf),
+                self._fasta_index_of(launcher.config) or 0,
+            ),
+        )
         timings[winner] = means[state.best]
         for launcher in ranked:
             if launcher is not winner:
@@ -448,8 +476,14 @@ class FastaAutotunerMixin:
                 coordesc.cache_benchmark_result(launcher.config, ms)
         if hasattr(self, "reset_to_zero_args"):
             self.reset_to_zero_args(*args, **kwargs)
-        log.info("fasta_sm: kernel %s: %s (%d of %d configs measured, %s)", plan.kernel,
-                 state.configs[state.best].label(), state.measured_count(), state.n_configs, state.stop_reason)
+        log.info(
+            "fasta_sm: kernel %s: %s (%d of %d configs measured, %s)",
+            plan.kernel,
+            state.configs[state.best].label(),
+            state.measured_count(),
+            state.n_configs,
+            state.stop_reason,
+        )
         return timings
 
 

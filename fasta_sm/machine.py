@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from transitions import Machine
@@ -24,7 +24,14 @@ from transitions import Machine
 from .config import Config
 from .errors import BackendError, PolicyError, TuneFailed
 from .protocols import Backend, Decision, Observations, Policy
-from .state import RoundRecord, TuneState, decode_rng, encode_rng, pack_state, unpack_state
+from .state import (
+    RoundRecord,
+    TuneState,
+    decode_rng,
+    encode_rng,
+    pack_state,
+    unpack_state,
+)
 
 log = logging.getLogger("fasta_sm.machine")
 
@@ -33,14 +40,39 @@ DEFAULT_BENCHMARK_CHUNK = 4
 
 STATES = ["R1", "R2", "DONE"]
 TRANSITIONS = [
-    {"trigger": "compile", "source": ["R1", "R2"], "dest": None,
-     "conditions": "at_compile", "before": "_compile_chunk", "after": "_checkpoint"},
-    {"trigger": "benchmark", "source": ["R1", "R2"], "dest": None,
-     "conditions": "at_benchmark", "before": "_benchmark_chunk", "after": "_checkpoint"},
-    {"trigger": "refine", "source": ["R1", "R2"], "dest": "DONE", "prepare": "_ask_policy",
-     "conditions": ["at_refine", "policy_stopped"], "before": "_finish", "after": "_checkpoint"},
-    {"trigger": "refine", "source": ["R1", "R2"], "dest": "R2",
-     "conditions": "at_refine", "before": "_next_round", "after": "_checkpoint"},
+    {
+        "trigger": "compile",
+        "source": ["R1", "R2"],
+        "dest": None,
+        "conditions": "at_compile",
+        "before": "_compile_chunk",
+        "after": "_checkpoint",
+    },
+    {
+        "trigger": "benchmark",
+        "source": ["R1", "R2"],
+        "dest": None,
+        "conditions": "at_benchmark",
+        "before": "_benchmark_chunk",
+        "after": "_checkpoint",
+    },
+    {
+        "trigger": "refine",
+        "source": ["R1", "R2"],
+        "dest": "DONE",
+        "prepare": "_ask_policy",
+        "conditions": ["at_refine", "policy_stopped"],
+        "before": "_finish",
+        "after": "_checkpoint",
+    },
+    {
+        "trigger": "refine",
+        "source": ["R1", "R2"],
+        "dest": "R2",
+        "conditions": "at_refine",
+        "before": "_next_round",
+        "after": "_checkpoint",
+    },
 ]
 
 _machine: Machine | None = None
@@ -115,7 +147,7 @@ class Tune:
         benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
         restarts: Sequence[str] = (),
         carried: dict[int, dict] | None = None,
-    ) -> "Tune":
+    ) -> Tune:
         """A new tune at R1 with its planned batch, checkpointed once.
 
         `restarts` says why an earlier state for this key was set aside, if one
@@ -336,9 +368,7 @@ class Tune:
             if not decision.retime and index in state.durations:
                 raise PolicyError(f"{name} proposed config #{index} again without asking to re-time it")
         if decision.predicted_us is not None and len(decision.predicted_us) != state.n_configs:
-            raise PolicyError(
-                f"{name} predicted {len(decision.predicted_us)} durations for {state.n_configs} configs"
-            )
+            raise PolicyError(f"{name} predicted {len(decision.predicted_us)} durations for {state.n_configs} configs")
         return batch
 
     def _update_best(self) -> None:

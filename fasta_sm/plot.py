@@ -51,22 +51,38 @@ def plot_tune(state: TuneState, out: Path) -> Path:
             has_prediction = True
             xs, ys = zip(*points)
             hollow = not record.predicted_us
-            left.scatter(xs, ys, s=22, label=f"{name} ({len(points)})", alpha=0.85,
-                         facecolors="none" if hollow else colours[number], edgecolors=colours[number])
+            left.scatter(
+                xs,
+                ys,
+                s=22,
+                label=f"{name} ({len(points)})",
+                alpha=0.85,
+                facecolors="none" if hollow else colours[number],
+                edgecolors=colours[number],
+            )
     if state.best is not None:
         picked = state.rounds[measured_round[state.best]] if state.best in measured_round else None
         if picked is not None and picked.predicted_us:
             position = list(picked.batch).index(state.best)
             if math.isfinite(picked.predicted_us[position]):
-                left.scatter([picked.predicted_us[position]], [state.best_us], marker="*", s=260,
-                             color="crimson", edgecolor="black", zorder=5, label="winner")
+                left.scatter(
+                    [picked.predicted_us[position]],
+                    [state.best_us],
+                    marker="*",
+                    s=260,
+                    color="crimson",
+                    edgecolor="black",
+                    zorder=5,
+                    label="winner",
+                )
     if has_prediction:
         lo, hi = left.get_xlim()
         left.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8, linestyle="--", label="measured = predicted")
         left.legend(fontsize=8, loc="upper left")
     else:
-        left.text(0.5, 0.5, f"policy {state.policy!r} made no predictions", ha="center", va="center",
-                  transform=left.transAxes)
+        left.text(
+            0.5, 0.5, f"policy {state.policy!r} made no predictions", ha="center", va="center", transform=left.transAxes
+        )
     left.set_xlabel("predicted duration when picked (µs)")
     left.set_ylabel("measured duration (µs)")
     left.set_title("Measured vs predicted, per round")
@@ -75,30 +91,49 @@ def plot_tune(state: TuneState, out: Path) -> Path:
         order = np.argsort(np.where(np.isfinite(final), final, np.inf))
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
-        right.plot(np.arange(len(order)), final[order], color="grey", linewidth=1.2,
-                   label=f"final prediction, all {state.n_configs} configs")
+        right.plot(
+            np.arange(len(order)),
+            final[order],
+            color="grey",
+            linewidth=1.2,
+            label=f"final prediction, all {state.n_configs} configs",
+        )
         for number, record in enumerate(state.rounds):
             indices = [i for i in record.batch if i in state.durations and measured_round.get(i) == number]
             if indices:
                 right.scatter(rank[indices], [state.mean_us(i) for i in indices], s=16, color=colours[number])
         if state.best is not None:
-            right.scatter([rank[state.best]], [state.best_us], marker="*", s=260, color="crimson",
-                          edgecolor="black", zorder=5)
+            right.scatter(
+                [rank[state.best]], [state.best_us], marker="*", s=260, color="crimson", edgecolor="black", zorder=5
+            )
         right.set_xlabel("config rank by final prediction")
         right.legend(fontsize=8, loc="upper left")
     else:
         ordered = [i for record in state.rounds for i in record.batch if i in state.durations]
-        right.scatter(np.arange(len(ordered)), [state.mean_us(i) for i in ordered], s=16,
-                      color=[colours[measured_round[i]] for i in ordered])
+        right.scatter(
+            np.arange(len(ordered)),
+            [state.mean_us(i) for i in ordered],
+            s=16,
+            color=[colours[measured_round[i]] for i in ordered],
+        )
         right.set_xlabel("measurement order")
     right.set_ylabel("duration (µs)")
     right.set_title("The space: predicted and measured")
     if state.failed:
-        right.text(0.99, 0.02, f"{len(state.failed)} failed config(s) not drawn", ha="right", va="bottom",
-                   transform=right.transAxes, fontsize=8)
+        right.text(
+            0.99,
+            0.02,
+            f"{len(state.failed)} failed config(s) not drawn",
+            ha="right",
+            va="bottom",
+            transform=right.transAxes,
+            fontsize=8,
+        )
     best = "-" if state.best is None else f"#{state.best} {state.configs[state.best].label()}"
-    fig.suptitle(f"{state.kernel}: {state.position()}, {state.measured_count()}/{state.n_configs} measured, "
-                 f"winner {best}", fontsize=11)
+    fig.suptitle(
+        f"{state.kernel}: {state.position()}, {state.measured_count()}/{state.n_configs} measured, winner {best}",
+        fontsize=11,
+    )
     out = Path(out)
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -17,8 +17,18 @@ from .state import TuneState
 from .store import StateStore
 
 REPORT_COLUMNS = (
-    "kernel", "position", "evaluations", "configs", "evals_pct", "compile_s", "benchmark_s", "policy_s",
-    "total_s", "exhaustive_s", "saved_s", "cost_pct",
+    "kernel",
+    "position",
+    "evaluations",
+    "configs",
+    "evals_pct",
+    "compile_s",
+    "benchmark_s",
+    "policy_s",
+    "total_s",
+    "exhaustive_s",
+    "saved_s",
+    "cost_pct",
 )
 
 
@@ -58,20 +68,22 @@ def report_rows(store: StateStore) -> list[dict[str, Any]]:
         except StateFileError:
             continue
         costs = tune_costs(state)
-        rows.append({
-            "kernel": state.kernel,
-            "position": state.position(),
-            "evaluations": state.evaluations(),
-            "configs": state.n_configs,
-            "evals_pct": 100.0 * state.evaluations() / state.n_configs,
-            "compile_s": state.cost.compile_s,
-            "benchmark_s": state.cost.benchmark_s,
-            "policy_s": state.cost.policy_s,
-            "total_s": state.cost.total_s,
-            "exhaustive_s": costs.exhaustive_s,
-            "saved_s": costs.exhaustive_s - costs.spent_s,
-            "cost_pct": costs.spent_pct,
-        })
+        rows.append(
+            {
+                "kernel": state.kernel,
+                "position": state.position(),
+                "evaluations": state.evaluations(),
+                "configs": state.n_configs,
+                "evals_pct": 100.0 * state.evaluations() / state.n_configs,
+                "compile_s": state.cost.compile_s,
+                "benchmark_s": state.cost.benchmark_s,
+                "policy_s": state.cost.policy_s,
+                "total_s": state.cost.total_s,
+                "exhaustive_s": costs.exhaustive_s,
+                "saved_s": costs.exhaustive_s - costs.spent_s,
+                "cost_pct": costs.spent_pct,
+            }
+        )
     if rows:
         total = {c: sum(r[c] for r in rows) for c in REPORT_COLUMNS if isinstance(rows[0][c], (int, float))}
         total["evals_pct"] = 100.0 * total["evaluations"] / total["configs"]

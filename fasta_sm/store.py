@@ -13,8 +13,8 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import filelock
 import platformdirs
@@ -92,7 +92,9 @@ class StateStore:
                 f"(raise {LOCK_TIMEOUT_ENV} to wait longer)"
             ) from None
         except PermissionError as exc:
-            raise StateDirError(f"kernel {kernel!r}: cannot create lock {exc.filename}: state dir is not writable") from None
+            raise StateDirError(
+                f"kernel {kernel!r}: cannot create lock {exc.filename}: state dir is not writable"
+            ) from None
         try:
             yield
         finally:

@@ -9,8 +9,9 @@ resumes what the other process left.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .config import Config, check_config_list, configs_hash
 from .errors import StateFileError
@@ -70,9 +71,19 @@ def tune(
     if done is not None:
         return TuneResult(done, reused=True)
     with store.lock(key, kernel, lock_timeout_s):
-        tune_ = open_tune(store, key, kernel, configs, backend, policy=policy,
-                          policy_params=policy_params, seed=seed, chunk_size=chunk_size,
-                          benchmark_chunk=benchmark_chunk, on_step=on_step)
+        tune_ = open_tune(
+            store,
+            key,
+            kernel,
+            configs,
+            backend,
+            policy=policy,
+            policy_params=policy_params,
+            seed=seed,
+            chunk_size=chunk_size,
+            benchmark_chunk=benchmark_chunk,
+            on_step=on_step,
+        )
         if tune_ is None:
             state = store.load(key)
             assert state is not None
@@ -108,8 +119,7 @@ def open_tune(
     carried: dict[int, dict] = {}
     if state is not None and state.configs_hash != wanted:
         carried = carry_results(state, configs)
-        why = (f"its config list changed ({state.n_configs} → {len(configs)} configs; "
-               f"results of {len(carried)} kept)")
+        why = f"its config list changed ({state.n_configs} → {len(configs)} configs; results of {len(carried)} kept)"
         notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
         state = None
     if state is not None and state.done:
@@ -126,9 +136,20 @@ def open_tune(
         return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
     params = dict(policy_params or {})
     chosen = make_policy(policy, configs, params)
-    return Tune.start(key, kernel, configs, backend, chosen, policy_params=params, seed=seed,
-                      checkpoint=checkpoint, chunk_size=chunk_size, benchmark_chunk=benchmark_chunk,
-                      restarts=notes, carried=carried)
+    return Tune.start(
+        key,
+        kernel,
+        configs,
+        backend,
+        chosen,
+        policy_params=params,
+        seed=seed,
+        checkpoint=checkpoint,
+        chunk_size=chunk_size,
+        benchmark_chunk=benchmark_chunk,
+        restarts=notes,
+        carried=carried,
+    )
 
 
 def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:
@@ -163,4 +184,3 @@ def _peek_done(store: StateStore, key: str, wanted: str) -> TuneState | None:
     if state.done and state.key == key and state.configs_hash == wanted:
         return state
     return None
-

@@ -42,8 +42,13 @@ class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotu
     with a single config (an autotune-cache hit).
     """
 
-    def __init__(self, *args: Any, fasta_settings: dict | None = None,
-                 fasta_default_ids: frozenset[int] = frozenset(), **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        fasta_settings: dict | None = None,
+        fasta_default_ids: frozenset[int] = frozenset(),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         must = [i for i, c in enumerate(self.configs) if id(c) in fasta_default_ids]
         self._fasta_setup(fasta_settings, must, "inductor")
@@ -57,20 +62,23 @@ def _to_inductor(template: Any, config: Config) -> Any:
     return out
 
 
-def build_space(kind: str, size_hints: dict, configs: list, triton_meta: dict, inductor_meta: dict,
-                settings: DriverSettings) -> list:
+def build_space(
+    kind: str, size_hints: dict, configs: list, triton_meta: dict, inductor_meta: dict, settings: DriverSettings
+) -> list:
     """Inductor's configs (the same objects, first) plus generated ones as Inductor configs."""
     props = triton_meta.get("device")
     limits = DeviceLimits(
         warp_size=getattr(props, "warp_size", None) or 32,
         max_threads_per_block=getattr(props, "max_threads_per_block", None) or 1024,
     )
-    floors = {k: v for k, v in (("XBLOCK", inductor_meta.get("min_xblock")),
-                                ("R0_BLOCK", inductor_meta.get("min_rblock"))) if v}
+    floors = {
+        k: v
+        for k, v in (("XBLOCK", inductor_meta.get("min_xblock")), ("R0_BLOCK", inductor_meta.get("min_rblock")))
+        if v
+    }
     defaults = [to_fasta_config(c) for c in configs]
-    space = generate_space(kind, size_hints, defaults, limits=limits, floors=floors,
-                           max_configs=settings.max_configs)
-    return list(configs) + [_to_inductor(configs[0], c) for c in space[len(defaults):]]
+    space = generate_space(kind, size_hints, defaults, limits=limits, floors=floors, max_configs=settings.max_configs)
+    return list(configs) + [_to_inductor(configs[0], c) for c in space[len(defaults) :]]
 
 
 def cached_autotune(*args: Any, **kwargs: Any) -> Any:
@@ -103,8 +111,9 @@ def cached_autotune(*args: Any, **kwargs: Any) -> Any:
     return original(*bound.args, **bound.kwargs)
 
 
-ORIGINAL_CACHED_AUTOTUNE = getattr(triton_heuristics.cached_autotune, "__wrapped_original__",
-                                   triton_heuristics.cached_autotune)
+ORIGINAL_CACHED_AUTOTUNE = getattr(
+    triton_heuristics.cached_autotune, "__wrapped_original__", triton_heuristics.cached_autotune
+)
 cached_autotune.__wrapped_original__ = ORIGINAL_CACHED_AUTOTUNE  # type: ignore[attr-defined]
 
 

@@ -36,7 +36,9 @@ def rewrite_source(source: str, settings: dict[str, Any]) -> str:
     return source.replace(IMPORT_LINE, f"{IMPORT_LINE}\n{HOOK_LINE}", 1)
 
 
-def patched_codegen_kernel(original: Callable[..., str], settings: Callable[[], dict[str, Any] | None]) -> Callable[..., str]:
+def patched_codegen_kernel(
+    original: Callable[..., str], settings: Callable[[], dict[str, Any] | None]
+) -> Callable[..., str]:
     def codegen_kernel(self: Any, *args: Any, **kwargs: Any) -> str:
         source = original(self, *args, **kwargs)
         current = settings()

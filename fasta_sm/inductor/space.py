@@ -90,8 +90,14 @@ def tile_numel(kind: str, kwargs: Mapping[str, int], size_hints: Mapping[str, in
     return numel
 
 
-def is_legal(kind: str, config: Config, size_hints: Mapping[str, int], limits: DeviceLimits,
-             floors: Mapping[str, int], max_tile: int) -> bool:
+def is_legal(
+    kind: str,
+    config: Config,
+    size_hints: Mapping[str, int],
+    limits: DeviceLimits,
+    floors: Mapping[str, int],
+    max_tile: int,
+) -> bool:
     """Whether a generated config keeps every bound of the module docstring."""
     for block in AXIS_OF_BLOCK:
         if block in config.kwargs and config.kwargs[block] not in block_choices(kind, block, size_hints, floors):

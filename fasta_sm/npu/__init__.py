@@ -72,8 +72,13 @@ def enable(
     params = dict(policy_params or {})
     if optimize_configs:
         params["optimize_configs"] = True
-    settings = DriverSettings(policy=policy or default_policy(), policy_params=params, seed=seed,
-                              state_dir=str(StateStore(state_dir).path), chunk_size=chunk_size)
+    settings = DriverSettings(
+        policy=policy or default_policy(),
+        policy_params=params,
+        seed=seed,
+        state_dir=str(StateStore(state_dir).path),
+        chunk_size=chunk_size,
+    )
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1"}
     if _saved_env is None:
         _saved_env = {name: os.environ.get(name) for name in wanted}

@@ -123,6 +123,10 @@ def optimize_configs(
     result = [c for c in configs if c.identity in keep]
     log.info(
         "config optimizer: %d -> %d configs (%d expert kept; %d pass the filters, %d distinct)",
-        len(configs), len(result), len(kept_expert), len(passing), len(unique),
+        len(configs),
+        len(result),
+        len(kept_expert),
+        len(passing),
+        len(unique),
     )
     return result

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import triton
 from triton.runtime.jit import KernelInterface
@@ -45,8 +46,9 @@ def to_fasta_config(config: Any) -> Config:
 
 
 def to_triton_config(config: Config) -> triton.Config:
-    return triton.Config(dict(config.kwargs), num_warps=config.num_warps, num_stages=config.num_stages,
-                         **dict(config.options))
+    return triton.Config(
+        dict(config.kwargs), num_warps=config.num_warps, num_stages=config.num_stages, **dict(config.options)
+    )
 
 
 class Autotuner(KernelInterface):
@@ -158,23 +160,41 @@ class Autotuner(KernelInterface):
         fasta_configs = [self._as_fasta.get(id(c)) or to_fasta_config(c) for c in candidates]
         by_identity = {f.identity: c for f, c in zip(fasta_configs, candidates)}
         backend = TritonBackend(
-            self.fn, args, kwargs["grid"], launch_kwargs,
-            reset_to_zero=self.reset_to_zero, restore_value=self.restore_value,
-            pre_hook=self.user_pre_hook, post_hook=self.post_hook, do_bench=self.do_bench,
+            self.fn,
+            args,
+            kwargs["grid"],
+            launch_kwargs,
+            reset_to_zero=self.reset_to_zero,
+            restore_value=self.restore_value,
+            pre_hook=self.user_pre_hook,
+            post_hook=self.post_hook,
+            do_bench=self.do_bench,
         )
         pool_workers = 1 if backend.interpreting else shared_pool().workers
         start = time.perf_counter()
         result = tune(
-            _key_string(self.kernel_name, key), self.kernel_name, fasta_configs, backend,
-            policy=self.policy, policy_params=self.policy_params, seed=self.seed, store=self.store(),
+            _key_string(self.kernel_name, key),
+            self.kernel_name,
+            fasta_configs,
+            backend,
+            policy=self.policy,
+            policy_params=self.policy_params,
+            seed=self.seed,
+            store=self.store(),
             chunk_size=max(16, 2 * pool_workers),
         )
         self.results[key] = result
         if not result.reused:
             self.bench_time = time.perf_counter() - start
             self._reset(nargs)
-        logger.info("%s %s: %s (%.2f us, %s)", self.kernel_name, key, result.best_config.label(), result.best_us,
-                    "reused" if result.reused else "tuned")
+        logger.info(
+            "%s %s: %s (%.2f us, %s)",
+            self.kernel_name,
+            key,
+            result.best_config.label(),
+            result.best_us,
+            "reused" if result.reused else "tuned",
+        )
         return by_identity[result.best_config.identity]
 
     def _reset(self, nargs: Mapping[str, Any]) -> None:
@@ -225,9 +245,20 @@ def autotune(
 
     def decorator(fn: Any) -> Autotuner:
         return Autotuner(
-            fn, configs, key, prune_configs_by=prune_configs_by, reset_to_zero=reset_to_zero,
-            restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, do_bench=do_bench,
-            policy=policy, budget=budget, policy_params=policy_params, seed=seed, state_dir=state_dir,
+            fn,
+            configs,
+            key,
+            prune_configs_by=prune_configs_by,
+            reset_to_zero=reset_to_zero,
+            restore_value=restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            do_bench=do_bench,
+            policy=policy,
+            budget=budget,
+            policy_params=policy_params,
+            seed=seed,
+            state_dir=state_dir,
         )
 
     return decorator

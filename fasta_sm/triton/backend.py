@@ -16,7 +16,8 @@ import logging
 import os
 import statistics
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..config import Config
 from ..protocols import BenchmarkOutcome, CompileOutcome
@@ -43,7 +44,7 @@ def device_name() -> str:
     return "cpu (triton interpreter)"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_name(index: int) -> str:
     import torch
 

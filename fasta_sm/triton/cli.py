@@ -34,7 +34,9 @@ def _spec_path(spec: str) -> str:
 
 @click.command("record")
 @click.argument("specs", nargs=-1, required=True)
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for <kernel>.json tables.")
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for <kernel>.json tables."
+)
 @click.option("--param", "params", multiple=True, help="NAME=VALUE passed to every spec function (e.g. M=2048).")
 @click.option("--device", default="cuda", show_default=True, help="Device the inputs live on.")
 @click.option("--warmup-ms", default=5.0, show_default=True, help="do_bench warm-up per config and pass.")
@@ -80,14 +82,21 @@ def record_command(
             spec.configs = spread(spec.configs, limit)
             click.echo(f"recording {spec.name}: {len(spec.configs)} configs")
             table = record(
-                spec, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms,
-                check=not no_check, pool=pool, progress=click.echo,
+                spec,
+                device=device,
+                warmup_ms=warmup_ms,
+                rep_ms=rep_ms,
+                check=not no_check,
+                pool=pool,
+                progress=click.echo,
             )
             table["command"] = command
             path = write_table(table, Path(out_dir) / f"{spec.name}.json")
             timed = [row for row in table["configs"] if row["duration_us"]]
             best = min((sum(r["duration_us"]) / len(r["duration_us"]) for r in timed), default=float("nan"))
-            click.echo(f"wrote {path}: {len(timed)} timed, best {best:.2f} us, {time.perf_counter() - started:.0f}s so far")
+            click.echo(
+                f"wrote {path}: {len(timed)} timed, best {best:.2f} us, {time.perf_counter() - started:.0f}s so far"
+            )
             del spec, table
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

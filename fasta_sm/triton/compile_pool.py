@@ -19,10 +19,11 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 logger = logging.getLogger("fasta_sm.triton.compile_pool")
 

@@ -17,8 +17,9 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..config import Config
 from .backend import TritonBackend, device_name
@@ -71,9 +72,15 @@ def record(
     configs = list(spec.configs)
     args = spec.make_args(device)
     backend = TritonBackend(
-        spec.fn, args, spec.grid, spec.kwargs,
-        reset_to_zero=spec.reset_to_zero, restore_value=spec.restore_value,
-        warmup_ms=warmup_ms, rep_ms=rep_ms, pool=pool,
+        spec.fn,
+        args,
+        spec.grid,
+        spec.kwargs,
+        reset_to_zero=spec.reset_to_zero,
+        restore_value=spec.restore_value,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        pool=pool,
     )
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()

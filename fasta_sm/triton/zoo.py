@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 import triton
@@ -62,10 +63,23 @@ def _gelu_tanh(x):
 
 @triton.jit
 def matmul_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, ACTIVATION: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    ACTIVATION: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -116,9 +130,16 @@ def _matmul_spec(name, M, N, K, dtype, activation, configs) -> KernelSpec:
         return (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]),)
 
     return KernelSpec(
-        name=name, fn=matmul_kernel, configs=configs, make_args=make_args, grid=grid,
+        name=name,
+        fn=matmul_kernel,
+        configs=configs,
+        make_args=make_args,
+        grid=grid,
         shape={"M": M, "N": N, "K": K, "dtype": dtype, "activation": activation},
-        reference=reference, output=2, kwargs={"ACTIVATION": activation}, tolerance=2e-2,
+        reference=reference,
+        output=2,
+        kwargs={"ACTIVATION": activation},
+        tolerance=2e-2,
     )
 
 
@@ -181,10 +202,15 @@ def spec_row_sum(M: int = 16384, N: int = 8192, configs: list[Config] | None = N
         return (x, out, M, N, x.stride(0))
 
     return KernelSpec(
-        name="row_sum_fp32", fn=row_sum_kernel, configs=space, make_args=make_args,
+        name="row_sum_fp32",
+        fn=row_sum_kernel,
+        configs=space,
+        make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["ROWS"]),),
         shape={"M": M, "N": N, "dtype": "fp32"},
-        reference=lambda args: args[0].double().sum(dim=1), output=1, tolerance=1e-5,
+        reference=lambda args: args[0].double().sum(dim=1),
+        output=1,
+        tolerance=1e-5,
     )
 
 
@@ -227,9 +253,15 @@ def spec_rmsnorm(M: int = 16384, N: int = 8192, configs: list[Config] | None = N
         return x * torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + 1e-6) * w
 
     return KernelSpec(
-        name="rmsnorm_bf16", fn=rmsnorm_kernel, configs=space, make_args=make_args,
+        name="rmsnorm_bf16",
+        fn=rmsnorm_kernel,
+        configs=space,
+        make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["ROWS"]),),
-        shape={"M": M, "N": N, "dtype": "bf16"}, reference=reference, output=2, tolerance=1e-2,
+        shape={"M": M, "N": N, "dtype": "bf16"},
+        reference=reference,
+        output=2,
+        tolerance=1e-2,
     )
 
 
@@ -267,10 +299,15 @@ def spec_softmax(M: int = 8192, N: int = 8192, configs: list[Config] | None = No
         return (x, torch.empty_like(x), M, N, x.stride(0))
 
     return KernelSpec(
-        name="softmax_fp32", fn=softmax_kernel, configs=space, make_args=make_args,
+        name="softmax_fp32",
+        fn=softmax_kernel,
+        configs=space,
+        make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["ROWS"]),),
         shape={"M": M, "N": N, "dtype": "fp32"},
-        reference=lambda args: torch.softmax(args[0].double(), dim=1), output=1, tolerance=1e-5,
+        reference=lambda args: torch.softmax(args[0].double(), dim=1),
+        output=1,
+        tolerance=1e-5,
     )
 
 
@@ -279,8 +316,15 @@ def spec_softmax(M: int = 8192, N: int = 8192, configs: list[Config] | None = No
 
 @triton.jit
 def attention_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    sm_scale,
+    N_CTX,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     # One (batch·head, query block) per program; q, k, v, o are [Z·H, N_CTX, HEAD_DIM],
     # N_CTX a multiple of both blocks (the spec's shapes are).
@@ -309,7 +353,11 @@ def attention_fwd_kernel(
 
 
 def spec_attention(
-    Z: int = 4, H: int = 16, N_CTX: int = 4096, HEAD_DIM: int = 64, dtype: str = "fp16",
+    Z: int = 4,
+    H: int = 16,
+    N_CTX: int = 4096,
+    HEAD_DIM: int = 64,
+    dtype: str = "fp16",
     configs: list[Config] | None = None,
 ) -> KernelSpec:
     """Flash-attention forward (non-causal) for one head dim; 160 configs."""
@@ -326,10 +374,16 @@ def spec_attention(
         return torch.softmax((q @ k.transpose(1, 2)) * args[4], dim=-1) @ v
 
     return KernelSpec(
-        name=f"attention_fwd_{dtype}_d{HEAD_DIM}", fn=attention_fwd_kernel, configs=space, make_args=make_args,
+        name=f"attention_fwd_{dtype}_d{HEAD_DIM}",
+        fn=attention_fwd_kernel,
+        configs=space,
+        make_args=make_args,
         grid=lambda meta: (meta["N_CTX"] // meta["BLOCK_M"], Z * H),
         shape={"Z": Z, "H": H, "N_CTX": N_CTX, "HEAD_DIM": HEAD_DIM, "dtype": dtype, "causal": False},
-        reference=reference, output=3, kwargs={"HEAD_DIM": HEAD_DIM}, tolerance=1e-2,
+        reference=reference,
+        output=3,
+        kwargs={"HEAD_DIM": HEAD_DIM},
+        tolerance=1e-2,
     )
 
 
@@ -357,9 +411,9 @@ def add_gelu_kernel(x_ptr, bias_ptr, y_ptr, M, N, stride_m, BLOCK_M: tl.constexp
 def spec_add_gelu(M: int = 16384, N: int = 8192, configs: list[Config] | None = None) -> KernelSpec:
     """bf16 bias-add + GELU over 2D tiles."""
     axes = {"BLOCK_M": [1, 2, 4, 8, 16, 32, 64], "BLOCK_N": [64, 128, 256, 512, 1024, 2048, 4096]}
-    keep = lambda kw, w, s: 256 <= kw["BLOCK_M"] * kw["BLOCK_N"] <= 32768 and _per_thread(
-        kw["BLOCK_M"] * kw["BLOCK_N"], w
-    ) <= 128
+    keep = lambda kw, w, s: (
+        256 <= kw["BLOCK_M"] * kw["BLOCK_N"] <= 32768 and _per_thread(kw["BLOCK_M"] * kw["BLOCK_N"], w) <= 128
+    )
     space = configs or _space(axes, warps=[1, 2, 4, 8, 16], stages=[1, 2, 3], keep=keep)
 
     def make_args(device: str) -> tuple:
@@ -368,11 +422,15 @@ def spec_add_gelu(M: int = 16384, N: int = 8192, configs: list[Config] | None = 
         return (x, bias, torch.empty_like(x), M, N, x.stride(0))
 
     return KernelSpec(
-        name="add_gelu_bf16", fn=add_gelu_kernel, configs=space, make_args=make_args,
+        name="add_gelu_bf16",
+        fn=add_gelu_kernel,
+        configs=space,
+        make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["BLOCK_M"]), triton.cdiv(meta["N"], meta["BLOCK_N"])),
         shape={"M": M, "N": N, "dtype": "bf16"},
         reference=lambda args: torch.nn.functional.gelu(args[0].float() + args[1].float(), approximate="tanh"),
-        output=2, tolerance=1e-2,
+        output=2,
+        tolerance=1e-2,
     )
 
 
@@ -410,10 +468,15 @@ def spec_transpose(M: int = 8192, N: int = 8192, configs: list[Config] | None = 
         return (x, y, M, N, x.stride(0), y.stride(0))
 
     return KernelSpec(
-        name="transpose_fp32", fn=transpose_kernel, configs=space, make_args=make_args,
+        name="transpose_fp32",
+        fn=transpose_kernel,
+        configs=space,
+        make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]),),
         shape={"M": M, "N": N, "dtype": "fp32"},
-        reference=lambda args: args[0].t(), output=1, tolerance=0.0,
+        reference=lambda args: args[0].t(),
+        output=1,
+        tolerance=0.0,
     )
 
 

@@ -15,8 +15,8 @@ import argparse
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from fasta_sm.backends.replay import ReplayBackend, ReplayTable, load_table
 from fasta_sm.data import table_path

@@ -110,8 +110,10 @@ class FastaPolicy:
             if candidates.size:
                 # A tune that ends with no winner is worthless: past the budget, keep
                 # sampling (a few at a time) until one config runs or none is left.
-                return self._issue(self._blind(candidates, max(remaining, self.params.r1_min), rng),
-                                   "every config so far failed: sampling blind")
+                return self._issue(
+                    self._blind(candidates, max(remaining, self.params.r1_min), rng),
+                    "every config so far failed: sampling blind",
+                )
             return self._stop("fasta: every config failed")
         if self.plan_budget.path == "coverage":
             if remaining > 0 and candidates.size:
@@ -237,9 +239,7 @@ class FastaPolicy:
                 self._retimes += 1
                 self._history.append({"stop": why, "retime": close})
                 self._last_batch = close
-                return Decision(
-                    batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best", retime=True
-                )
+                return Decision(batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best", retime=True)
         self._history.append({"stop": why})
         return self._stop(f"fasta: {why}")
 

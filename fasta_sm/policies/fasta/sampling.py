@@ -70,4 +70,3 @@ def marginal_scores(levels: np.ndarray, rows: np.ndarray, y: np.ndarray) -> np.n
         effects = np.where(counts > 0, sums / np.maximum(counts, 1) - overall, 0.0)
         total += effects[levels[:, j]]
     return total
-

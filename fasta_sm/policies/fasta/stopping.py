@@ -11,9 +11,7 @@ import math
 import numpy as np
 
 
-def margin_settled(
-    lower_bound: np.ndarray, best_log: float, margin: float, loo_rho: float, trust_rho: float
-) -> bool:
+def margin_settled(lower_bound: np.ndarray, best_log: float, margin: float, loo_rho: float, trust_rho: float) -> bool:
     """True when a trusted model bounds every unmeasured config as worse than the best.
 
     `lower_bound` is the optimistic (prediction minus leave-one-out error)
