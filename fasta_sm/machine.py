@@ -255,7 +255,8 @@ class Tune:
             state.round_done.append(index)
         if len(state.round_done) > len(done):
             self._update_best()
-        todo = [i for i in todo if i not in state.round_done]
+        finished = set(state.round_done)  # a set: list membership made each step O(N²)
+        todo = [i for i in todo if i not in finished]
         chunk = todo[: self.benchmark_chunk]
         if chunk:
             repeat = [len(state.durations.get(i, ())) for i in chunk]
