@@ -223,7 +223,6 @@ class Tune:
         todo = [i for i in state.pending if i not in state.compiled and i not in state.failed]
         for index in [i for i in todo if i in state.carried]:
             self._reuse_compile(index)
-        todo = [i for i in todo if i not in state.carried or i in state.failed]
         todo = [i for i in todo if i not in state.compiled and i not in state.failed]
         chunk = todo[: self.chunk_size]
         if chunk:
