@@ -7,6 +7,7 @@ msgpack only (never pickle), versioned, and round-trips exactly.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from itertools import chain
@@ -174,7 +175,7 @@ def _str_to_ints(value: Any) -> Any:
     return value
 
 
-_CACHE_SIZE = 64
+_CACHE_SIZE = 8  # config lists kept per process (each cache); bounds their memory
 _packed_configs: dict[str, tuple[list, int, bytes]] = {}
 _decoded_configs: dict[bytes, tuple[list, str]] = {}
 
@@ -230,7 +231,8 @@ def _decode_configs(raw: Any) -> tuple[list[Config], str]:
     reloads states over the same list (rollback, `ls`, a waiter reusing a DONE
     state) gets them from a cache keyed by the list's own canonical msgpack.
     """
-    key = raw.blob if isinstance(raw, _RawConfigs) else msgpack.packb(raw, use_bin_type=True)
+    packed = raw.blob if isinstance(raw, _RawConfigs) else msgpack.packb(raw, use_bin_type=True)
+    key = hashlib.blake2b(packed, digest_size=32).digest()
     hit = _decoded_configs.get(key)
     if hit is None:
         if isinstance(raw, _RawConfigs):
