@@ -20,15 +20,16 @@ from .errors import ConfigError
 Scalar = int | float | bool | str
 
 
-def _check_scalar(where: str, name: str, value: Any) -> Scalar:
+def _check_scalar(config: Config, name: str, value: Any) -> Scalar:
     if isinstance(value, bool) or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ConfigError(f"{where}: {name}={value!r} is not a finite number")
+            raise ConfigError(f"{config._where()}: {name}={value!r} is not a finite number")
         return value
     raise ConfigError(
-        f"{where}: {name}={value!r} has type {type(value).__name__}; config values must be int, float, bool or str"
+        f"{config._where()}: {name}={value!r} has type {type(value).__name__}; "
+        "config values must be int, float, bool or str"
     )
 
 
@@ -46,19 +47,22 @@ class Config:
     options: Mapping[str, Scalar] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        where = f"config {dict(self.kwargs)!r}"
         for name, value in self.kwargs.items():
             if not isinstance(name, str):
-                raise ConfigError(f"{where}: kwarg name {name!r} is not a string")
-            _check_scalar(where, name, value)
+                raise ConfigError(f"{self._where()}: kwarg name {name!r} is not a string")
+            _check_scalar(self, name, value)
         for name, value in self.options.items():
-            _check_scalar(where, name, value)
+            _check_scalar(self, name, value)
         for name in ("num_warps", "num_stages"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{where}: {name}={value!r} must be a positive int")
+                raise ConfigError(f"{self._where()}: {name}={value!r} must be a positive int")
         object.__setattr__(self, "kwargs", dict(sorted(self.kwargs.items())))
         object.__setattr__(self, "options", dict(sorted(self.options.items())))
+
+    def _where(self) -> str:
+        """How an error names this config (built only when there is an error)."""
+        return f"config {dict(self.kwargs)!r}"
 
     def __hash__(self) -> int:
         return hash(self.identity)
