@@ -27,10 +27,10 @@ class FastaParams:
     r1_min: int = 12
     r1_per_param: float = 2.0
     guided_share: float = 0.3
-    small_budget: float = 0.21
+    small_budget: float = 0.2
     base_budget: float = 0.12
     large_budget: float = 0.05
-    min_budget: int = 12
+    min_budget: int = 13
     small_n: int = 220
     small_d: int = 5
     large_n: int = 300
@@ -55,6 +55,10 @@ class FastaParams:
     near_full: int = 4
     marginal_d: int = 3
     marginal_share: float = 0.4
+    cell_columns: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "num_warps")
+    cell_max: int = 40
+    cell_picks: int = 1
+    cell_min_run: float = 0.5
     # --- stopping ---
     min_rounds: int = 3
     margin_conv: float = 0.05
@@ -65,8 +69,9 @@ class FastaParams:
     # --- re-timing before DONE ---
     retime_top: int = 3
     retime_tol: float = 0.05
-    retime_rounds: int = 2
+    retime_rounds: int = 3
     retime_min: int = 1
+    retime_decay: float = 0.6
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
 
@@ -89,6 +94,12 @@ class FastaParams:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
         if self.tau_range < 0 or self.retime_top < 0 or self.min_rounds < 0 or self.failure_weight < 0:
             raise PolicyError("fasta: tau_range, retime_top, min_rounds and failure_weight must not be negative")
+        if self.cell_max < 0 or self.cell_picks < 0:
+            raise PolicyError("fasta: cell_max and cell_picks must not be negative")
+        if not 0.0 <= self.cell_min_run <= 1.0:
+            raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
+        if not 0.0 < self.retime_decay <= 1.0:
+            raise PolicyError(f"fasta: retime_decay={self.retime_decay!r} must be in (0, 1]")
         if not 0.0 < self.cap_quantile <= 1.0:
             raise PolicyError(f"fasta: cap_quantile={self.cap_quantile!r} must be in (0, 1]")
         from .surrogates import BASIS_NAMES
@@ -101,6 +112,7 @@ class FastaParams:
         """Msgpack-able form, stored in the policy state."""
         out = dataclasses.asdict(self)
         out["bases"] = list(self.bases)
+        out["cell_columns"] = list(self.cell_columns)
         return out
 
 
@@ -148,6 +160,10 @@ DESCRIPTIONS: dict[str, str] = {
     "near_full": "near-optimal count at which the temperature is fully adaptive",
     "marginal_d": "D from which the marginal vote takes part",
     "marginal_share": "share of each batch picked by the marginal vote",
+    "cell_columns": "columns whose joint values form a tile cell (cell exploration)",
+    "cell_max": "cell exploration runs only when the space has at most this many cells (0: off)",
+    "cell_picks": "per guided round, at most this many picks go to unexplored tile cells",
+    "cell_min_run": "a cell is explored only if its best candidate runs with at least this probability",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",
     "margin_conv": "margin test: untried configs must all be bounded this much slower",
     "trust_rho": "margin test: LOO Spearman the model needs to be believed",
@@ -158,6 +174,7 @@ DESCRIPTIONS: dict[str, str] = {
     "retime_tol": "re-time only configs within this share of the best",
     "retime_rounds": "re-time rounds before DONE",
     "retime_min": "re-time only when at least this many configs are near the best (1: confirm a lone best too)",
+    "retime_decay": "each further re-time round narrows `retime_tol` by this factor",
     "optimize_configs": "prune the list with the config optimizer first",
 }
 
@@ -203,5 +220,5 @@ def resolve_params(overrides: Mapping[str, Any], environ: Mapping[str, str] | No
     for name, value in overrides.items():
         if name not in types:
             raise PolicyError(f"fasta: unknown parameter {name!r}; known: {', '.join(sorted(types))}")
-        values[name] = tuple(value) if name == "bases" else value
+        values[name] = tuple(value) if name in ("bases", "cell_columns") else value
     return FastaParams(**values)

@@ -25,7 +25,7 @@ from .contract import check_observations
 from .feasibility import failure_chance, run_penalty
 from .features import extract_features
 from .params import FastaParams, resolve_params
-from .sampling import marginal_scores, softmax_pick, stratified_sample
+from .sampling import marginal_scores, softmax_pick, stratified_sample, tile_cells, unexplored_cell_picks
 from .stopping import histogram_settled, margin_settled, relative_histogram
 from .surrogates import build_basis, compete
 
@@ -72,6 +72,7 @@ class FastaPolicy:
         self._space = extract_features(self._configs, log2=params.log2_features)
         self._designs = {name: build_basis(name, self._space) for name in params.bases}
         self._feasibility_design = build_basis("full", self._space) if params.failure_weight > 0 else None
+        self._cells, self._cell_area = tile_cells(self._space, params.cell_columns, params.cell_max)
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
 
@@ -174,7 +175,22 @@ class FastaPolicy:
             n_vote = min(batch_size - 1, round(batch_size * params.marginal_share))
         p_fail = self._failure_chance(durations)
         model_scores = predicted - best_log + run_penalty(p_fail, tau, params.failure_weight)
-        picks = candidates[softmax_pick(model_scores[candidates], tau, batch_size - n_vote, rng)]
+        cell_picks = np.zeros(0, dtype=np.int64)
+        if self._cells is not None and self.params.cell_picks > 0:
+            cell_picks = unexplored_cell_picks(
+                self._cells,
+                self._cell_area,
+                durations,
+                candidates,
+                model_scores,
+                1.0 - p_fail,
+                min(self.params.cell_picks, batch_size // 3),
+                self.params.cell_min_run,
+            )
+            n_vote = min(n_vote, max(0, batch_size - cell_picks.size - 1))
+        pool = np.setdiff1d(candidates, cell_picks, assume_unique=True)
+        n_model = max(0, batch_size - n_vote - cell_picks.size)
+        picks = np.concatenate([cell_picks, pool[softmax_pick(model_scores[pool], tau, n_model, rng)]]).astype(np.int64)
         if n_vote > 0:
             rest = np.setdiff1d(candidates, picks, assume_unique=True)
             vote = marginal_scores(self._space.levels, rows, target) - best_log
@@ -182,6 +198,8 @@ class FastaPolicy:
             picks = np.concatenate([picks, rest[softmax_pick(vote[rest], params.tau_min, n_vote, rng)]])
         self._r2_rounds += 1
         record["batch"] = int(picks.size)
+        if cell_picks.size:
+            record["cell_picks"] = [int(i) for i in cell_picks]
         self._history.append(record)
         return self._issue(
             sorted(int(i) for i in picks),
@@ -232,7 +250,8 @@ class FastaPolicy:
         finite = np.flatnonzero(np.isfinite(durations))
         if self.params.retime_top > 0 and finite.size > 0 and self._retimes < self.params.retime_rounds:
             order = finite[np.argsort(durations[finite], kind="stable")]
-            limit = durations[order[0]] * (1 + self.params.retime_tol)
+            tol = self.params.retime_tol * self.params.retime_decay**self._retimes
+            limit = durations[order[0]] * (1 + tol)
             close = [int(i) for i in order[: self.params.retime_top] if durations[i] <= limit]
             if len(close) >= self.params.retime_min:
                 self._phase = "retime"
@@ -275,6 +294,8 @@ class FastaPolicy:
             raise PolicyError(f"fasta: state version {state.get('version')!r}; this policy reads {STATE_VERSION}")
         stored = dict(state["params"])
         stored["bases"] = tuple(stored["bases"])
+        if "cell_columns" in stored:
+            stored["cell_columns"] = tuple(stored["cell_columns"])
         params = FastaParams(**stored)
         budget_arg = state["budget_arg"]
         if params != self.params or budget_arg != self._budget_arg:

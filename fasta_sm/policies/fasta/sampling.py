@@ -70,3 +70,58 @@ def marginal_scores(levels: np.ndarray, rows: np.ndarray, y: np.ndarray) -> np.n
         effects = np.where(counts > 0, sums / np.maximum(counts, 1) - overall, 0.0)
         total += effects[levels[:, j]]
     return total
+
+
+def tile_cells(space, columns, cell_max: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Cell id per config over the joint values of the tile `columns`, and each config's tile area.
+
+    None when none of the columns is in the space, or the space has one
+    cell or more than `cell_max`.
+    """
+    wanted = [c if c in space.names else f"kwargs.{c}" for c in columns]
+    present = [space.names.index(c) for c in wanted if c in space.names]
+    tiles = [space.names.index(c) for c in wanted if c in space.names and c.startswith("kwargs.")]
+    if not present or cell_max <= 0:
+        return None, None
+    cells = np.unique(space.levels[:, present], axis=0, return_inverse=True)[1].reshape(-1)
+    count = int(cells.max()) + 1
+    if count < 2 or count > cell_max:
+        return None, None
+    area = np.prod(space.raw[:, tiles], axis=1) if tiles else np.ones(space.raw.shape[0])
+    return cells.astype(np.int64), area
+
+
+def unexplored_cell_picks(
+    cells: np.ndarray,
+    area: np.ndarray,
+    durations: np.ndarray,
+    candidates: np.ndarray,
+    scores: np.ndarray,
+    p_run: np.ndarray,
+    count: int,
+    min_run: float,
+) -> np.ndarray:
+    """One candidate per unexplored tile cell at least as large as the best's, best-scored cells first.
+
+    A cell is unexplored when none of its configs has run. Only cells whose
+    tile area is at least the current best's qualify (the fast cell of a
+    GPU space sits at the large-tile edge, next to the spill and
+    out-of-resource corners no smooth model extrapolates to), and only
+    those whose best-scored candidate runs with probability `min_run`.
+    Within a cell the candidate with the lowest score is taken.
+    """
+    if count <= 0 or candidates.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ran = np.isfinite(durations)
+    explored = np.zeros(int(cells.max()) + 1, dtype=bool)
+    explored[cells[ran]] = True
+    best = int(np.flatnonzero(ran)[np.argmin(durations[ran])])
+    chosen: list[tuple[float, int]] = []
+    for cell in np.flatnonzero(~explored):
+        inside = candidates[(cells[candidates] == cell) & (p_run[candidates] >= min_run)]
+        if inside.size == 0 or area[inside[0]] < area[best]:
+            continue
+        pick = int(inside[np.argmin(scores[inside])])
+        chosen.append((float(scores[pick]), pick))
+    chosen.sort()
+    return np.array([i for _, i in chosen[:count]], dtype=np.int64)
