@@ -313,7 +313,7 @@ def test_a_waiting_tune_uses_the_result_once_the_lock_is_released(table, backend
     from fasta_sm.backends.replay import ReplayBackend
 
     counting = CountingBackend(backend)
-    with holding_lock(store.lock_path_for(KEY)) as holder:
+    with holding_lock(store.lock_path_for(KEY)):
         results = []
         waiter = threading.Thread(target=lambda: results.append(run_tune(table, counting, store, lock_timeout_s=30)))
         waiter.start()

@@ -190,7 +190,7 @@ def incompatible(ours: Method, base: Method) -> list[str]:
             problems.append("base takes *args; the override does not")
         if kind == "varkw" and not has_varkw:
             problems.append("base takes **kwargs; the override does not")
-    for name, (kind, required) in mine.items():
+    for name, (_kind, required) in mine.items():
         if required and name not in base_names:
             problems.append(f"override requires {name!r}, which base callers do not pass")
     return problems
