@@ -6,6 +6,8 @@ import csv
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,14 @@ def test_graph_draws_a_picture_where_graphviz_is_installed(fmt, tmp_path):
     invoke("graph", "--format", fmt, "--out", str(picture))
     head = picture.read_bytes()[:200]
     assert head.startswith(b"\x89PNG") if fmt == "png" else b"<svg" in picture.read_bytes()
+
+
+def test_import_and_help_load_neither_torch_nor_triton():
+    probe = (
+        "import sys, fasta_sm, fasta_sm.cli\n"
+        "from click.testing import CliRunner\n"
+        "assert CliRunner().invoke(fasta_sm.cli.main, ['--help']).exit_code == 0\n"
+        "print(sorted(m for m in ('torch', 'triton', 'torch_npu') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
