@@ -118,7 +118,6 @@ class Tune:
         for name, value in (("chunk_size", chunk_size), ("benchmark_chunk", benchmark_chunk)):
             if value < 1:
                 raise ValueError(f"{name}={value!r} must be at least 1")
-        self.state = state
         self.backend = backend
         self.policy = policy
         self.chunk_size = chunk_size
@@ -126,10 +125,15 @@ class Tune:
         self._on_checkpoint = checkpoint
         self._decision: Decision | None = None
         self._last_blob = pack_state(state)
-        if state.policy_state:
-            policy.load_state_dict(state.policy_state)
-        self._rng = decode_rng(state.rng_state) if state.rng_state else np.random.default_rng(state.seed)
+        self._adopt(state)
         shared_machine().add_model(self, initial=state.phase)
+
+    def _adopt(self, state: TuneState) -> None:
+        """Make `state` current: the policy's memory and the RNG continue from it."""
+        self.state = state
+        if state.policy_state:
+            self.policy.load_state_dict(state.policy_state)
+        self._rng = decode_rng(state.rng_state) if state.rng_state else np.random.default_rng(state.seed)
 
     @classmethod
     def start(
@@ -391,10 +395,7 @@ class Tune:
         """Back to the last checkpoint, with the error recorded there too."""
         restored = unpack_state(self._last_blob, source=f"checkpoint of {self.state.kernel!r}")
         restored.last_error = f"{restored.position()}: {type(exc).__name__}: {exc}"
-        self.state = restored
-        if restored.policy_state:
-            self.policy.load_state_dict(restored.policy_state)
-        self._rng = decode_rng(restored.rng_state) if restored.rng_state else np.random.default_rng(restored.seed)
+        self._adopt(restored)
         shared_machine().set_state(restored.phase, model=self)
         self._decision = None
         log.warning("kernel %s: %s; state kept at the last checkpoint", restored.kernel, restored.last_error)
