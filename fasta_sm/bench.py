@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends.replay import BENCH_OVERHEAD_S, ReplayBackend, ReplayTable, load_table
+from .backends.replay import ReplayBackend, ReplayTable, load_table
 from .errors import TuneFailed
 from .machine import Tune
 from .policies import make_policy
@@ -78,12 +78,6 @@ def run_policy(
     )
 
 
-def exhaustive_cost_s(table: ReplayTable) -> float:
-    """Compile every config and time every one that compiled, once."""
-    ran = sum(1 for e in table.errors if e is None)
-    return float(np.sum(table.compile_s)) + BENCH_OVERHEAD_S * ran
-
-
 def _summary(runs: list[Run], n: int, exhaustive: float) -> dict[str, float]:
     regret = np.array([r.regret_pct for r in runs])
     return {
@@ -122,7 +116,7 @@ def bench(
     regrets: dict[str, list[float]] = {p: [] for p in policies}
     for table in tables:
         n = len(table.configs)
-        exhaustive = exhaustive_cost_s(table)
+        exhaustive = table.exhaustive_cost_s
         runs: dict[str, list[Run]] = {p: [] for p in policies}
         for seed in range(seeds):
             leader_fraction: float | None = budget

@@ -107,7 +107,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
             on_step=on_step,
         )
     state = result.state
-    costs = tune_costs(state, replay.compile_s)
+    costs = tune_costs(state, replay.exhaustive_cost_s)
     best_true = replay.true_best_us
     picked_true = float(replay.mean_us[result.best_index])
     summary = Table.grid(padding=(0, 2))

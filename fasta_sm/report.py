@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .errors import StateFileError
 from .state import TuneState
 from .store import StateStore
@@ -42,21 +40,19 @@ class TuneCosts:
         return 100.0 * self.spent_s / self.exhaustive_s if self.exhaustive_s > 0 else float("nan")
 
 
-def tune_costs(state: TuneState, compile_s: np.ndarray | None = None) -> TuneCosts:
-    """Compile plus benchmark seconds spent, and the estimate for exhaustive tuning.
+def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts:
+    """Compile plus benchmark seconds spent, against exhaustive tuning's cost.
 
-    `compile_s` gives every config's compile time when it is known (replay).
+    `exhaustive_s` is that cost when it is known (a replay table records it);
+    otherwise it is estimated from the tune's own seconds per config.
     """
     spent = state.cost.compile_s + state.cost.benchmark_s
-    timings = max(state.evaluations(), 1)
-    bench_per_config = state.cost.benchmark_s / timings
-    benchable = state.n_configs - len(state.failed)
-    if compile_s is not None:
-        compile_all = float(np.sum(compile_s))
-    else:
+    if exhaustive_s is None:
+        bench_per_config = state.cost.benchmark_s / max(state.evaluations(), 1)
         tried = len(set(state.compiled) | set(state.failed))
         compile_all = (state.cost.compile_s / tried if tried else 0.0) * state.n_configs
-    return TuneCosts(spent_s=spent, exhaustive_s=compile_all + bench_per_config * benchable)
+        exhaustive_s = compile_all + bench_per_config * (state.n_configs - len(state.failed))
+    return TuneCosts(spent_s=spent, exhaustive_s=exhaustive_s)
 
 
 def report_rows(store: StateStore) -> list[dict[str, Any]]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from itertools import chain
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from itertools import chain
+from typing import Any
 
 import msgpack
 import numpy as np

@@ -47,6 +47,12 @@ class ReplayTable:
         return np.array([float(np.mean(s)) if e is None else math.nan for s, e in zip(self.samples_us, self.errors)])
 
     @property
+    def exhaustive_cost_s(self) -> float:
+        """What exhaustive tuning costs: compile every config, time every one that compiled, once."""
+        ran = sum(1 for error in self.errors if error is None)
+        return float(np.sum(self.compile_s)) + BENCH_OVERHEAD_S * ran
+
+    @property
     def true_best_us(self) -> float:
         return float(np.nanmin(self.mean_us))
 
