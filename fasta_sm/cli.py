@@ -21,7 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from . import __version__
-from .data import default_table, table_names, table_path
+from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, StateFileError
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
@@ -56,7 +56,7 @@ def main(verbose: bool) -> None:
     "table",
     metavar="TABLE",
     default=None,
-    help=f"Replay table: a path, or the name of a shipped table (default: {default_table()}).",
+    help=f"Replay table: a path, or the name of a shipped table (default: {DEFAULT_TABLE}).",
 )
 @click.option("--policy", default="fasta", show_default=True, help="Search policy.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for the policy and the replay noise.")
@@ -70,7 +70,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     from .backends.replay import ReplayBackend, load_table
     from .tuner import tune as run_tune
 
-    replay = load_table(table_path(table or default_table()))
+    replay = load_table(table_path(table or DEFAULT_TABLE))
     store = StateStore(state_dir)
     params = {} if budget is None else {"budget": budget}
     key = f"replay/{replay.kernel}/{policy}/seed={seed}/budget={budget}/noise={noise}"

@@ -18,10 +18,6 @@ def table_names() -> list[str]:
     return sorted(p.stem for p in tables_dir().glob("*.json"))
 
 
-def default_table() -> str:
-    return DEFAULT_TABLE
-
-
 def table_path(name_or_path: str) -> Path:
     """A table by path, or by the name of a shipped table."""
     candidate = Path(name_or_path).expanduser()
