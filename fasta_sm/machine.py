@@ -7,7 +7,9 @@ machine is shared by every tune in the process; a tune is a model added to it.
 Within a round the machine compiles the batch, benchmarks what compiled, then
 asks the policy to refine: a new R2 round, or DONE. Compile and benchmark work
 in chunks (compiles in parallel batches, timings a few at a time) so that a
-crash loses at most one chunk of work.
+crash loses at most one chunk of work. Once an R2 batch is compiled, a backend
+that can compile ahead (`prefetch`) is told which untried configs the policy
+predicts fastest, so its idle workers compile them while the batch is timed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ log = logging.getLogger("fasta_sm.machine")
 
 DEFAULT_CHUNK = 16
 DEFAULT_BENCHMARK_CHUNK = 4
+PREFETCH_MAX = 64
+"""At most this many predicted-fastest configs are offered to a backend's `prefetch`."""
 
 STATES = ["R1", "R2", "DONE"]
 TRANSITIONS = [
@@ -248,6 +252,27 @@ class Tune:
             state.rounds[-1].compile_s += spent
         if len(todo) <= len(chunk):
             state.step = "benchmark"
+            self._prefetch()
+
+    def _prefetch(self) -> None:
+        """Offer the untried configs predicted fastest to a backend that compiles ahead.
+
+        A hint only: nothing is recorded, and a backend that fails to take it
+        costs the tune nothing but a log line.
+        """
+        state = self.state
+        prefetch = getattr(self.backend, "prefetch", None)
+        if prefetch is None or state.phase != "R2" or state.retime or not state.predicted_us:
+            return
+        predicted = np.asarray(state.predicted_us, dtype=float)
+        tried = set(state.compiled) | set(state.failed) | set(state.pending)
+        order = [
+            int(i) for i in np.argsort(predicted, kind="stable") if int(i) not in tried and math.isfinite(predicted[i])
+        ]
+        try:
+            prefetch([state.configs[i] for i in order[:PREFETCH_MAX]])
+        except Exception as exc:  # noqa: BLE001  a hint that fails must not fail the tune
+            log.warning("kernel %s: prefetch failed: %s: %s", state.kernel, type(exc).__name__, exc)
 
     def _benchmark_chunk(self) -> None:
         state = self.state

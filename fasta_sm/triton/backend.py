@@ -1,8 +1,9 @@
 """The live Triton backend: compile configs of one launch in parallel, time them on the device.
 
 It implements `fasta_sm.protocols.Backend` for one concrete launch (a kernel,
-its arguments and grid). Compilation goes through the spawn pool of
-`compile_pool`; timing through `triton.testing.do_bench` medians on a GPU, or
+its arguments and grid). Compilation goes through the worker pool of
+`compile_pool`, which also compiles the configs the policy predicts fastest
+while the parent times the current batch (`prefetch`); timing through `triton.testing.do_bench` medians on a GPU, or
 a host clock under `TRITON_INTERPRET=1` (the interpreter has no device
 driver, so `do_bench` cannot run there). Arguments the kernel mutates are
 zeroed or restored around every launch, as Triton's `reset_to_zero` and
@@ -17,6 +18,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from ..config import Config
@@ -109,6 +111,7 @@ class TritonBackend:
         self.warmup_ms = warmup_ms
         self.rep_ms = rep_ms
         self._pool = pool
+        self._prefetched: dict[str, Future] = {}
         self.interpreting = interpreting(self.fn)
         self.arg_names = list(getattr(self.fn, "arg_names", []))
 
@@ -127,13 +130,34 @@ class TritonBackend:
         jobs = self._jobs(configs)
         if jobs is None:
             return [self._load(config, 0.0) for config in configs]
+        started = {
+            position: self._prefetched.pop(config.identity)
+            for position, config in enumerate(configs)
+            if config.identity in self._prefetched
+        }
         outcomes: list[CompileOutcome | None] = [None] * len(configs)
-        for index, error, seconds in (self._pool or shared_pool()).run(jobs):
+        for index, error, seconds in self.pool.run(jobs, started):
             if error is not None:
                 outcomes[index] = CompileOutcome(error=error, seconds=seconds)
             else:
                 outcomes[index] = self._load(configs[index], seconds)
         return [outcome for outcome in outcomes if outcome is not None]
+
+    def prefetch(self, configs: Sequence[Config]) -> None:
+        """Start compiling likely next configs (best first) in workers that would sit idle.
+
+        The machine calls this while the parent times a batch; a later
+        `compile` of a prefetched config waits on that work instead of
+        starting it again. At most one job per idle worker is queued, so a
+        wrong guess never delays the next real batch by more than one compile.
+        """
+        if self.interpreting:
+            return
+        busy = sum(not future.done() for future in self._prefetched.values())
+        fresh = [c for c in configs if c.identity not in self._prefetched][: max(0, self.pool.workers - busy)]
+        jobs = self._jobs(fresh) if fresh else None
+        for config, job in zip(fresh, jobs or ()):
+            self._prefetched[config.identity] = self.pool.submit(job)
 
     def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
         """Time each config (median, µs); one that raises is recorded as failed (inf).
@@ -151,6 +175,10 @@ class TritonBackend:
                 errors[position] = describe_error(error)
                 durations.append(float("inf"))
         return BenchmarkOutcome(durations_us=durations, seconds=time.perf_counter() - start, errors=errors)
+
+    @property
+    def pool(self) -> CompilePool:
+        return self._pool or shared_pool()
 
     # ------------------------------------------------------------------ launches
 

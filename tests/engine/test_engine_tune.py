@@ -329,3 +329,56 @@ def test_every_checkpoint_stamps_the_state_updated_time(table, backend, store):
     result = run_tune(table, backend, store, chunk_size=8, on_step=lambda s: stamps.append(s.updated))
     assert stamps == sorted(stamps) and stamps[-1] > result.state.created
     assert store.read(store.file_for(KEY)).updated == stamps[-1]
+
+
+class PrefetchingBackend(CountingBackend):
+    """Records what the machine offers to `prefetch`, and when (the state's position then)."""
+
+    def __init__(self, inner, tune_ref):
+        super().__init__(inner)
+        self.offers: list[tuple[str, int, bool, list[int]]] = []
+        self.tune_ref = tune_ref
+
+    def prefetch(self, configs):
+        state = self.tune_ref[0].state
+        self.offers.append((state.phase, state.round, state.retime, [state.configs.index(c) for c in configs]))
+
+
+def test_a_backend_that_prefetches_is_offered_untried_configs_fastest_predicted_first(table, backend):
+    ref = []
+    counting = PrefetchingBackend(backend, ref)
+    t = Tune.start("k", "mm", table.configs, counting, make_policy("fasta", table.configs), seed=3)
+    ref.append(t)
+    seen_rounds = []
+    try:
+        while not t.state.done:
+            before = len(counting.offers)
+            t.advance()
+            if len(counting.offers) > before:
+                phase, round_, retime, offered = counting.offers[-1]
+                state = t.state
+                predicted = state.predicted_us
+                untried = set(range(state.n_configs)) - set(state.compiled) - set(state.failed) - set(state.pending)
+                assert (phase, retime, state.step) == ("R2", False, "benchmark")
+                assert offered and set(offered) <= untried
+                assert offered == sorted(offered, key=lambda i: (predicted[i], i))
+                assert len(offered) == min(len(untried), 64)
+                seen_rounds.append(round_)
+    finally:
+        t.close()
+    r2_rounds = {r.round for r in t.state.rounds if r.phase == "R2" and not r.retime}
+    assert seen_rounds and set(seen_rounds) == r2_rounds
+
+
+def test_a_prefetch_that_raises_does_not_fail_the_tune(table, backend, caplog):
+    class Broken(CountingBackend):
+        def prefetch(self, configs):
+            raise RuntimeError("pool is gone")
+
+    t = Tune.start("k", "mm", table.configs, Broken(backend), make_policy("fasta", table.configs), seed=3)
+    try:
+        state = t.drive()
+    finally:
+        t.close()
+    assert state.done and state.best is not None
+    assert "prefetch failed: RuntimeError: pool is gone" in caplog.text

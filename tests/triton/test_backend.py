@@ -165,3 +165,21 @@ def _state(pid: int) -> str:
         return open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_prefetched_job_is_collected_not_compiled_again():
+    """`run` awaits a future handed to it (a prefetch) instead of submitting the job again.
+
+    Compiled again, this job would fail in the worker with its own error (it
+    lacks the kernel's arguments); the prefetch's canned outcome proves it was not.
+    """
+    from concurrent.futures import Future
+
+    pool = CompilePool(1)
+    prefetched: Future = Future()
+    prefetched.set_result(("ValueError: from the prefetch", 1.25))
+    try:
+        results = list(pool.run([CompileJob("kernels", "accumulate_kernel", (), {})], started={0: prefetched}))
+    finally:
+        pool.close()
+    assert results == [(0, "ValueError: from the prefetch", 1.25)]
