@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,7 +60,9 @@ class DriverSettings:
     """What a kernel's tune is run with; travels inside generated kernel source as a dict.
 
     `max_configs` caps the generated space (Inductor's own configs always stay);
-    `state_dir` None means the store's default (resolved where the tune runs).
+    `state_dir` None means the store's default (resolved where the tune runs);
+    `compile_threads` compiles a round's configs in parallel threads (Triton
+    releases the GIL in LLVM and ptxas, which is most of a compile).
     """
 
     policy: str = "fasta"
@@ -69,6 +72,7 @@ class DriverSettings:
     max_configs: int = 64
     chunk_size: int = 16
     lock_timeout_s: float | None = None
+    compile_threads: int = 8
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -233,12 +237,9 @@ class AutotunerBackend:
         return self.autotuner._fasta_describe()
 
     def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
-        outcomes = []
-        for config in configs:
-            started = time.perf_counter()
-            error = self.autotuner._fasta_ensure_compiled(self.autotuner._fasta_index(config))
-            outcomes.append(CompileOutcome(error=error, seconds=time.perf_counter() - started))
-        return outcomes
+        indices = [self.autotuner._fasta_index(config) for config in configs]
+        done = self.autotuner._fasta_compile_all(indices)
+        return [CompileOutcome(error=done[i][0], seconds=done[i][1]) for i in indices]
 
     def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
         started = time.perf_counter()
@@ -318,9 +319,7 @@ class FastaAutotunerMixin:
         return DeviceGuard(self.get_device_interface(), self.triton_meta["device"])
 
     def _fasta_compile(self, cfg: Any) -> Any:
-        """Compile one config into a compile result (needs the live kernel function)."""
-        if getattr(self.fn, "fn", None) is None:
-            self.fn = self._reload_kernel().fn
+        """Compile one config into a compile result (needs the live kernel function; may run in a thread)."""
         return self._precompile_config(cfg)
 
     def _fasta_make_launcher(self, result: Any) -> Any:
@@ -357,14 +356,38 @@ class FastaAutotunerMixin:
 
     def _fasta_ensure_compiled(self, index: int) -> str | None:
         """Compile config `index` in this process unless already done; the error text if it fails."""
-        if self._fasta_result(index) is not None:
-            return None
-        try:
-            result = self._fasta_compile(self._fasta_space[index])
-        except Exception as exc:  # noqa: BLE001  a config that fails to compile is a failed config
-            return f"{type(exc).__name__}: {exc}"
-        self.compile_results = [*(self.compile_results or ()), result]
-        return None
+        return self._fasta_compile_all([index])[index][0]
+
+    def _fasta_compile_all(self, indices: Sequence[int]) -> dict[int, tuple[str | None, float]]:
+        """Compile the configs not compiled yet, in parallel threads: (error or None, seconds) per index.
+
+        The threads only compile; results are added to `compile_results` here,
+        in order, so no two threads ever write the autotuner.
+        """
+        todo = [i for i in dict.fromkeys(indices) if self._fasta_result(i) is None]
+        if todo and getattr(self.fn, "fn", None) is None:
+            self.fn = self._reload_kernel().fn
+
+        def compile_one(index: int) -> tuple[Any, str | None, float]:
+            started = time.perf_counter()
+            try:
+                result = self._fasta_compile(self._fasta_space[index])
+            except Exception as exc:  # noqa: BLE001  a config that fails to compile is a failed config
+                return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+            return result, None, time.perf_counter() - started
+
+        threads = max(1, min(len(todo), self._fasta_plan.settings.compile_threads if self._fasta_plan else 1))
+        if threads > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="fasta-compile") as pool:
+                compiled = list(pool.map(compile_one, todo))
+        else:
+            compiled = [compile_one(index) for index in todo]
+        outcomes = {index: (None, 0.0) for index in indices}
+        for index, (result, error, seconds) in zip(todo, compiled):
+            outcomes[index] = (error, seconds)
+            if result is not None:
+                self.compile_results = [*(self.compile_results or ()), result]
+        return outcomes
 
     def _fasta_launcher(self, index: int) -> Any:
         for launcher in self.launchers:

@@ -27,6 +27,15 @@ ENV_VAR = "FASTA_SM_INDUCTOR"
 MAX_CONFIGS_ENV = "FASTA_SM_INDUCTOR_MAX_CONFIGS"
 CODEGEN_MODULE = "torch._inductor.codegen.triton"
 
+FASTA_DEFAULTS: dict[str, Any] = {"rounds": 1}
+"""Defaults for the fasta policy under Inductor (a `policy_params` entry overrides each).
+
+Inductor's spaces hold a few dozen configs and the parent compiles each R2
+round itself, between the model's first runs: one guided batch, compiled in
+parallel threads, waits on about one compile, where several rounds of one
+config each wait on one compile apiece.
+"""
+
 _saved: dict[str, Any] | None = None
 _settings: DriverSettings | None = None
 
@@ -43,16 +52,19 @@ def enable(
     """Tune the kernels torch.compile generates from now on; returns the settings in force.
 
     `max_configs` caps each kernel's space (default 64, or $FASTA_SM_INDUCTOR_MAX_CONFIGS);
-    `policy` defaults to "fasta". Calling it again replaces the settings.
+    `policy` defaults to "fasta", whose `policy_params` start from `FASTA_DEFAULTS`.
+    Calling it again replaces the settings.
     """
     global _saved, _settings
     if max_configs is None:
         max_configs = int(os.environ.get(MAX_CONFIGS_ENV, DriverSettings.max_configs))
     if max_configs < 1:
         raise ValueError(f"max_configs={max_configs!r} must be at least 1")
+    policy = policy or default_policy()
+    params = {**(FASTA_DEFAULTS if policy == "fasta" else {}), **(policy_params or {})}
     settings = DriverSettings(
-        policy=policy or default_policy(),
-        policy_params=dict(policy_params or {}),
+        policy=policy,
+        policy_params=params,
         seed=seed,
         state_dir=str(StateStore(state_dir).path),
         max_configs=max_configs,

@@ -121,3 +121,39 @@ def test_worker_that_finds_the_tune_locked_leaves_it_to_its_parent(table_file, t
     kernel.precompile()
     kernel.run("x", stream=0)
     assert StateStore(states).load("fake/toy").done
+
+
+def test_a_rounds_configs_compile_in_parallel_threads_and_all_are_kept(table_file, tmp_path):
+    """Two compiles meet at a barrier: run one after the other, the first would time out and fail."""
+    import threading
+
+    kernel = FastaFake(table_file, tmp_path / "states")
+    meet = threading.Barrier(2, timeout=10)
+    real = kernel._precompile_config
+
+    def compile_at_barrier(cfg):
+        meet.wait()
+        return real(cfg)
+
+    kernel._precompile_config = compile_at_barrier
+    table = load_table(table_file)
+    ok = [i for i, error in enumerate(table.errors) if not error][:2]
+    outcomes = kernel._fasta_compile_all(ok)
+    assert [outcomes[i][0] for i in ok] == [None, None]
+    assert sorted(kernel._fasta_index_of(r.config) for r in kernel.compile_results) == sorted(ok)
+
+
+def test_compile_threads_one_compiles_in_the_calling_thread(table_file, tmp_path):
+    import threading
+
+    from fasta_sm.driver import DriverSettings
+
+    kernel = FastaFake(table_file, tmp_path / "states")
+    kernel._fasta_setup(DriverSettings(state_dir=str(tmp_path / "states"), compile_threads=1).to_dict(), [0], "fake")
+    seen = []
+    real = kernel._precompile_config
+    kernel._precompile_config = lambda cfg: (seen.append(threading.current_thread()), real(cfg))[1]
+    table = load_table(table_file)
+    ok = [i for i, error in enumerate(table.errors) if not error][:3]
+    kernel._fasta_compile_all(ok)
+    assert seen == [threading.current_thread()] * 3

@@ -148,3 +148,15 @@ def test_env_var_switches_it_on_when_inductor_codegen_loads(tmp_path):
     if lines and lines[0] == "True":
         pytest.skip("torch's `torch.backends` entry point already enabled it (installed entry point)")
     assert lines == ["False", "True"], out.stderr
+
+
+def test_fasta_under_inductor_starts_from_one_guided_round_and_the_user_overrides_it(tmp_path):
+    try:
+        assert fi.enable(state_dir=tmp_path).policy_params == {"rounds": 1}
+        assert fi.enable(state_dir=tmp_path, policy_params={"rounds": 3, "small_budget": 0.3}).policy_params == {
+            "rounds": 3,
+            "small_budget": 0.3,
+        }
+        assert fi.enable(state_dir=tmp_path, policy="random").policy_params == {}
+    finally:
+        fi.disable()
