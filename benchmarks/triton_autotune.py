@@ -78,11 +78,13 @@ def sync() -> None:
 
 
 def cold(fn) -> Path:
-    """Empty Triton cache dir, empty in-memory JIT cache, no compile pool yet.
+    """Empty Triton cache dir, empty in-memory JIT cache, no compile pool and no fork server yet.
 
-    The next fasta-sm tune spawns its pool inside the timed region: a fresh
-    process pays that once, so the cold figures include it.
+    The next fasta-sm tune starts its fork server and pool inside the timed
+    region: a fresh process pays that once, so the cold figures include it.
     """
+    import multiprocessing.forkserver
+
     import triton
 
     from fasta_sm.triton import compile_pool
@@ -95,6 +97,7 @@ def cold(fn) -> Path:
     if compile_pool._shared is not None:
         compile_pool._shared.close()
         compile_pool._shared = None
+    multiprocessing.forkserver._forkserver._stop()
     return cache
 
 
@@ -130,8 +133,10 @@ def run_kernel(name: str, opts) -> dict:
                                                    budget=opts.budget if policy == "fasta" else None,
                                                    seed=opts.seed, state_dir=state_dir)(spec.fn)
 
-    for method, decorate in (("triton", triton_decorator), ("exhaustive", fasta_decorator("exhaustive")),
-                             ("fasta", fasta_decorator("fasta"))):
+    methods = {"triton": triton_decorator, "exhaustive": fasta_decorator("exhaustive"),
+               "fasta": fasta_decorator("fasta")}
+    for method in opts.methods:
+        decorate = methods[method]
         cold(spec.fn)
         state_dir = tempfile.mkdtemp(prefix="fasta-states-")
         kernel = decorate(state_dir)
@@ -140,10 +145,17 @@ def run_kernel(name: str, opts) -> dict:
         entry = {"cold_s": round(cold_s, 3), "warm_s": round(warm_s, 6), "config": str(kernel.best_config)}
         if method != "triton":
             fresh = decorate(state_dir)  # what a second process builds: reads the DONE state
-            entry["second_process_first_launch_s"] = round(timed_launch(fresh, spec, args), 6)
+            first = timed_launch(fresh, spec, args)
+            launch = float(np.median([timed_launch(fresh, spec, args) for _ in range(20)]))
+            entry["second_process_first_launch_s"] = round(first, 6)
+            entry["second_process_before_launch_s"] = round(first - launch, 6)
             result = next(iter(kernel.results.values()))
             entry["evaluated"] = result.state.evaluations()
             entry["measured"] = result.state.measured_count()
+            entry["rounds"] = [  # name, configs, wall s, compile s (summed over workers), benchmark s
+                [r.phase if r.phase == "R1" else f"R2_{r.round}", len(r.batch),
+                 round((r.finished or r.started) - r.started, 3), round(r.compile_s, 3), round(r.benchmark_s, 3)]
+                for r in result.state.rounds]
             assert next(iter(fresh.results.values())).reused
             if opts.keep_states:
                 for path in Path(state_dir).glob("*.fsm"):
@@ -157,8 +169,9 @@ def run_kernel(name: str, opts) -> dict:
     for method, us in times.items():
         row[method]["chosen_us"] = round(us, 3)
         row[method]["regret_pct"] = round(100 * (us - best) / best, 2)
-    row["fasta_vs_triton_cold"] = round(row["fasta"]["cold_s"] / row["triton"]["cold_s"], 3)
-    row["fasta_vs_exhaustive_cold"] = round(row["fasta"]["cold_s"] / row["exhaustive"]["cold_s"], 3)
+    for baseline in ("triton", "exhaustive"):
+        if "fasta" in row and baseline in row:
+            row[f"fasta_vs_{baseline}_cold"] = round(row["fasta"]["cold_s"] / row[baseline]["cold_s"], 3)
     return row
 
 
@@ -234,6 +247,8 @@ def crash_test(opts) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", nargs="+", default=DEFAULT_KERNELS)
+    parser.add_argument("--methods", nargs="+", default=["triton", "exhaustive", "fasta"],
+                        choices=["triton", "exhaustive", "fasta"])
     parser.add_argument("--small", type=int, nargs="?", const=12, default=0,
                         help="tiny shapes and at most N configs (default 12) per kernel, for the CPU interpreter")
     parser.add_argument("--warmup-ms", type=float, default=25.0)
@@ -278,14 +293,27 @@ def main() -> None:
         print(json.dumps(results["crash"]), flush=True)
     if opts.json:
         Path(opts.json).write_text(json.dumps(results, indent=1))
+    print_table(results["kernels"])
+
+
+def print_table(rows: list[dict]) -> None:
+    """Cold seconds and regret per method, the ratios, and fasta's second-process start."""
+    def cell(row: dict, method: str, field: str, fmt: str) -> str:
+        value = row.get(method, {}).get(field)
+        return "-" if value is None else format(value, fmt)
+
     print(f"{'kernel':26s} {'N':>5s} {'triton s':>9s} {'exh. s':>8s} {'fasta s':>8s} {'f/t':>6s} {'f/e':>6s} "
-          f"{'regret t/e/f %':>16s} {'fasta 2nd-proc ms':>18s}")
-    for row in results["kernels"]:
-        t, e, f = row["triton"], row["exhaustive"], row["fasta"]
-        print(f"{row['kernel']:26s} {row['N']:5d} {t['cold_s']:9.2f} {e['cold_s']:8.2f} {f['cold_s']:8.2f} "
-              f"{row['fasta_vs_triton_cold']:6.3f} {row['fasta_vs_exhaustive_cold']:6.3f} "
-              f"{t['regret_pct']:5.1f}/{e['regret_pct']:4.1f}/{f['regret_pct']:4.1f} "
-              f"{f['second_process_first_launch_s'] * 1e3:18.2f}")
+          f"{'regret t/e/f %':>16s} {'2nd proc: before launch / first launch ms':>42s}")
+    for row in rows:
+        ratios = [format(row[k], "6.3f") if k in row else "     -" for k in ("fasta_vs_triton_cold",
+                                                                               "fasta_vs_exhaustive_cold")]
+        regrets = "/".join(cell(row, m, "regret_pct", ".1f") for m in ("triton", "exhaustive", "fasta"))
+        before, first = (row.get("fasta", {}).get(k) for k in ("second_process_before_launch_s",
+                                                                "second_process_first_launch_s"))
+        start = "-" if first is None else f"{before * 1e3:.2f} / {first * 1e3:.2f}"
+        print(f"{row['kernel']:26s} {row['N']:5d} {cell(row, 'triton', 'cold_s', '9.2f'):>9s} "
+              f"{cell(row, 'exhaustive', 'cold_s', '8.2f'):>8s} {cell(row, 'fasta', 'cold_s', '8.2f'):>8s} "
+              f"{ratios[0]} {ratios[1]} {regrets:>16s} {start:>42s}")
 
 
 if __name__ == "__main__":
