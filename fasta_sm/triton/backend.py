@@ -23,7 +23,7 @@ from typing import Any
 
 from ..config import Config
 from ..protocols import BenchmarkOutcome, CompileOutcome
-from .compile_pool import CompileJob, CompilePool, describe_error, resolve, shared_pool
+from .compile_pool import PREFETCH_SPARE, CompileJob, CompilePool, describe_error, resolve, shared_pool
 
 logger = logging.getLogger("fasta_sm.triton.backend")
 
@@ -148,13 +148,16 @@ class TritonBackend:
 
         The machine calls this while the parent times a batch; a later
         `compile` of a prefetched config waits on that work instead of
-        starting it again. At most one job per idle worker is queued, so a
-        wrong guess never delays the next real batch by more than one compile.
+        starting it again. Guesses take only idle workers and leave
+        `PREFETCH_SPARE` of them (at most half the pool) free, so the next
+        batch's own compiles seldom queue behind them.
         """
         if self.interpreting:
             return
         busy = sum(not future.done() for future in self._prefetched.values())
-        fresh = [c for c in configs if c.identity not in self._prefetched][: max(0, self.pool.workers - busy)]
+        workers = self.pool.workers
+        room = workers - min(PREFETCH_SPARE, workers // 2) - busy
+        fresh = [c for c in configs if c.identity not in self._prefetched][: max(0, room)]
         jobs = self._jobs(fresh) if fresh else None
         for config, job in zip(fresh, jobs or ()):
             self._prefetched[config.identity] = self.pool.submit(job)

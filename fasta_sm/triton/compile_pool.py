@@ -31,8 +31,10 @@ from typing import Any
 logger = logging.getLogger("fasta_sm.triton.compile_pool")
 
 _ERROR_CHARS = 400
-PRELOAD = ("torch", "triton")
+PRELOAD = ("torch", "triton", "fasta_sm.triton.worker_preload")
 """Imported once by the fork server, inherited by every worker it forks."""
+PREFETCH_SPARE = 4
+"""Workers a prefetch leaves free, so that the next batch's own compiles never queue behind guesses."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -116,6 +118,21 @@ def _warm_worker() -> None:
         pass
 
 
+def warm_triton_key() -> None:
+    """Compute Triton's cache-key prefix (a hash of its library, cached per process) now, off the critical path."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # Triton before 3.2 kept it in the compiler
+        try:
+            from triton.compiler.compiler import triton_key
+        except ImportError:
+            return
+    try:
+        triton_key()
+    except Exception as error:  # noqa: BLE001  the compile that needs it will raise it properly
+        logger.debug("triton_key() failed ahead of time: %s", error)
+
+
 def _compile_in_worker(job: CompileJob) -> tuple[str | None, float]:
     start = time.perf_counter()
     try:
@@ -147,6 +164,7 @@ class CompilePool:
     def _get(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._executor is None:
+                threading.Thread(target=warm_triton_key, name="fasta-triton-key", daemon=True).start()
                 context = worker_context()
                 self._alive = context.Pipe(duplex=False)
                 self._executor = ProcessPoolExecutor(

@@ -183,3 +183,42 @@ def test_a_prefetched_job_is_collected_not_compiled_again():
     finally:
         pool.close()
     assert results == [(0, "ValueError: from the prefetch", 1.25)]
+
+
+def test_the_worker_preload_leaves_tritons_cache_key_computed():
+    """The fork server imports it, so each forked worker starts with the 500 MB library already hashed."""
+    import importlib
+
+    from triton.runtime.cache import triton_key
+
+    import fasta_sm.triton.worker_preload as preload
+
+    triton_key.cache_clear()
+    importlib.reload(preload)
+    assert triton_key.cache_info().currsize == 1
+
+
+def test_a_prefetch_takes_only_idle_workers_and_leaves_some_free():
+    from concurrent.futures import Future
+
+    class RecordingPool:
+        workers = 6
+
+        def __init__(self):
+            self.submitted: list[Future] = []
+
+        def submit(self, job):
+            self.submitted.append(Future())
+            return self.submitted[-1]
+
+    pool = RecordingPool()
+    backend, _, _ = make_backend(pool=pool)
+    backend.interpreting = False  # compiles are no-ops in the interpreter; pretend a device
+    backend._jobs = lambda cs: [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in cs]
+    backend.prefetch(configs(*range(1, 11)))
+    assert len(pool.submitted) == 3, "6 workers, 3 left free"
+    backend.prefetch(configs(*range(11, 21)))
+    assert len(pool.submitted) == 3, "every room is busy"
+    pool.submitted[0].set_result((None, 0.1))
+    backend.prefetch(configs(*range(11, 21)))
+    assert len(pool.submitted) == 4
