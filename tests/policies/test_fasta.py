@@ -161,10 +161,14 @@ def test_no_config_is_measured_twice_except_on_retime(table, seed):
 
 @pytest.mark.parametrize("table", [MATMUL, BOWL, NEEDLE], ids=lambda t: t.kernel)
 @pytest.mark.parametrize("seed", range(5))
-def test_routed_budget_is_never_exceeded(table, seed):
+def test_routed_budget_is_exceeded_only_by_the_polish_configs(table, seed):
     policy = FastaPolicy(table.configs)
     trace = drive(policy, table, seed)
-    assert trace.tried <= policy.plan_budget.total
+    polish = [d for d in trace.decisions if d.reason.startswith("fasta polish")]
+    assert len(polish) <= policy.params.polish_extra and all(len(d.batch) == 1 for d in polish)
+    assert trace.tried <= policy.plan_budget.total + len(polish)
+    assert FastaPolicy(table.configs, polish_extra=0).plan_budget.total == policy.plan_budget.total
+    assert drive(FastaPolicy(table.configs, polish_extra=0), table, seed).tried <= policy.plan_budget.total
 
 
 @pytest.mark.parametrize("budget", [0.05, 0.1, 0.3])
@@ -208,19 +212,39 @@ def test_a_lone_best_is_timed_again_before_done():
     policy, sim, _, _ = _after_r1(BOWL, seed=0, retime_top=3, retime_tol=1e-9)
     durations = sim.observed().duration_us
     best = int(np.nanargmin(durations))
-    finish = policy._finish("test", durations)
+    finish = policy._finish("test", durations, sim.observed())
     assert finish.retime and list(finish.batch) == [best]
 
 
 def test_a_lone_best_is_not_retimed_when_two_are_required():
     policy, sim, _, _ = _after_r1(BOWL, seed=0, retime_top=3, retime_tol=1e-9, retime_min=2)
-    finish = policy._finish("test", sim.observed().duration_us)
+    finish = policy._finish("test", sim.observed().duration_us, sim.observed())
     assert not finish.retime and list(finish.batch) == []
 
 
 def test_retime_rounds_are_capped():
     trace = drive(FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=3), MATMUL, seed=0)
     assert sum(d.retime for d in trace.decisions) == 3
+
+
+def test_retime_rounds_stop_at_their_share_of_the_seconds_spent():
+    uncapped = FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=20, retime_cost=0.0)
+    assert sum(d.retime for d in drive(uncapped, MATMUL, seed=0).decisions) == 20
+    policy = FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=20, retime_cost=0.02)
+    sim = Simulator(MATMUL, 0)
+    rng = np.random.default_rng(0)
+    decision = policy.plan(rng)
+    spent_before = None
+    rounds = 0
+    while len(decision.batch):
+        if decision.retime and spent_before is None:
+            spent_before = sim.spent
+        rounds += decision.retime
+        sim.measure(decision)
+        decision = policy.refine(sim.observed(), rng)
+    assert 1 <= rounds < 20
+    retime_s = sim.spent - spent_before
+    assert retime_s <= 0.02 * spent_before + 0.125 * 4  # the first round is always allowed
 
 
 def test_retime_is_skipped_when_disabled():
@@ -327,6 +351,25 @@ def test_resume_through_the_engine_mid_r2_picks_what_an_uninterrupted_tune_picks
     assert not resumed.reused
     assert resumed.best_index == whole.best_index
     assert [r.batch for r in resumed.state.rounds] == [r.batch for r in whole.state.rounds]
+
+
+def test_state_round_trip_mid_polish_gives_the_same_next_decision():
+    policy, sim, rng, decision = _after_r1(seed=5)
+    decision = policy.refine(sim.observed(), rng)
+    while not decision.reason.startswith("fasta polish"):
+        assert decision.batch, "the tune should reach the polish phase"
+        sim.measure(decision)
+        decision = policy.refine(sim.observed(), rng)
+    sim.measure(decision)
+    blob = msgpack.packb(policy.state_dict(), use_bin_type=True)
+    rng_state = rng.bit_generator.state
+    expected = policy.refine(sim.observed(), rng)
+    resumed = FastaPolicy(MATMUL.configs)
+    resumed.load_state_dict(msgpack.unpackb(blob, raw=False))
+    rng_again = np.random.default_rng()
+    rng_again.bit_generator.state = rng_state
+    again = resumed.refine(sim.observed(), rng_again)
+    assert list(again.batch) == list(expected.batch) and again.reason == expected.reason
 
 
 def test_state_dict_is_plain_msgpack_types():

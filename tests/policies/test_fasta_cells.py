@@ -8,18 +8,24 @@ import numpy as np
 from fasta_sm.config import Config
 from fasta_sm.policies import make_policy
 from fasta_sm.policies.fasta.features import extract_features
-from fasta_sm.policies.fasta.sampling import tile_cells, unexplored_cell_picks
+from fasta_sm.policies.fasta.sampling import cell_retry_picks, one_step_neighbours, tile_cells, unexplored_cell_picks
 
 
-def _space():
+def _space(stages=(2,)):
     configs = [
-        Config(kwargs={"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=2)
+        Config(kwargs={"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
         for m in (64, 128)
         for n in (64, 128)
         for k in (32, 64)
         for w in (4, 8)
+        for s in stages
     ]
     return configs, extract_features(configs)
+
+
+def _index(configs, m, n, k, w, s):
+    want = Config(kwargs={"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s).identity
+    return next(i for i, c in enumerate(configs) if c.identity == want)
 
 
 def test_cells_group_tile_and_warps():
@@ -61,3 +67,63 @@ def test_state_with_cell_columns_round_trips_through_msgpack():
     other = make_policy("fasta", configs, {})
     other.load_state_dict(state)
     assert other.params == policy.params
+
+
+def test_a_cell_sampled_at_the_wrong_stages_is_retried_at_the_best_values_of_its_tile_area():
+    configs, space = _space(stages=(1, 3))
+    cells, area = tile_cells(space, ("BLOCK_M", "BLOCK_N", "num_warps"), 40)
+    free = space.levels[:, [j for j, name in enumerate(space.names) if name in ("kwargs.BLOCK_K", "num_stages")]]
+    n = len(configs)
+    durations = np.full(n, np.nan)
+    durations[_index(configs, 64, 64, 64, 8, 3)] = 10.0  # the best: BLOCK_K 64, 3 stages
+    durations[_index(configs, 64, 128, 32, 8, 3)] = 12.0  # best of the 8192-element tiles: BLOCK_K 32, 3 stages
+    durations[_index(configs, 128, 64, 32, 4, 1)] = 50.0  # a 128 x 64 cell, tried at 1 stage only
+    durations[_index(configs, 128, 128, 32, 8, 1)] = 40.0  # the largest tile, tried at 1 stage only
+    candidates = np.flatnonzero(np.isnan(durations))
+    scores = np.zeros(n)
+    picks = cell_retry_picks(cells, area, free, durations, candidates, scores, np.ones(n), 10, 0.5)
+    assert sorted(picks.tolist()) == sorted(
+        [
+            _index(configs, 128, 64, 32, 4, 3),  # at the values of the faster 64 x 128 config
+            _index(configs, 128, 128, 64, 8, 3),  # no other cell of its area ran: at the best's values
+            _index(configs, 64, 128, 64, 8, 3),  # its only peer is slower than itself: at the best's values
+        ]
+    )
+    scores[_index(configs, 128, 128, 64, 8, 3)] = -1.0
+    assert cell_retry_picks(cells, area, free, durations, candidates, scores, np.ones(n), 1, 0.5).tolist() == [
+        _index(configs, 128, 128, 64, 8, 3)
+    ]
+    # unexplored cells, cells smaller than the best's tile and likely failures are never retried
+    assert cell_retry_picks(cells, area, free, durations, candidates, scores, np.zeros(n), 10, 0.5).size == 0
+    assert cell_retry_picks(cells, area, free, durations, candidates, scores, np.ones(n), 0, 0.5).size == 0
+
+
+def test_one_step_neighbours_move_one_column_by_one_level():
+    levels = np.array([[0, 0], [1, 0], [2, 0], [1, 1], [0, 1], [2, 2]])
+    candidates = np.arange(1, 6)
+    assert one_step_neighbours(levels, np.array([0]), candidates).tolist() == [1, 4]
+    assert one_step_neighbours(levels, np.array([0, 5]), candidates).tolist() == [1, 4]
+    assert one_step_neighbours(levels, np.array([2]), candidates).tolist() == [1]
+
+
+def test_polish_steps_from_one_of_the_fastest_configs():
+    from driving import drive
+    from landscapes import as_table, matmul
+
+    table = as_table(matmul(3, size=500))
+    policy = make_policy("fasta", table.configs, {"cell_max": 0})
+    trace = drive(policy, table, seed=1)
+    levels = extract_features(table.configs).levels
+    seen: list[int] = []
+    polished = 0
+    for decision in trace.decisions:
+        if decision.reason.startswith("fasta polish"):
+            measured = [i for i in seen if np.isfinite(trace.durations[i])]
+            centers = sorted(measured, key=lambda i: trace.durations[i])[: policy.params.polish_centers]
+            (pick,) = decision.batch
+            assert pick not in seen
+            assert any(np.abs(levels[pick] - levels[c]).sum() == 1 for c in centers)
+            polished += 1
+        if not decision.retime:
+            seen += list(decision.batch)
+    assert 1 <= polished <= policy.params.polish_extra

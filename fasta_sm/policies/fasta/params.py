@@ -59,6 +59,10 @@ class FastaParams:
     cell_max: int = 40
     cell_picks: int = 1
     cell_min_run: float = 0.5
+    cell_retry: int = 1
+    # --- polish, past the budget ---
+    polish_extra: int = 2
+    polish_centers: int = 2
     # --- stopping ---
     min_rounds: int = 3
     margin_conv: float = 0.05
@@ -69,9 +73,10 @@ class FastaParams:
     # --- re-timing before DONE ---
     retime_top: int = 3
     retime_tol: float = 0.05
-    retime_rounds: int = 3
+    retime_rounds: int = 6
     retime_min: int = 1
     retime_decay: float = 0.6
+    retime_cost: float = 0.05
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
 
@@ -94,8 +99,12 @@ class FastaParams:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
         if self.tau_range < 0 or self.retime_top < 0 or self.min_rounds < 0 or self.failure_weight < 0:
             raise PolicyError("fasta: tau_range, retime_top, min_rounds and failure_weight must not be negative")
-        if self.cell_max < 0 or self.cell_picks < 0:
-            raise PolicyError("fasta: cell_max and cell_picks must not be negative")
+        if self.cell_max < 0 or self.cell_picks < 0 or self.cell_retry < 0 or self.polish_extra < 0:
+            raise PolicyError("fasta: cell_max, cell_picks, cell_retry and polish_extra must not be negative")
+        if self.polish_centers < 1:
+            raise PolicyError(f"fasta: polish_centers={self.polish_centers!r} must be at least 1")
+        if not 0.0 <= self.retime_cost <= 1.0:
+            raise PolicyError(f"fasta: retime_cost={self.retime_cost!r} must be 0 (no cap) or a fraction in (0, 1]")
         if not 0.0 <= self.cell_min_run <= 1.0:
             raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
         if not 0.0 < self.retime_decay <= 1.0:
@@ -164,6 +173,9 @@ DESCRIPTIONS: dict[str, str] = {
     "cell_max": "cell exploration runs only when the space has at most this many cells (0: off)",
     "cell_picks": "per guided round, at most this many picks go to unexplored tile cells",
     "cell_min_run": "a cell is explored only if its best candidate runs with at least this probability",
+    "cell_retry": "per guided round, at most this many picks retry an explored cell at its tile area's best values",
+    "polish_extra": "past the budget, at most this many more configs next to the best (0: off; none with `budget=`)",
+    "polish_centers": "polish steps one level in one column from this many of the fastest configs",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",
     "margin_conv": "margin test: untried configs must all be bounded this much slower",
     "trust_rho": "margin test: LOO Spearman the model needs to be believed",
@@ -175,6 +187,7 @@ DESCRIPTIONS: dict[str, str] = {
     "retime_rounds": "re-time rounds before DONE",
     "retime_min": "re-time only when at least this many configs are near the best (1: confirm a lone best too)",
     "retime_decay": "each further re-time round narrows `retime_tol` by this factor",
+    "retime_cost": "re-timing stops before it costs more than this share of the seconds spent before it (0: no cap)",
     "optimize_configs": "prune the list with the config optimizer first",
 }
 

@@ -1,4 +1,4 @@
-"""The FASTA dynamic filter as a policy: R1 sample, guided R2 rounds, re-time, DONE.
+"""The FASTA dynamic filter as a policy: R1 sample, guided R2 rounds, polish, re-time, DONE.
 
 The policy keeps almost nothing between calls: each `refine` re-derives the
 measured set from the engine's `Observations`, so its state file entry is a
@@ -25,9 +25,17 @@ from .contract import check_observations
 from .feasibility import failure_chance, run_penalty
 from .features import extract_features
 from .params import FastaParams, resolve_params
-from .sampling import marginal_scores, softmax_pick, stratified_sample, tile_cells, unexplored_cell_picks
+from .sampling import (
+    cell_retry_picks,
+    marginal_scores,
+    one_step_neighbours,
+    softmax_pick,
+    stratified_sample,
+    tile_cells,
+    unexplored_cell_picks,
+)
 from .stopping import histogram_settled, margin_settled, relative_histogram
-from .surrogates import build_basis, compete
+from .surrogates import build_basis, compete, fit_ridge
 
 log = logging.getLogger("fasta_sm.policies.fasta")
 
@@ -59,6 +67,9 @@ class FastaPolicy:
         self._previous_hist: list[float] | None = None
         self._previous_best_log: float | None = None
         self._retimes = 0
+        self._retime_timings = 0
+        self._retime_start_s: float | None = None
+        self._polished = 0
         self._stop_reason = ""
         self._history: list[dict[str, Any]] = []
 
@@ -73,6 +84,9 @@ class FastaPolicy:
         self._designs = {name: build_basis(name, self._space) for name in params.bases}
         self._feasibility_design = build_basis("full", self._space) if params.failure_weight > 0 else None
         self._cells, self._cell_area = tile_cells(self._space, params.cell_columns, params.cell_max)
+        in_cell = {c if c in self._space.names else f"kwargs.{c}" for c in params.cell_columns}
+        free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
+        self._free_levels = self._space.levels[:, free]
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
 
@@ -100,7 +114,7 @@ class FastaPolicy:
         durations = check_observations(observed, len(self._configs), self._last_batch)
         self._last_batch = []
         if self._phase == "retime":
-            return self._finish(self._stop_reason, durations)
+            return self._finish(self._stop_reason, durations, observed)
         if self._phase == "done":
             return self._stop(f"fasta: {self._stop_reason}")
         measured = np.isfinite(durations)
@@ -119,32 +133,35 @@ class FastaPolicy:
         if self.plan_budget.path == "coverage":
             if remaining > 0 and candidates.size:
                 return self._issue(self._blind(candidates, remaining, rng), "coverage path: uniform sample")
-            return self._finish("coverage budget spent", durations)
+            return self._finish("coverage budget spent", durations, observed)
+        if remaining <= 0 and candidates.size and self._polished < self._polish_allowance():
+            polish = self._polish_round(durations, candidates)
+            if polish is not None:
+                return polish
         if remaining <= 0 or candidates.size == 0:
-            return self._finish("budget spent" if candidates.size else "every config measured", durations)
+            return self._finish("budget spent" if candidates.size else "every config measured", durations, observed)
         if self._r2_rounds >= self.params.max_rounds:
-            return self._finish(f"max_rounds={self.params.max_rounds} reached", durations)
+            return self._finish(f"max_rounds={self.params.max_rounds} reached", durations, observed)
         if self._cost_spent(observed, durations):
-            return self._finish("cost budget spent", durations)
-        return self._guided_round(durations, candidates, remaining, rng)
+            return self._finish("cost budget spent", durations, observed)
+        return self._guided_round(observed, durations, candidates, remaining, rng)
 
     def _guided_round(
         self,
+        observed: Observations,
         durations: np.ndarray,
         candidates: np.ndarray,
         remaining: int,
         rng: np.random.Generator,
     ) -> Decision:
         params = self.params
-        rows = np.flatnonzero(np.isfinite(durations))
-        y = np.log(durations[rows])
-        best_log = float(y.min())
-        if self._reference_log is None:
-            self._reference_log = best_log
-        target = np.minimum(y, np.quantile(y, params.cap_quantile)) if params.cap_quantile < 1 else y
+        rows, y, target = self._training_set(durations)
         handicap = {name: params.challenger_handicap for name in params.bases if name != params.incumbent_basis}
         fit, scores = compete(self._designs, params.bases, rows, target, params.ridge_lambda, handicap)
         predicted = fit.predict(self._designs[fit.basis])
+        best_log = float(y.min())
+        if self._reference_log is None:
+            self._reference_log = best_log
         near = int(np.sum(y <= best_log + math.log1p(params.near_tol)))
         tau = params.tau_min + params.tau_range * (1.0 - fit.loo_r2) * min(1.0, near / params.near_full)
         hist = relative_histogram(y, self._reference_log, params.hist_bins, params.hist_span)
@@ -164,11 +181,11 @@ class FastaPolicy:
             lower = predicted[candidates] - fit.loo_rmse
             if margin_settled(lower, best_log, params.margin_conv, fit.loo_rho, params.trust_rho):
                 self._history.append(record)
-                return self._finish("margin: the model bounds every unmeasured config as slower", durations)
+                return self._finish("margin: the model bounds every unmeasured config as slower", durations, observed)
             settled = histogram_settled(None if previous is None else np.array(previous), hist, params.l1_conv)
             if settled and not improved:
                 self._history.append(record)
-                return self._finish("histogram of measured durations settled, best unchanged", durations)
+                return self._finish("histogram of measured durations settled, best unchanged", durations, observed)
         batch_size = min(remaining, candidates.size, self._round_size())
         n_vote = 0
         if self._space.dims >= params.marginal_d:
@@ -187,6 +204,20 @@ class FastaPolicy:
                 min(self.params.cell_picks, batch_size // 3),
                 self.params.cell_min_run,
             )
+            retry = cell_retry_picks(
+                self._cells,
+                self._cell_area,
+                self._free_levels,
+                durations,
+                np.setdiff1d(candidates, cell_picks, assume_unique=True),
+                model_scores,
+                1.0 - p_fail,
+                min(self.params.cell_retry, batch_size // 3 - cell_picks.size),
+                self.params.cell_min_run,
+            )
+            if retry.size:
+                record["cell_retry"] = [int(i) for i in retry]
+            cell_picks = np.concatenate([cell_picks, retry]).astype(np.int64)
             n_vote = min(n_vote, max(0, batch_size - cell_picks.size - 1))
         pool = np.setdiff1d(candidates, cell_picks, assume_unique=True)
         n_model = max(0, batch_size - n_vote - cell_picks.size)
@@ -207,6 +238,59 @@ class FastaPolicy:
             f"(LOO rho {fit.loo_rho:.2f}), tau {tau:.3f}",
             predicted_us=np.exp(predicted),
         )
+
+    def _training_set(self, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The measured rows, their log durations, and the regression target (capped at `cap_quantile`)."""
+        rows = np.flatnonzero(np.isfinite(durations))
+        y = np.log(durations[rows])
+        cap = self.params.cap_quantile
+        target = np.minimum(y, np.quantile(y, cap)) if cap < 1 else y
+        return rows, y, target
+
+    def _polish_allowance(self) -> int:
+        """Configs the polish phase may add past the budget: none when the tune fixed its own budget."""
+        return 0 if self._budget_arg is not None else self.params.polish_extra
+
+    def _polish_round(self, durations: np.ndarray, candidates: np.ndarray) -> Decision | None:
+        """Past the budget, one config next to the best: a local step the model ranks, or a cell's second chance.
+
+        The pool is every untried one-level step in one column from the
+        `polish_centers` fastest configs (num_warps and num_stages included),
+        plus the cell retries of `cell_retry_picks`, less the configs whose
+        chance to run is below `cell_min_run`; the best-scored one (model
+        prediction and failure penalty) is measured. The model is the basis
+        that won the last guided round, refitted on everything measured (one
+        fit, not a competition). None when the pool is empty.
+        """
+        params = self.params
+        rows, _, target = self._training_set(durations)
+        basis = next((h["basis"] for h in reversed(self._history) if "basis" in h), params.incumbent_basis)
+        fit = fit_ridge(basis, self._designs[basis], rows, target, params.ridge_lambda)
+        order = rows[np.argsort(durations[rows], kind="stable")]
+        p_fail = self._failure_chance(durations)
+        pool = one_step_neighbours(self._space.levels, order[: params.polish_centers], candidates)
+        if self._cells is not None:
+            retry = cell_retry_picks(
+                self._cells,
+                self._cell_area,
+                self._free_levels,
+                durations,
+                candidates,
+                np.zeros(durations.size),
+                1.0 - p_fail,
+                candidates.size,
+                params.cell_min_run,
+            )
+            pool = np.union1d(pool, retry)
+        pool = pool[1.0 - p_fail[pool] >= params.cell_min_run]
+        if pool.size == 0:
+            return None
+        scores = fit.predict(self._designs[fit.basis][pool])
+        scores += run_penalty(p_fail[pool], params.tau_min, params.failure_weight)
+        pick = int(pool[np.argmin(scores)])
+        self._polished += 1
+        self._history.append({"polish": pick, "basis": fit.basis})
+        return self._issue([pick], f"fasta polish {self._polished}: one config next to the best, basis {fit.basis}")
 
     def _failure_chance(self, durations: np.ndarray) -> np.ndarray:
         """P(fails) per config; zero when the feasibility model is off or nothing failed."""
@@ -239,12 +323,14 @@ class FastaPolicy:
         size = min(remaining, candidates.size)
         return sorted(int(i) for i in rng.choice(candidates, size=size, replace=False))
 
-    def _finish(self, why: str, durations: np.ndarray) -> Decision:
+    def _finish(self, why: str, durations: np.ndarray, observed: Observations) -> Decision:
         """Before DONE, time the near-best configs again, so one lucky timing cannot win.
 
         Up to `retime_rounds` rounds, each re-timing the configs among the
-        `retime_top` fastest whose mean is within `retime_tol` of the best;
-        one timing more each costs a benchmark, no compile.
+        `retime_top` fastest whose mean is within `retime_tol` of the best
+        (narrowed by `retime_decay` per round), while all re-timing stays
+        within `retime_cost` of the seconds spent before it; one timing more
+        each costs a benchmark, no compile.
         """
         self._stop_reason = why
         finite = np.flatnonzero(np.isfinite(durations))
@@ -253,14 +339,32 @@ class FastaPolicy:
             tol = self.params.retime_tol * self.params.retime_decay**self._retimes
             limit = durations[order[0]] * (1 + tol)
             close = [int(i) for i in order[: self.params.retime_top] if durations[i] <= limit]
-            if len(close) >= self.params.retime_min:
+            if len(close) >= self.params.retime_min and self._retime_affordable(observed.spent_s, len(close)):
                 self._phase = "retime"
                 self._retimes += 1
+                self._retime_timings += len(close)
                 self._history.append({"stop": why, "retime": close})
                 self._last_batch = close
                 return Decision(batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best", retime=True)
         self._history.append({"stop": why})
         return self._stop(f"fasta: {why}")
+
+    def _retime_affordable(self, spent_s: float, count: int) -> bool:
+        """Whether `count` more timings keep all re-timing within `retime_cost` of the seconds spent before it.
+
+        The price of a timing is learnt from the re-time rounds themselves
+        (seconds spent since the first began, over the timings asked for),
+        so the first round is always affordable; on a space whose configs
+        compile in seconds a timing is cheap and up to `retime_rounds` rounds
+        run, on one that compiles in a tenth of a second they are cut short.
+        """
+        if self.params.retime_cost <= 0:
+            return True
+        if self._retime_start_s is None:
+            self._retime_start_s = float(spent_s)
+            return True
+        per_timing = (spent_s - self._retime_start_s) / max(self._retime_timings, 1)
+        return (self._retime_timings + count) * per_timing <= self.params.retime_cost * self._retime_start_s
 
     def _issue(self, batch: list[int], reason: str, predicted_us: np.ndarray | None = None) -> Decision:
         self._phase = "r2"
@@ -285,6 +389,9 @@ class FastaPolicy:
             "previous_hist": self._previous_hist,
             "previous_best_log": self._previous_best_log,
             "retimes": self._retimes,
+            "retime_timings": self._retime_timings,
+            "retime_start_s": self._retime_start_s,
+            "polished": self._polished,
             "stop_reason": self._stop_reason,
             "history": self._history,
         }
@@ -308,5 +415,8 @@ class FastaPolicy:
         self._previous_hist = state["previous_hist"]
         self._previous_best_log = state["previous_best_log"]
         self._retimes = int(state["retimes"])
+        self._retime_timings = int(state.get("retime_timings", 0))
+        self._retime_start_s = state.get("retime_start_s")
+        self._polished = int(state.get("polished", 0))
         self._stop_reason = state["stop_reason"]
         self._history = list(state["history"])

@@ -125,3 +125,53 @@ def unexplored_cell_picks(
         chosen.append((float(scores[pick]), pick))
     chosen.sort()
     return np.array([i for _, i in chosen[:count]], dtype=np.int64)
+
+
+def cell_retry_picks(
+    cells: np.ndarray,
+    area: np.ndarray,
+    free: np.ndarray,
+    durations: np.ndarray,
+    candidates: np.ndarray,
+    scores: np.ndarray,
+    p_run: np.ndarray,
+    count: int,
+    min_run: float,
+) -> np.ndarray:
+    """A second chance for explored tile cells: each one at the other columns' values that did best at its tile area.
+
+    `free` holds the level codes of the columns outside the cell (stages,
+    BLOCK_K, ...). A cell sampled once may have been sampled at the wrong
+    ones (a 4-warp tile that spills, 1 or 2 stages where the tile needs 3).
+    The reference of a cell is the fastest measured config of the same tile
+    area in another cell when that one beat the cell's own best, else the
+    best overall; the retry is the cell's untried config with the
+    reference's `free` values.
+    Only cells that have run, other than the best's, whose tile area is at
+    least the best's and whose retry runs with probability `min_run`
+    qualify; the `count` lowest-scored retries are returned.
+    """
+    if count <= 0 or candidates.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ran = np.flatnonzero(np.isfinite(durations))
+    best = int(ran[np.argmin(durations[ran])])
+    eligible = candidates[
+        (cells[candidates] != cells[best]) & (area[candidates] >= area[best]) & (p_run[candidates] >= min_run)
+    ]
+    chosen: list[int] = []
+    for cell in np.intersect1d(cells[ran], cells[eligible]):
+        inside = eligible[cells[eligible] == cell]
+        peers = ran[(area[ran] == area[inside[0]]) & (cells[ran] != cell)]
+        own = ran[cells[ran] == cell]
+        reference = best
+        if peers.size and durations[peers].min() < durations[own].min():
+            reference = int(peers[np.argmin(durations[peers])])
+        chosen += inside[np.all(free[inside] == free[reference], axis=1)].tolist()
+    picks = np.array(chosen, dtype=np.int64)
+    return picks[np.argsort(scores[picks], kind="stable")[:count]]
+
+
+def one_step_neighbours(levels: np.ndarray, centers: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """The candidates one level away from any of `centers` in exactly one column (coordinate-descent moves)."""
+    steps = np.abs(levels[candidates][:, None, :] - levels[centers][None, :, :]).sum(axis=2)
+    return candidates[np.any(steps == 1, axis=1)]
