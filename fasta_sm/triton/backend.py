@@ -124,7 +124,8 @@ class TritonBackend:
         return f"triton {triton.__version__} live on {device_name()} ({where})"
 
     def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
-        """Compile each config; workers when the kernel is importable by path, else in process."""
+        """Compile each config: in the worker pool when the kernel is importable by path (and in
+        this process too while the pool starts), else in this process alone."""
         if self.interpreting:
             return [CompileOutcome(error=None, seconds=0.0) for _ in configs]
         jobs = self._jobs(configs)
@@ -135,9 +136,20 @@ class TritonBackend:
             for position, config in enumerate(configs)
             if config.identity in self._prefetched
         }
+        loaded: set[int] = set()
+        from triton.runtime import driver
+
+        device = driver.active.get_current_device()
+
+        def compile_here(position: int) -> tuple[str | None, float]:
+            driver.active.set_current_device(device)  # the current device is per thread
+            outcome = self._load(configs[position], 0.0)
+            loaded.add(position)
+            return outcome.error, outcome.seconds
+
         outcomes: list[CompileOutcome | None] = [None] * len(configs)
-        for index, error, seconds in self.pool.run(jobs, started):
-            if error is not None:
+        for index, error, seconds in self.pool.run(jobs, started, in_process=compile_here):
+            if error is not None or index in loaded:
                 outcomes[index] = CompileOutcome(error=error, seconds=seconds)
             else:
                 outcomes[index] = self._load(configs[index], seconds)

@@ -14,6 +14,7 @@ parent's first launch of that config then loads it from disk in milliseconds.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import logging
 import multiprocessing
@@ -21,11 +22,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from queue import Empty, SimpleQueue
 from typing import Any
 
 logger = logging.getLogger("fasta_sm.triton.compile_pool")
@@ -33,6 +36,9 @@ logger = logging.getLogger("fasta_sm.triton.compile_pool")
 _ERROR_CHARS = 400
 PRELOAD = ("torch", "triton", "fasta_sm.triton.worker_preload")
 """Imported once by the fork server, inherited by every worker it forks."""
+LOCAL_THREADS = 8
+"""Threads that compile in this process while the pool starts (Triton releases the GIL in LLVM and ptxas)."""
+POLL_S = 0.01
 PREFETCH_SPARE = 4
 """Workers a prefetch leaves free, so that the next batch's own compiles never queue behind guesses."""
 
@@ -108,14 +114,25 @@ def _init_worker(alive: Connection) -> None:
 
 
 def _warm_worker() -> None:
-    """Import torch and Triton and pick the target, so that this is not charged to the first config."""
+    """Import torch and Triton and pick the target, so that this is not charged to the first config.
+
+    A worker only compiles, so it answers Triton's request for the current
+    stream (made on every `run`, warm-ups included) with the null stream:
+    the real request creates a CUDA context, which on an H200 took 1.2-1.5 s
+    of each worker's first compile and holds device memory for nothing.
+    """
     try:
         import torch  # noqa: F401
         from triton.runtime import driver
 
         driver.active.get_current_target()
+        driver.active.get_current_stream = _null_stream
     except Exception:  # no driver (CPU): each job reports its own error
         pass
+
+
+def _null_stream(device: Any = None) -> int:
+    return 0
 
 
 def warm_triton_key() -> None:
@@ -160,6 +177,8 @@ class CompilePool:
         self._executor: ProcessPoolExecutor | None = None
         self._alive: tuple[Connection, Connection] | None = None
         self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._starting = False
 
     def _get(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -181,48 +200,126 @@ class CompilePool:
                 for end in self._alive:
                     end.close()
                 self._alive = None
+            self._ready.clear()
+            self._starting = False
+
+    @property
+    def ready(self) -> bool:
+        """Whether every worker has started and warmed (see `start`)."""
+        return self._ready.is_set()
 
     def start(self) -> None:
         """Spawn and warm the workers now rather than at the first compile."""
         executor = self._get()
         for future in [executor.submit(_warm_worker) for _ in range(self.workers)]:
             future.result()
+        self._ready.set()
+
+    def start_in_background(self) -> None:
+        """`start` in a daemon thread, once: the caller compiles in process meanwhile."""
+        with self._lock:
+            if self._starting:
+                return
+            self._starting = True
+        threading.Thread(target=self.start, name="fasta-compile-pool-start", daemon=True).start()
 
     def submit(self, job: CompileJob) -> Future:
         """Start one job now; hand its future to `run` later to collect it."""
         return self._get().submit(_compile_in_worker, job)
 
     def run(
-        self, jobs: Sequence[CompileJob], started: Mapping[int, Future] | None = None
+        self,
+        jobs: Sequence[CompileJob],
+        started: Mapping[int, Future] | None = None,
+        in_process: Callable[[int], tuple[str | None, float]] | None = None,
     ) -> Iterator[tuple[int, str | None, float]]:
         """Yield (position, error, seconds) as each job finishes, in completion order.
 
         `started` maps positions to futures of jobs already submitted (a
-        prefetch), which are awaited instead of submitted again. If a worker
-        dies (a compiler segfault), the jobs it took down are run once more in
-        a fresh pool; those lost a second time are failures.
+        prefetch), which are awaited instead of submitted again.
+
+        `in_process(position)`, when given, compiles a job in this process.
+        Until the workers are up (a cold pool takes seconds to start: the fork
+        server imports torch), threads here take jobs from the same queue as
+        the pool, so a tune's first batch does not wait for the pool; once it
+        is ready, the pool takes the rest as its workers free up.
+
+        If a worker dies (a compiler segfault), it takes every job in flight
+        down with it; those are run again in a fresh pool one at a time, so
+        the one that kills a worker alone is the one that fails.
         """
-        pending = list(range(len(jobs)))
-        started = dict(started or {})
-        for attempt in range(2):
-            executor = self._get()
-            futures = {started.pop(i, None) or executor.submit(_compile_in_worker, jobs[i]): i for i in pending}
-            lost = []
-            for future in as_completed(futures):
-                index = futures[future]
+        queue = deque(i for i in range(len(jobs)) if i not in (started or {}))
+        take_lock = threading.Lock()
+        done_here: SimpleQueue[tuple[int, str | None, float]] = SimpleQueue()
+
+        def take() -> int | None:
+            with take_lock:
+                return queue.popleft() if queue else None
+
+        def compile_here() -> None:
+            while (index := take()) is not None:
+                try:
+                    done_here.put((index, *in_process(index)))
+                except Exception as error:  # every compiler failure is data, not a crash
+                    done_here.put((index, describe_error(error), 0.0))
+
+        threads: list[threading.Thread] = []
+        if in_process is not None and not self.ready:
+            self.start_in_background()
+            count = min(LOCAL_THREADS, len(queue))
+            threads = [threading.Thread(target=compile_here, name="fasta-compile", daemon=True) for _ in range(count)]
+            for thread in threads:
+                thread.start()
+        in_flight = {future: index for index, future in (started or {}).items()}
+        suspects: deque[int] = deque()
+        isolated: Future | None = None
+        while queue or suspects or in_flight or any(t.is_alive() for t in threads) or not done_here.empty():
+            for future in [f for f in in_flight if f.cancelled()]:  # a prefetch queued in a pool since restarted
+                with take_lock:
+                    queue.append(in_flight.pop(future))
+            if (in_process is None or self.ready) and isolated is None:
+                if suspects and not in_flight:
+                    isolated = self.submit(jobs[suspects[0]])
+                    in_flight[isolated] = suspects.popleft()
+                while not suspects and len(in_flight) < self.workers and (index := take()) is not None:
+                    in_flight[self.submit(jobs[index])] = index
+            while not done_here.empty():
+                yield done_here.get()
+            if not in_flight:
+                with contextlib.suppress(Empty):
+                    yield done_here.get(timeout=POLL_S)
+                continue
+            finished, _ = wait(in_flight, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            lost, broken = [], False
+            for future in finished:
+                index = in_flight.pop(future)
+                alone, isolated = future is isolated, (None if future is isolated else isolated)
                 try:
                     error, seconds = future.result()
+                except CancelledError:
+                    with take_lock:
+                        queue.append(index)
+                    continue
                 except BrokenProcessPool:
-                    lost.append(index)
+                    broken = True
+                    if alone:
+                        yield index, "BrokenProcessPool: the compile worker died compiling it, alone", 0.0
+                    else:
+                        lost.append(index)
                     continue
                 yield index, error, seconds
-            if not lost:
-                return
-            self._reset()
-            logger.warning("a compile worker died; %d configs %s", len(lost), "retried" if attempt == 0 else "failed")
-            pending = sorted(lost)
-        for index in pending:
-            yield index, "BrokenProcessPool: the compile worker died twice", 0.0
+            if broken:
+                self._restart_after_crash(lost, in_flight)
+                suspects.extend(sorted(lost))
+
+    def _restart_after_crash(self, lost: list[int], in_flight: dict[Future, int]) -> None:
+        """A dead worker breaks the whole executor: every job still in it is lost too."""
+        lost.extend(in_flight.values())
+        in_flight.clear()
+        logger.warning("a compile worker died; %d configs are compiled again, one at a time", len(lost))
+        self._reset()
+        self._get()
+        self._ready.set()
 
     def close(self) -> None:
         self._reset()

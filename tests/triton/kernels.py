@@ -37,3 +37,15 @@ def make_tuned(state_dir: str, policy: str = "fasta", **options):
     return fasta_sm.autotune(
         CONFIGS, key=["n"], reset_to_zero=["out_ptr"], policy=policy, state_dir=state_dir, **options
     )(accumulate_kernel)
+
+
+class _Crash:
+    """Stands in for a kernel whose compile kills the worker (a compiler segfault)."""
+
+    def warmup(self, *args, **kwargs):
+        import os
+
+        os._exit(11)
+
+
+crash_kernel = _Crash()

@@ -222,3 +222,56 @@ def test_a_prefetch_takes_only_idle_workers_and_leaves_some_free():
     pool.submitted[0].set_result((None, 0.1))
     backend.prefetch(configs(*range(11, 21)))
     assert len(pool.submitted) == 4
+
+
+def test_while_the_pool_starts_jobs_are_compiled_in_process():
+    """A cold pool takes seconds to start; a first batch must not wait for it."""
+    pool = CompilePool(2)
+    here = []
+    jobs = [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in range(6)]
+    try:
+        results = sorted(pool.run(jobs, in_process=lambda i: (here.append(i), (None, 0.01))[1]))
+    finally:
+        pool.close()
+    assert [index for index, _, _ in results] == list(range(6))
+    assert sorted(here) == list(range(6)) and all(error is None for _, error, _ in results)
+
+
+def test_once_the_pool_is_ready_jobs_go_to_the_workers():
+    pool = CompilePool(2)
+    here = []
+    jobs = [CompileJob("kernels", "no_such_kernel", (), {}) for _ in range(4)]
+    try:
+        pool.start()
+        results = sorted(pool.run(jobs, in_process=lambda i: (here.append(i), (None, 0.01))[1]))
+    finally:
+        pool.close()
+    assert here == []
+    assert [index for index, _, _ in results] == list(range(4))
+    assert all(error.startswith("AttributeError") for _, error, _ in results)
+
+
+def test_only_the_job_that_kills_a_worker_when_compiled_alone_fails():
+    pool = CompilePool(2)
+    jobs = [CompileJob("kernels", "no_such_kernel", (), {}), CompileJob("kernels", "crash_kernel", (), {})]
+    jobs += [CompileJob("kernels", "no_such_kernel", (), {}) for _ in range(3)]
+    try:
+        results = sorted(pool.run(jobs))
+    finally:
+        pool.close()
+    assert [index for index, _, _ in results] == list(range(5))
+    assert results[1][1] == "BrokenProcessPool: the compile worker died compiling it, alone"
+    assert all(error.startswith("AttributeError") for i, error, _ in results if i != 1)
+
+
+def test_a_prefetch_cancelled_by_a_pool_restart_is_compiled_again():
+    from concurrent.futures import Future
+
+    pool = CompilePool(1)
+    cancelled: Future = Future()
+    cancelled.cancel()
+    try:
+        results = list(pool.run([CompileJob("kernels", "no_such_kernel", (), {})], started={0: cancelled}))
+    finally:
+        pool.close()
+    assert len(results) == 1 and results[0][1].startswith("AttributeError")
