@@ -164,7 +164,7 @@ class TritonBackend:
         `PREFETCH_SPARE` of them (at most half the pool) free, so the next
         batch's own compiles seldom queue behind them.
         """
-        if self.interpreting:
+        if self.interpreting or not self.pool.ready:  # a pool still starting would block the caller
             return
         busy = sum(not future.done() for future in self._prefetched.values())
         workers = self.pool.workers

@@ -198,23 +198,39 @@ def test_the_worker_preload_leaves_tritons_cache_key_computed():
     assert triton_key.cache_info().currsize == 1
 
 
-def test_a_prefetch_takes_only_idle_workers_and_leaves_some_free():
-    from concurrent.futures import Future
+class RecordingPool:
+    """A pool that only records submissions (futures left pending)."""
 
-    class RecordingPool:
-        workers = 6
+    workers = 6
 
-        def __init__(self):
-            self.submitted: list[Future] = []
+    def __init__(self, ready=True):
+        self.ready = ready
+        self.submitted = []
 
-        def submit(self, job):
-            self.submitted.append(Future())
-            return self.submitted[-1]
+    def submit(self, job):
+        from concurrent.futures import Future
 
-    pool = RecordingPool()
+        self.submitted.append(Future())
+        return self.submitted[-1]
+
+
+def prefetching_backend(pool):
     backend, _, _ = make_backend(pool=pool)
     backend.interpreting = False  # compiles are no-ops in the interpreter; pretend a device
     backend._jobs = lambda cs: [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in cs]
+    return backend
+
+
+def test_no_prefetch_while_the_pool_is_starting():
+    """Submitting to a pool that is still spawning blocks the caller until the fork server is up."""
+    pool = RecordingPool(ready=False)
+    prefetching_backend(pool).prefetch(configs(1, 2, 3))
+    assert pool.submitted == []
+
+
+def test_a_prefetch_takes_only_idle_workers_and_leaves_some_free():
+    pool = RecordingPool()
+    backend = prefetching_backend(pool)
     backend.prefetch(configs(*range(1, 11)))
     assert len(pool.submitted) == 3, "6 workers, 3 left free"
     backend.prefetch(configs(*range(11, 21)))
