@@ -1,6 +1,6 @@
 """The kernel zoo: the Triton kernels and config spaces the replay data set is recorded from.
 
-It lives in the package, not under benchmarks/, because spawn compile workers
+It lives in the package, not under benchmarks/, because compile workers (separate processes)
 and `fasta-sm record fasta_sm.triton.zoo:<name>` must import each kernel by
 module path from any working directory, and because the shipped tables must
 say exactly which code produced them.
