@@ -361,8 +361,11 @@ class FastaAutotunerMixin:
     def _fasta_compile_all(self, indices: Sequence[int]) -> dict[int, tuple[str | None, float]]:
         """Compile the configs not compiled yet, in parallel threads: (error or None, seconds) per index.
 
-        The threads only compile; results are added to `compile_results` here,
-        in order, so no two threads ever write the autotuner.
+        The first compiles alone in the calling thread, so that whatever the
+        autotuner sets up lazily on its first compile (Triton's driver, its
+        per-device caches) is set up once. The threads only compile; results
+        are added to `compile_results` here, in order, so no two threads ever
+        write the autotuner.
         """
         todo = [i for i in dict.fromkeys(indices) if self._fasta_result(i) is None]
         if todo and getattr(self.fn, "fn", None) is None:
@@ -376,12 +379,13 @@ class FastaAutotunerMixin:
                 return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
             return result, None, time.perf_counter() - started
 
-        threads = max(1, min(len(todo), self._fasta_plan.settings.compile_threads if self._fasta_plan else 1))
+        threads = max(1, min(len(todo) - 1, self._fasta_plan.settings.compile_threads if self._fasta_plan else 1))
+        compiled = [compile_one(index) for index in todo[:1]]  # first alone: lazy driver and cache set-up happen here
         if threads > 1:
             with ThreadPoolExecutor(threads, thread_name_prefix="fasta-compile") as pool:
-                compiled = list(pool.map(compile_one, todo))
+                compiled += list(pool.map(compile_one, todo[1:]))
         else:
-            compiled = [compile_one(index) for index in todo]
+            compiled += [compile_one(index) for index in todo[1:]]
         outcomes = {index: (None, 0.0) for index in indices}
         for index, (result, error, seconds) in zip(todo, compiled):
             outcomes[index] = (error, seconds)

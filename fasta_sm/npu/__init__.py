@@ -78,6 +78,7 @@ def enable(
         seed=seed,
         state_dir=str(StateStore(state_dir).path),
         chunk_size=chunk_size,
+        compile_threads=1,  # torch_npu's compile has not been run in threads (no Ascend device here to check)
     )
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1"}
     if _saved_env is None:

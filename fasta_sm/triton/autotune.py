@@ -172,17 +172,20 @@ class Autotuner(KernelInterface):
         )
         pool_workers = 1 if backend.interpreting else shared_pool().workers
         start = time.perf_counter()
-        result = tune(
-            _key_string(self.kernel_name, key),
-            self.kernel_name,
-            fasta_configs,
-            backend,
-            policy=self.policy,
-            policy_params=self.policy_params,
-            seed=self.seed,
-            store=self.store(),
-            chunk_size=max(16, 2 * pool_workers),
-        )
+        try:
+            result = tune(
+                _key_string(self.kernel_name, key),
+                self.kernel_name,
+                fasta_configs,
+                backend,
+                policy=self.policy,
+                policy_params=self.policy_params,
+                seed=self.seed,
+                store=self.store(),
+                chunk_size=max(16, 2 * pool_workers),
+            )
+        finally:
+            backend.cancel_prefetch()
         self.results[key] = result
         if not result.reused:
             self.bench_time = time.perf_counter() - start

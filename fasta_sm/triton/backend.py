@@ -137,12 +137,13 @@ class TritonBackend:
             if config.identity in self._prefetched
         }
         loaded: set[int] = set()
-        from triton.runtime import driver
-
-        device = driver.active.get_current_device()
+        device = self._current_device()
 
         def compile_here(position: int) -> tuple[str | None, float]:
-            driver.active.set_current_device(device)  # the current device is per thread
+            if device is not None:
+                from triton.runtime import driver
+
+                driver.active.set_current_device(device)  # the current device is per thread
             outcome = self._load(configs[position], 0.0)
             loaded.add(position)
             return outcome.error, outcome.seconds
@@ -155,6 +156,31 @@ class TritonBackend:
                 outcomes[index] = self._load(configs[index], seconds)
         return [outcome for outcome in outcomes if outcome is not None]
 
+    def _current_device(self) -> int | None:
+        """The caller's device, with the kernel's per-device cache created here, before any compile thread.
+
+        Triton creates that cache on first use, unguarded: threads racing to
+        create it would each keep their own, and the launch would find neither.
+        None when there is no driver to ask (the threads then use their default).
+        """
+        try:
+            from triton.runtime import driver
+
+            device = driver.active.get_current_device()
+            caches = getattr(self.fn, "device_caches", None)
+            if caches is not None:
+                caches[device]
+            return device
+        except Exception as error:  # noqa: BLE001  no driver: compiles report their own errors
+            logger.debug("no current device: %s", describe_error(error))
+            return None
+
+    def cancel_prefetch(self) -> None:
+        """Drop guesses not yet started (a tune that ended needs none); those running finish."""
+        for future in self._prefetched.values():
+            future.cancel()
+        self._prefetched.clear()
+
     def prefetch(self, configs: Sequence[Config]) -> None:
         """Start compiling likely next configs (best first) in workers that would sit idle.
 
@@ -162,12 +188,13 @@ class TritonBackend:
         `compile` of a prefetched config waits on that work instead of
         starting it again. Guesses take only idle workers and leave
         `PREFETCH_SPARE` of them (at most half the pool) free, so the next
-        batch's own compiles seldom queue behind them.
+        batch's own compiles seldom queue behind them; a pool of one or two
+        workers gets none.
         """
-        if self.interpreting or not self.pool.ready:  # a pool still starting would block the caller
+        workers = self.pool.workers
+        if self.interpreting or workers <= 2 or not self.pool.ready:  # a starting pool would block the caller
             return
         busy = sum(not future.done() for future in self._prefetched.values())
-        workers = self.pool.workers
         room = workers - min(PREFETCH_SPARE, workers // 2) - busy
         fresh = [c for c in configs if c.identity not in self._prefetched][: max(0, room)]
         jobs = self._jobs(fresh) if fresh else None

@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
@@ -170,7 +171,12 @@ def worker_context() -> multiprocessing.context.BaseContext:
 
 
 class CompilePool:
-    """A lazily started pool of compile workers; a worker that dies takes only its batch's retry with it."""
+    """A lazily started pool of compile workers.
+
+    Every executor it creates has a generation number, stamped on the
+    futures it returns: a future from an executor since replaced (after a
+    worker crash, or `close`) is work to redo, not a new crash.
+    """
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or pool_size()
@@ -179,6 +185,8 @@ class CompilePool:
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._starting = False
+        self._generation = 0
+        _POOLS.add(self)
 
     def _get(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -186,6 +194,7 @@ class CompilePool:
                 threading.Thread(target=warm_triton_key, name="fasta-triton-key", daemon=True).start()
                 context = worker_context()
                 self._alive = context.Pipe(duplex=False)
+                self._generation += 1
                 self._executor = ProcessPoolExecutor(
                     max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=(self._alive[0],)
                 )
@@ -196,12 +205,15 @@ class CompilePool:
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
-            if self._alive is not None:
-                for end in self._alive:
-                    end.close()
-                self._alive = None
+            self._close_pipe()
             self._ready.clear()
             self._starting = False
+
+    def _close_pipe(self) -> None:
+        if self._alive is not None:
+            for end in self._alive:
+                end.close()
+            self._alive = None
 
     @property
     def ready(self) -> bool:
@@ -211,9 +223,12 @@ class CompilePool:
     def start(self) -> None:
         """Spawn and warm the workers now rather than at the first compile."""
         executor = self._get()
+        generation = self._generation
         for future in [executor.submit(_warm_worker) for _ in range(self.workers)]:
             future.result()
-        self._ready.set()
+        with self._lock:
+            if generation == self._generation and self._executor is executor:
+                self._ready.set()
 
     def start_in_background(self) -> None:
         """`start` in a daemon thread, once: the caller compiles in process meanwhile."""
@@ -221,11 +236,31 @@ class CompilePool:
             if self._starting:
                 return
             self._starting = True
-        threading.Thread(target=self.start, name="fasta-compile-pool-start", daemon=True).start()
+        threading.Thread(target=self._start_quietly, name="fasta-compile-pool-start", daemon=True).start()
+
+    def _start_quietly(self) -> None:
+        try:
+            self.start()
+        except Exception as error:  # noqa: BLE001  the caller compiles in process; a later batch tries again
+            logger.warning("the compile pool did not start: %s", describe_error(error))
+            with self._lock:
+                self._starting = False
 
     def submit(self, job: CompileJob) -> Future:
-        """Start one job now; hand its future to `run` later to collect it."""
-        return self._get().submit(_compile_in_worker, job)
+        """Start one job now; hand its future to `run` later to collect it.
+
+        Raises what `ProcessPoolExecutor.submit` raises on a broken or closed
+        executor; `run` handles that as a crash.
+        """
+        executor = self._get()
+        generation = self._generation
+        future = executor.submit(_compile_in_worker, job)
+        future.fasta_generation = generation  # type: ignore[attr-defined]
+        return future
+
+    def stale(self, future: Future) -> bool:
+        """Whether `future` came from an executor this pool has since replaced."""
+        return getattr(future, "fasta_generation", self._generation) != self._generation
 
     def run(
         self,
@@ -233,74 +268,142 @@ class CompilePool:
         started: Mapping[int, Future] | None = None,
         in_process: Callable[[int], tuple[str | None, float]] | None = None,
     ) -> Iterator[tuple[int, str | None, float]]:
-        """Yield (position, error, seconds) as each job finishes, in completion order.
+        """Yield (position, error, seconds) as each job finishes, in completion order; each position once.
 
         `started` maps positions to futures of jobs already submitted (a
-        prefetch), which are awaited instead of submitted again.
+        prefetch), which are awaited instead of submitted again; one that was
+        cancelled or belongs to a replaced executor is simply done again.
 
         `in_process(position)`, when given, compiles a job in this process.
         Until the workers are up (a cold pool takes seconds to start: the fork
-        server imports torch), threads here take jobs from the same queue as
-        the pool, so a tune's first batch does not wait for the pool; once it
-        is ready, the pool takes the rest as its workers free up.
+        server imports torch), threads here take jobs from the same queue, so
+        a tune's first batch does not wait for the pool; once it is ready,
+        they stop taking jobs and the pool takes the rest. A compiler crash
+        in process is not isolated: it ends the process, as it would under
+        `triton.autotune`, which compiles every config in process.
 
         If a worker dies (a compiler segfault), it takes every job in flight
         down with it; those are run again in a fresh pool one at a time, so
         the one that kills a worker alone is the one that fails.
         """
-        queue = deque(i for i in range(len(jobs)) if i not in (started or {}))
-        take_lock = threading.Lock()
-        done_here: SimpleQueue[tuple[int, str | None, float]] = SimpleQueue()
+        state = _Run(self, jobs, in_process)
+        started = dict(started or {})
+        for index in range(len(jobs)):
+            future = started.get(index)
+            if future is None or future.cancelled() or self.stale(future):
+                state.queue.append(index)
+            else:
+                state.in_flight[future] = index
+        try:
+            yield from state.drive()
+        finally:
+            state.stop()
 
-        def take() -> int | None:
-            with take_lock:
-                return queue.popleft() if queue else None
+    def close(self) -> None:
+        self._reset()
 
-        def compile_here() -> None:
-            while (index := take()) is not None:
+
+class _Run:
+    """One `CompilePool.run`: a queue shared by the pool and, while it starts, threads of this process."""
+
+    def __init__(
+        self,
+        pool: CompilePool,
+        jobs: Sequence[CompileJob],
+        in_process: Callable[[int], tuple[str | None, float]] | None,
+    ) -> None:
+        self.pool, self.jobs, self.in_process = pool, jobs, in_process
+        self.queue: deque[int] = deque()
+        self.lock = threading.Lock()
+        self.done_here: SimpleQueue[tuple[int, str | None, float]] = SimpleQueue()
+        self.threads: list[threading.Thread] = []
+        self.in_flight: dict[Future, int] = {}
+        self.suspects: deque[int] = deque()
+        self.isolated: Future | None = None
+
+    def requeue(self, index: int) -> None:
+        with self.lock:
+            if index in self.queue:
+                return
+            self.queue.append(index)
+
+    def take(self) -> int | None:
+        with self.lock:
+            return self.queue.popleft() if self.queue else None
+
+    def compile_here(self) -> None:
+        while not self.pool.ready and (index := self.take()) is not None:
+            try:
+                self.done_here.put((index, *self.in_process(index)))
+            except Exception as error:  # every compiler failure is data, not a crash
+                self.done_here.put((index, describe_error(error), 0.0))
+
+    def local_threads(self) -> None:
+        """While the pool is not ready, keep threads of this process on the queue."""
+        if self.in_process is None or self.pool.ready or not self.queue:
+            return
+        if any(thread.is_alive() for thread in self.threads):
+            return
+        self.pool.start_in_background()
+        count = min(LOCAL_THREADS, len(self.queue))
+        self.threads = [
+            threading.Thread(target=self.compile_here, name="fasta-compile", daemon=True) for _ in range(count)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def busy(self) -> bool:
+        return bool(
+            self.queue
+            or self.suspects
+            or self.in_flight
+            or any(t.is_alive() for t in self.threads)
+            or not self.done_here.empty()
+        )
+
+    def feed_pool(self) -> None:
+        """Hand queued jobs to idle workers (suspects one at a time, alone)."""
+        if (self.in_process is not None and not self.pool.ready) or self.isolated is not None:
+            return
+        try:
+            if self.suspects and not self.in_flight:
+                self.isolated = self.pool.submit(self.jobs[self.suspects[0]])
+                self.in_flight[self.isolated] = self.suspects.popleft()
+            while not self.suspects and len(self.in_flight) < self.pool.workers and (index := self.take()) is not None:
                 try:
-                    done_here.put((index, *in_process(index)))
-                except Exception as error:  # every compiler failure is data, not a crash
-                    done_here.put((index, describe_error(error), 0.0))
+                    self.in_flight[self.pool.submit(self.jobs[index])] = index
+                except BaseException:
+                    self.requeue(index)
+                    raise
+        except (BrokenProcessPool, RuntimeError):  # the executor broke (or closed) between two jobs
+            self.restart([])
 
-        threads: list[threading.Thread] = []
-        if in_process is not None and not self.ready:
-            self.start_in_background()
-            count = min(LOCAL_THREADS, len(queue))
-            threads = [threading.Thread(target=compile_here, name="fasta-compile", daemon=True) for _ in range(count)]
-            for thread in threads:
-                thread.start()
-        in_flight = {future: index for index, future in (started or {}).items()}
-        suspects: deque[int] = deque()
-        isolated: Future | None = None
-        while queue or suspects or in_flight or any(t.is_alive() for t in threads) or not done_here.empty():
-            for future in [f for f in in_flight if f.cancelled()]:  # a prefetch queued in a pool since restarted
-                with take_lock:
-                    queue.append(in_flight.pop(future))
-            if (in_process is None or self.ready) and isolated is None:
-                if suspects and not in_flight:
-                    isolated = self.submit(jobs[suspects[0]])
-                    in_flight[isolated] = suspects.popleft()
-                while not suspects and len(in_flight) < self.workers and (index := take()) is not None:
-                    in_flight[self.submit(jobs[index])] = index
-            while not done_here.empty():
-                yield done_here.get()
-            if not in_flight:
+    def drive(self) -> Iterator[tuple[int, str | None, float]]:
+        while self.busy():
+            self.local_threads()
+            self.feed_pool()
+            while not self.done_here.empty():
+                yield self.done_here.get()
+            if not self.in_flight:
                 with contextlib.suppress(Empty):
-                    yield done_here.get(timeout=POLL_S)
+                    yield self.done_here.get(timeout=POLL_S)
                 continue
-            finished, _ = wait(in_flight, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            finished, _ = wait(self.in_flight, timeout=POLL_S, return_when=FIRST_COMPLETED)
             lost, broken = [], False
             for future in finished:
-                index = in_flight.pop(future)
-                alone, isolated = future is isolated, (None if future is isolated else isolated)
+                index = self.in_flight.pop(future)
+                alone = future is self.isolated
+                if alone:
+                    self.isolated = None
                 try:
                     error, seconds = future.result()
                 except CancelledError:
-                    with take_lock:
-                        queue.append(index)
+                    self.requeue(index)
                     continue
                 except BrokenProcessPool:
+                    if self.pool.stale(future):  # an executor already replaced: not a new crash
+                        self.requeue(index)
+                        continue
                     broken = True
                     if alone:
                         yield index, "BrokenProcessPool: the compile worker died compiling it, alone", 0.0
@@ -309,20 +412,38 @@ class CompilePool:
                     continue
                 yield index, error, seconds
             if broken:
-                self._restart_after_crash(lost, in_flight)
-                suspects.extend(sorted(lost))
+                self.restart(lost)
 
-    def _restart_after_crash(self, lost: list[int], in_flight: dict[Future, int]) -> None:
+    def restart(self, lost: list[int]) -> None:
         """A dead worker breaks the whole executor: every job still in it is lost too."""
-        lost.extend(in_flight.values())
-        in_flight.clear()
+        lost.extend(self.in_flight.values())
+        self.in_flight.clear()
+        self.isolated = None
         logger.warning("a compile worker died; %d configs are compiled again, one at a time", len(lost))
-        self._reset()
-        self._get()
-        self._ready.set()
+        self.pool._reset()
+        self.pool._get()
+        self.pool._ready.set()
+        self.suspects.extend(sorted(lost))
 
-    def close(self) -> None:
-        self._reset()
+    def stop(self) -> None:
+        """Leave no thread compiling behind this run (it may end early: an error, or a closed generator)."""
+        with self.lock:
+            self.queue.clear()
+        for thread in self.threads:
+            thread.join()
+
+
+_POOLS: weakref.WeakSet[CompilePool] = weakref.WeakSet()
+
+
+def _close_pipes_in_child() -> None:
+    """A child forked from the tuning process must not hold the pipe that tells workers it is alive."""
+    for pool in list(_POOLS):
+        pool._close_pipe()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_pipes_in_child)
 
 
 _shared: CompilePool | None = None

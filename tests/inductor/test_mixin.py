@@ -124,23 +124,43 @@ def test_worker_that_finds_the_tune_locked_leaves_it_to_its_parent(table_file, t
 
 
 def test_a_rounds_configs_compile_in_parallel_threads_and_all_are_kept(table_file, tmp_path):
-    """Two compiles meet at a barrier: run one after the other, the first would time out and fail."""
+    """After the first config (alone, in the calling thread), two compiles meet at a barrier:
+    run one after the other, the first of them would time out and fail. Only the calling
+    thread writes the autotuner's compile results."""
     import threading
 
-    kernel = FastaFake(table_file, tmp_path / "states")
+    class Recording(FastaFake):
+        writers: list = []
+
+        @property
+        def compile_results(self):
+            return self.__dict__.get("_results", [])
+
+        @compile_results.setter
+        def compile_results(self, value):
+            self.writers.append(threading.current_thread())
+            self.__dict__["_results"] = value
+
+    kernel = Recording(table_file, tmp_path / "states")
+    kernel.writers.clear()
     meet = threading.Barrier(2, timeout=10)
     real = kernel._precompile_config
+    calls = []
 
     def compile_at_barrier(cfg):
-        meet.wait()
+        calls.append(threading.current_thread())
+        if len(calls) > 1:
+            meet.wait()
         return real(cfg)
 
     kernel._precompile_config = compile_at_barrier
     table = load_table(table_file)
-    ok = [i for i, error in enumerate(table.errors) if not error][:2]
+    ok = [i for i, error in enumerate(table.errors) if not error][:3]
     outcomes = kernel._fasta_compile_all(ok)
-    assert [outcomes[i][0] for i in ok] == [None, None]
+    assert [outcomes[i][0] for i in ok] == [None, None, None]
+    assert calls[0] is threading.current_thread()
     assert sorted(kernel._fasta_index_of(r.config) for r in kernel.compile_results) == sorted(ok)
+    assert kernel.writers and set(kernel.writers) == {threading.current_thread()}
 
 
 def test_compile_threads_one_compiles_in_the_calling_thread(table_file, tmp_path):

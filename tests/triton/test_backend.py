@@ -129,7 +129,9 @@ def test_gpu_compiles_in_workers_and_loads_in_the_parent():
 
     spec = zoo.spec_mm_fp16(M=512, N=512, K=512)
     args = spec.make_args("cuda")
-    backend = TritonBackend(spec.fn, args, spec.grid, spec.kwargs, pool=CompilePool(4))
+    pool = CompilePool(4)
+    pool.start()  # a ready pool: the workers compile, not threads of this process
+    backend = TritonBackend(spec.fn, args, spec.grid, spec.kwargs, pool=pool)
     space = [c for c in spec.configs if c.kwargs["BLOCK_M"] == 256 and c.num_stages == 4][:4]
     space += spec.configs[:4]
     outcomes = backend.compile(space)
@@ -192,7 +194,9 @@ def test_the_worker_preload_leaves_tritons_cache_key_computed():
     from triton.runtime.cache import triton_key
 
     import fasta_sm.triton.worker_preload as preload
+    from fasta_sm.triton.compile_pool import PRELOAD
 
+    assert "fasta_sm.triton.worker_preload" in PRELOAD
     triton_key.cache_clear()
     importlib.reload(preload)
     assert triton_key.cache_info().currsize == 1
@@ -291,3 +295,73 @@ def test_a_prefetch_cancelled_by_a_pool_restart_is_compiled_again():
     finally:
         pool.close()
     assert len(results) == 1 and results[0][1].startswith("AttributeError")
+
+
+def _kill_a_worker(pool):
+    import os
+    import signal
+    import time
+
+    pid = next(iter(pool._executor._processes))
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not pool._executor._broken and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool._executor._broken
+
+
+def test_a_pool_broken_between_two_batches_is_restarted_not_raised():
+    pool = CompilePool(2)
+    jobs = [CompileJob("kernels", "no_such_kernel", (), {}) for _ in range(3)]
+    try:
+        pool.start()
+        _kill_a_worker(pool)
+        results = sorted(pool.run(jobs))
+    finally:
+        pool.close()
+    assert [index for index, _, _ in results] == [0, 1, 2]
+    assert all(error.startswith("AttributeError") for _, error, _ in results)
+
+
+def test_a_prefetch_from_a_replaced_pool_is_redone_without_a_new_restart(caplog):
+    pool = CompilePool(2)
+    job = CompileJob("kernels", "no_such_kernel", (), {})
+    try:
+        pool.start()
+        old = pool.submit(job)
+        old.result()
+        stale = pool.submit(job)
+        _kill_a_worker(pool)
+        pool._reset()
+        pool.start()
+        caplog.clear()
+        results = list(pool.run([job], started={0: stale}))
+    finally:
+        pool.close()
+    assert len(results) == 1 and results[0][1].startswith("AttributeError")
+    assert "a compile worker died" not in caplog.text
+
+
+def test_a_pool_that_cannot_start_leaves_every_job_to_this_process(caplog):
+    import threading
+    from concurrent.futures import Future
+
+    pool = CompilePool(2)
+
+    def broken_start():
+        raise OSError("no fork server here")
+
+    pool.start = broken_start
+    cancelled: Future = Future()
+    cancelled.cancel()
+    jobs = [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in range(4)]
+    results = []
+    runner = threading.Thread(target=lambda: results.extend(
+        pool.run(jobs, started={3: cancelled}, in_process=lambda i: (None, 0.01))))
+    runner.start()
+    runner.join(timeout=30)
+    pool.close()
+    assert not runner.is_alive(), "run() must not wait for a pool that cannot start"
+    assert sorted(index for index, _, _ in results) == [0, 1, 2, 3]
+    assert "the compile pool did not start: OSError: no fork server here" in caplog.text
+    assert not pool.ready
