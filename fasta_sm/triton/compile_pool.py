@@ -209,6 +209,12 @@ class CompilePool:
             self._ready.clear()
             self._starting = False
 
+    def replace_executor(self) -> None:
+        """A fresh executor after a crash; its workers start on demand, so it counts as ready."""
+        self._reset()
+        self._get()
+        self._ready.set()
+
     def _close_pipe(self) -> None:
         if self._alive is not None:
             for end in self._alive:
@@ -420,9 +426,7 @@ class _Run:
         self.in_flight.clear()
         self.isolated = None
         logger.warning("a compile worker died; %d configs are compiled again, one at a time", len(lost))
-        self.pool._reset()
-        self.pool._get()
-        self.pool._ready.set()
+        self.pool.replace_executor()
         self.suspects.extend(sorted(lost))
 
     def stop(self) -> None:
