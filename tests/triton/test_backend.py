@@ -365,3 +365,20 @@ def test_a_pool_that_cannot_start_leaves_every_job_to_this_process(caplog):
     assert sorted(index for index, _, _ in results) == [0, 1, 2, 3]
     assert "the compile pool did not start: OSError: no fork server here" in caplog.text
     assert not pool.ready
+
+
+def test_configs_compiled_in_this_process_while_the_pool_starts_are_loaded_once():
+    from fasta_sm.protocols import CompileOutcome
+
+    pool = CompilePool(2)
+    backend, _, _ = make_backend(pool=pool)
+    backend.interpreting = False  # the interpreter compiles nothing; pretend a device
+    loads = []
+    backend._load = lambda config, seconds: (loads.append(config), CompileOutcome(error=None, seconds=0.5))[1]
+    space = configs(32, 64, 128, 256)
+    try:
+        outcomes = backend.compile(space)
+    finally:
+        pool.close()
+    assert [o.error for o in outcomes] == [None] * 4 and all(o.seconds == 0.5 for o in outcomes)
+    assert sorted(c.kwargs["BLOCK"] for c in loads) == [32, 64, 128, 256]
