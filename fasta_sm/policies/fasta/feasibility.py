@@ -38,3 +38,35 @@ def run_penalty(p_fail: np.ndarray, tau: float, weight: float) -> np.ndarray:
     it never rules it out.
     """
     return -tau * weight * np.log(np.maximum(1.0 - p_fail, PROBABILITY_FLOOR))
+
+
+def resource_pressure(names: tuple[str, ...], raw: np.ndarray) -> np.ndarray | None:
+    """The columns a config's resource needs grow with, signed so that larger means more pressure.
+
+    Tile kwargs and stages raise shared memory and registers per thread;
+    more warps spread a tile's registers thinner, so warps count negatively.
+    None when the space has no kwarg or stage column.
+    """
+    growing = [j for j, name in enumerate(names) if name.startswith("kwargs.") or name == "num_stages"]
+    if not growing:
+        return None
+    columns = [raw[:, j] for j in growing] + [-raw[:, j] for j, name in enumerate(names) if name == "num_warps"]
+    return np.stack(columns, axis=1)
+
+
+def resource_dominance(pressure: np.ndarray, durations: np.ndarray, p_fail: np.ndarray) -> np.ndarray:
+    """`p_fail` with what monotone resource needs imply: 0 below a config that ran, 1 above one that failed.
+
+    `pressure` is `resource_pressure`. A config under no more pressure than
+    one that ran, in every column, fits too; one under at least as much as
+    one that failed does not. A failure that a config which ran dominates is
+    not a resource failure (it broke for another reason) and implies nothing.
+    """
+    p_fail = p_fail.copy()
+    ran = np.flatnonzero(np.isfinite(durations))
+    for index in ran:
+        p_fail[np.all(pressure <= pressure[index], axis=1)] = 0.0
+    for index in np.flatnonzero(np.isinf(durations)):
+        if not np.any(np.all(pressure[ran] >= pressure[index], axis=1)):
+            p_fail[np.all(pressure >= pressure[index], axis=1)] = 1.0
+    return p_fail

@@ -45,6 +45,7 @@ class FastaParams:
     challenger_handicap: float = 0.2
     log2_features: bool = True
     failure_weight: float = 3.0
+    failure_dominance: bool = True
     cap_quantile: float = 0.5
     # --- batch selection ---
     rounds: int = 8
@@ -160,6 +161,8 @@ DESCRIPTIONS: dict[str, str] = {
     "challenger_handicap": "LOO Spearman margin a challenger needs over the incumbent basis",
     "log2_features": "take all-positive columns in log2",
     "failure_weight": "softmax weights are multiplied by P(config runs) to this power (0: no failure model)",
+    "failure_dominance": "a config with tiles and stages at least, and warps at most, those of a failed one fails; "
+    "one below a config that ran runs",
     "cap_quantile": "fit log durations capped at this quantile of the measured ones (1: no cap)",
     "rounds": "the guided budget is split into this many batches",
     "max_rounds": "cap on guided rounds",

@@ -22,7 +22,7 @@ from .. import register
 from ..config_optimizer import optimize_configs
 from .budget import BudgetPlan, route_budget
 from .contract import check_observations
-from .feasibility import failure_chance, run_penalty
+from .feasibility import failure_chance, resource_dominance, resource_pressure, run_penalty
 from .features import extract_features
 from .params import FastaParams, resolve_params
 from .sampling import (
@@ -70,6 +70,7 @@ class FastaPolicy:
         self._retime_timings = 0
         self._retime_start_s: float | None = None
         self._polished = 0
+        self._r1_cost: list[float] | None = None
         self._stop_reason = ""
         self._history: list[dict[str, Any]] = []
 
@@ -83,6 +84,9 @@ class FastaPolicy:
         self._space = extract_features(self._configs, log2=params.log2_features)
         self._designs = {name: build_basis(name, self._space) for name in params.bases}
         self._feasibility_design = build_basis("full", self._space) if params.failure_weight > 0 else None
+        self._resources = None
+        if params.failure_dominance:
+            self._resources = resource_pressure(self._space.names, self._space.raw)
         self._cells, self._cell_area = tile_cells(self._space, params.cell_columns, params.cell_max)
         in_cell = {c if c in self._space.names else f"kwargs.{c}" for c in params.cell_columns}
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
@@ -293,11 +297,14 @@ class FastaPolicy:
         return self._issue([pick], f"fasta polish {self._polished}: one config next to the best, basis {fit.basis}")
 
     def _failure_chance(self, durations: np.ndarray) -> np.ndarray:
-        """P(fails) per config; zero when the feasibility model is off or nothing failed."""
+        """P(fails) per config: the feasibility model, then resource dominance; zero when off or nothing failed."""
         if self._feasibility_design is None:
             return np.zeros(durations.size)
         tried = np.flatnonzero(~np.isnan(durations))
-        return failure_chance(self._feasibility_design, tried, np.isinf(durations[tried]), self.params.ridge_lambda)
+        p_fail = failure_chance(self._feasibility_design, tried, np.isinf(durations[tried]), self.params.ridge_lambda)
+        if self._resources is not None:
+            p_fail = resource_dominance(self._resources, durations, p_fail)
+        return p_fail
 
     def _round_size(self) -> int:
         plan = self.plan_budget
@@ -306,17 +313,19 @@ class FastaPolicy:
     def _cost_spent(self, observed: Observations, durations: np.ndarray) -> bool:
         """Cost budget: stop once the seconds spent reach a share of the estimated exhaustive cost.
 
-        The exhaustive cost is extrapolated from what the configs measured so
-        far cost on average: compile seconds per config plus benchmark
-        seconds per config, over every active config.
+        The exhaustive cost is extrapolated from R1, a stratified sample of
+        the space: its seconds per config (compiles, failures and timings)
+        times the active configs. The guided picks are not in the estimate,
+        so a tune whose picks cost more than the space's average stops sooner.
         """
         if self.params.cost_budget <= 0:
             return False
-        evaluated = int(np.sum(~np.isnan(durations)))
-        if evaluated == 0:
+        if self._r1_cost is None:
+            self._r1_cost = [float(observed.spent_s), int(np.sum(~np.isnan(durations)))]
+        spent, count = self._r1_cost
+        if count == 0:
             return False
-        per_config = observed.spent_s / evaluated
-        estimate = per_config * int(self._active.sum())
+        estimate = spent / count * int(self._active.sum())
         return observed.spent_s >= self.params.cost_budget * estimate
 
     def _blind(self, candidates: np.ndarray, remaining: int, rng: np.random.Generator) -> list[int]:
@@ -392,6 +401,7 @@ class FastaPolicy:
             "retime_timings": self._retime_timings,
             "retime_start_s": self._retime_start_s,
             "polished": self._polished,
+            "r1_cost": self._r1_cost,
             "stop_reason": self._stop_reason,
             "history": self._history,
         }
@@ -418,5 +428,6 @@ class FastaPolicy:
         self._retime_timings = int(state.get("retime_timings", 0))
         self._retime_start_s = state.get("retime_start_s")
         self._polished = int(state.get("polished", 0))
+        self._r1_cost = state.get("r1_cost")
         self._stop_reason = state["stop_reason"]
         self._history = list(state["history"])
