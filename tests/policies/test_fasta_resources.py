@@ -28,7 +28,7 @@ def _space():
         for s in (2, 3)
     ]
     space = extract_features(configs)
-    return configs, resource_pressure(space.names, space.raw)
+    return configs, resource_pressure(space.names, space.levels)
 
 
 def _index(configs, m, k, w, s):
@@ -46,21 +46,19 @@ def test_pressure_grows_with_tiles_and_stages_and_falls_with_warps():
 def test_no_kwarg_or_stage_column_means_no_pressure():
     configs = [Config(kwargs={}, num_warps=w, num_stages=3) for w in (2, 4, 8)]
     space = extract_features(configs)
-    assert resource_pressure(space.names, space.raw) is None
+    assert resource_pressure(space.names, space.levels) is None
 
 
-def test_larger_than_a_failure_fails_and_smaller_than_a_success_runs():
+def test_everything_under_more_pressure_than_a_failure_fails():
     configs, pressure = _space()
     durations = np.full(len(configs), np.nan)
-    failed = _index(configs, 128, 32, 8, 3)
-    ran = _index(configs, 64, 64, 4, 2)
-    durations[failed], durations[ran] = math.inf, 10.0
+    durations[_index(configs, 128, 32, 8, 3)] = math.inf
+    durations[_index(configs, 64, 64, 4, 2)] = 10.0
     p = resource_dominance(pressure, durations, np.full(len(configs), 0.5))
     assert p[_index(configs, 128, 64, 8, 3)] == 1.0  # larger tile, same warps and stages
     assert p[_index(configs, 128, 32, 4, 3)] == 1.0  # same tile with fewer warps: more registers per thread
     assert p[_index(configs, 128, 32, 8, 2)] == 0.5  # fewer stages: nothing implied
-    assert p[_index(configs, 64, 32, 8, 2)] == 0.0  # smaller, more warps than a config that ran
-    assert p[_index(configs, 64, 64, 4, 3)] == 0.5  # more stages than the config that ran
+    assert p[_index(configs, 64, 32, 8, 2)] == 0.5  # the ridge fit's guess stands elsewhere
 
 
 def test_a_failure_below_a_config_that_ran_implies_nothing():
@@ -69,8 +67,7 @@ def test_a_failure_below_a_config_that_ran_implies_nothing():
     durations[_index(configs, 64, 32, 8, 2)] = math.inf  # broke for a reason other than resources
     durations[_index(configs, 128, 64, 4, 3)] = 10.0
     p = resource_dominance(pressure, durations, np.full(len(configs), 0.5))
-    assert p[_index(configs, 128, 32, 8, 3)] == 0.0  # below the config that ran
-    assert np.all(p[np.isnan(durations)] < 1.0)
+    assert np.all(p == 0.5)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -78,7 +75,7 @@ def test_nothing_at_least_as_large_as_a_failure_is_proposed_after_it(seed):
     policy = FastaPolicy(MATMUL.configs)
     trace = drive(policy, MATMUL, seed=seed)
     space = extract_features(MATMUL.configs)
-    pressure = resource_pressure(space.names, space.raw)
+    pressure = resource_pressure(space.names, space.levels)
     failed: list[int] = []
     for batch in trace.batches:
         for index in batch:

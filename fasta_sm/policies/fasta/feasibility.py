@@ -40,8 +40,8 @@ def run_penalty(p_fail: np.ndarray, tau: float, weight: float) -> np.ndarray:
     return -tau * weight * np.log(np.maximum(1.0 - p_fail, PROBABILITY_FLOOR))
 
 
-def resource_pressure(names: tuple[str, ...], raw: np.ndarray) -> np.ndarray | None:
-    """The columns a config's resource needs grow with, signed so that larger means more pressure.
+def resource_pressure(names: tuple[str, ...], levels: np.ndarray) -> np.ndarray | None:
+    """The level codes of the columns a config's resource needs grow with, signed so that larger means more.
 
     Tile kwargs and stages raise shared memory and registers per thread;
     more warps spread a tile's registers thinner, so warps count negatively.
@@ -50,23 +50,27 @@ def resource_pressure(names: tuple[str, ...], raw: np.ndarray) -> np.ndarray | N
     growing = [j for j, name in enumerate(names) if name.startswith("kwargs.") or name == "num_stages"]
     if not growing:
         return None
-    columns = [raw[:, j] for j in growing] + [-raw[:, j] for j, name in enumerate(names) if name == "num_warps"]
-    return np.stack(columns, axis=1)
+    columns = [levels[:, j] for j in growing] + [-levels[:, j] for j, name in enumerate(names) if name == "num_warps"]
+    return np.stack(columns, axis=1).astype(np.int16)
 
 
 def resource_dominance(pressure: np.ndarray, durations: np.ndarray, p_fail: np.ndarray) -> np.ndarray:
-    """`p_fail` with what monotone resource needs imply: 0 below a config that ran, 1 above one that failed.
+    """`p_fail` raised to 1 for every config under at least the pressure of one that failed, in every column.
 
-    `pressure` is `resource_pressure`. A config under no more pressure than
-    one that ran, in every column, fits too; one under at least as much as
-    one that failed does not. A failure that a config which ran dominates is
-    not a resource failure (it broke for another reason) and implies nothing.
+    `pressure` is `resource_pressure`. A failure that a config which ran
+    dominates is not a resource failure (it broke for another reason) and
+    implies nothing.
     """
-    p_fail = p_fail.copy()
-    ran = np.flatnonzero(np.isfinite(durations))
-    for index in ran:
-        p_fail[np.all(pressure <= pressure[index], axis=1)] = 0.0
-    for index in np.flatnonzero(np.isinf(durations)):
-        if not np.any(np.all(pressure[ran] >= pressure[index], axis=1)):
-            p_fail[np.all(pressure >= pressure[index], axis=1)] = 1.0
-    return p_fail
+    failed = pressure[np.isinf(durations)]
+    if failed.size == 0:
+        return p_fail
+    failed = failed[~_dominated(failed, pressure[np.isfinite(durations)])]
+    return np.where(_dominated(-pressure, -failed), 1.0, p_fail)
+
+
+def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """Whether each row is at most some row of `by` in every column."""
+    within = np.ones((rows.shape[0], by.shape[0]), dtype=bool)
+    for j in range(rows.shape[1]):
+        within &= rows[:, j, None] <= by[None, :, j]
+    return within.any(axis=1)

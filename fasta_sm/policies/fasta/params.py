@@ -161,8 +161,8 @@ DESCRIPTIONS: dict[str, str] = {
     "challenger_handicap": "LOO Spearman margin a challenger needs over the incumbent basis",
     "log2_features": "take all-positive columns in log2",
     "failure_weight": "softmax weights are multiplied by P(config runs) to this power (0: no failure model)",
-    "failure_dominance": "a config with tiles and stages at least, and warps at most, those of a failed one fails; "
-    "one below a config that ran runs",
+    "failure_dominance": "a config with every tile kwarg and the stages at least, and warps at most, those of a "
+    "failed one is taken to fail",
     "cap_quantile": "fit log durations capped at this quantile of the measured ones (1: no cap)",
     "rounds": "the guided budget is split into this many batches",
     "max_rounds": "cap on guided rounds",

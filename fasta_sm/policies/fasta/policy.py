@@ -86,7 +86,7 @@ class FastaPolicy:
         self._feasibility_design = build_basis("full", self._space) if params.failure_weight > 0 else None
         self._resources = None
         if params.failure_dominance:
-            self._resources = resource_pressure(self._space.names, self._space.raw)
+            self._resources = resource_pressure(self._space.names, self._space.levels)
         self._cells, self._cell_area = tile_cells(self._space, params.cell_columns, params.cell_max)
         in_cell = {c if c in self._space.names else f"kwargs.{c}" for c in params.cell_columns}
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
