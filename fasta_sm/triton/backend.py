@@ -136,7 +136,7 @@ class TritonBackend:
             for position, config in enumerate(configs)
             if config.identity in self._prefetched
         }
-        loaded: set[int] = set()
+        outcomes: list[CompileOutcome | None] = [None] * len(configs)
         device = self._current_device()
 
         def compile_here(position: int) -> tuple[str | None, float]:
@@ -144,13 +144,13 @@ class TritonBackend:
                 from triton.runtime import driver
 
                 driver.active.set_current_device(device)  # the current device is per thread
-            outcome = self._load(configs[position], 0.0)
-            loaded.add(position)
-            return outcome.error, outcome.seconds
+            outcomes[position] = self._load(configs[position], 0.0)
+            return outcomes[position].error, outcomes[position].seconds
 
-        outcomes: list[CompileOutcome | None] = [None] * len(configs)
         for index, error, seconds in self.pool.run(jobs, started, in_process=compile_here):
-            if error is not None or index in loaded:
+            if outcomes[index] is not None:  # compiled and loaded here already
+                continue
+            if error is not None:
                 outcomes[index] = CompileOutcome(error=error, seconds=seconds)
             else:
                 outcomes[index] = self._load(configs[index], seconds)
