@@ -34,101 +34,83 @@ from fasta_sm.triton.backend import TritonBackend
 from fasta_sm.triton.record import spread
 
 
+def seconds(call):
+    """(result, seconds) of one call."""
+    start = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - start
+
+
 def probe(job):
-    t = {}
-    s = time.perf_counter()
+    """In a worker: how long each step of its first job takes."""
     from triton.runtime import driver
     from triton.runtime.cache import triton_key
 
-    t["key_cached"] = triton_key.cache_info().currsize
-    s = time.perf_counter()
-    dev = driver.active.get_current_device()
-    t["device"] = time.perf_counter() - s
-    s = time.perf_counter()
-    driver.active.get_current_stream(dev)
-    t["stream"] = time.perf_counter() - s
-    s = time.perf_counter()
-    fn = compile_pool.resolve(job.module, job.qualname)
-    t["resolve"] = time.perf_counter() - s
-    s = time.perf_counter()
-    fn.warmup(*job.args, grid=(1,), **job.kwargs)
-    t["warmup"] = time.perf_counter() - s
-    t["pid"] = os.getpid()
+    t = {"key_cached": triton_key.cache_info().currsize, "pid": os.getpid()}
+    dev, t["device"] = seconds(driver.active.get_current_device)
+    _, t["stream"] = seconds(lambda: driver.active.get_current_stream(dev))
+    fn, t["resolve"] = seconds(lambda: compile_pool.resolve(job.module, job.qualname))
+    _, t["warmup"] = seconds(lambda: fn.warmup(*job.args, grid=(1,), **job.kwargs))
     return t
 
 
-def fresh_cache_dir():
-    d = tempfile.mkdtemp()
-    os.environ["TRITON_CACHE_DIR"] = d
-    triton.knobs.cache.dir = d
+def fresh_cache(spec=None):
+    """A new, empty Triton cache dir for this process and the workers it starts; the kernel's memory cache cleared."""
+    path = tempfile.mkdtemp()
+    os.environ["TRITON_CACHE_DIR"] = path
+    triton.knobs.cache.dir = path
+    if spec is not None:
+        spec.fn.device_caches.clear()
 
 
-def fresh_cache(spec):
-    d = tempfile.mkdtemp()
-    os.environ["TRITON_CACHE_DIR"] = d
-    triton.knobs.cache.dir = d
-    spec.fn.device_caches.clear()
+def stop_pool(pool):
+    pool.close()
+    multiprocessing.forkserver._forkserver._stop()
 
 
 def main():
-    fresh_cache_dir()
+    fresh_cache()
     out = {}
     spec = zoo.ZOO[sys.argv[1]]()
     spec.configs = spread(spec.configs, 150)
     args = spec.make_args("cuda")
     torch.cuda.synchronize()
     backend = TritonBackend(spec.fn, args, spec.grid, spec.kwargs)
-    cfgs = spec.configs[::12][:12]
-    jobs = backend._jobs(cfgs)
+    first, second = spec.configs[::12][:12], spec.configs[6::12][:12]
     out["args_ready"] = now()
-    # 1. pool start alone
+
+    def probe_batch(pool, configs):
+        return seconds(lambda: [f.result() for f in [pool._get().submit(probe, j) for j in backend._jobs(configs)]])
+
+    # 1. the pool's start alone; 2. first jobs on warm workers, each step timed
     pool = compile_pool.CompilePool()
-    s = time.perf_counter()
-    pool.start()
-    out["pool_start_s"] = round(time.perf_counter() - s, 3)
-    # 2. first jobs on warm workers (probe each phase)
-    s = time.perf_counter()
-    futs = [pool._get().submit(probe, j) for j in jobs]
-    res = [f.result() for f in futs]
-    out["r1_probe_wall_s"] = round(time.perf_counter() - s, 3)
+    _, out["pool_start_s"] = seconds(pool.start)
+    res, out["r1_probe_wall_s"] = probe_batch(pool, first)
     out["r1_probe"] = {
         k: [round(r[k], 3) for r in res] for k in ("key_cached", "device", "stream", "resolve", "warmup")
     }
-    # 3. second batch on the same (now used) workers
-    cf2 = spec.configs[6::12][:12]
-    j2 = backend._jobs(cf2)
-    s = time.perf_counter()
-    res2 = [f.result() for f in [pool._get().submit(probe, j) for j in j2]]
-    out["second_batch_wall_s"] = round(time.perf_counter() - s, 3)
-    out["second_probe_warmup"] = [round(r["warmup"], 3) for r in res2]
-    # 4. parent loads what workers compiled (launcher build etc)
-    loads = []
-    for c in cfgs:
-        t1 = time.perf_counter()
-        backend._load(c, 0.0)
-        loads.append(round(time.perf_counter() - t1, 3))
-    out["parent_load_s"] = loads
-    pool.close()
-    multiprocessing.forkserver._forkserver._stop()
-    # 5. cold pool + run() end to end (as a tune's R1), fresh cache
+    # 3. a second batch on the same (now used) workers
+    res, out["second_batch_wall_s"] = probe_batch(pool, second)
+    out["second_probe_warmup"] = [round(r["warmup"], 3) for r in res]
+    # 4. the parent loads what the workers compiled
+    out["parent_load_s"] = [round(seconds(lambda c=c: backend._load(c, 0.0))[1], 3) for c in first]
+    stop_pool(pool)
+    # 5. a cold pool running 12 jobs end to end, as a tune's R1 did before in-process compiles
     fresh_cache(spec)
     pool = compile_pool.CompilePool()
-    s = time.perf_counter()
-    list(pool.run(backend._jobs(cf2)))
-    out["cold_pool_run_12_s"] = round(time.perf_counter() - s, 3)
-    pool.close()
-    multiprocessing.forkserver._forkserver._stop()
-    # 6. parent-thread compile of 12 configs, 1 vs 12 threads, fresh caches
+    _, out["cold_pool_run_12_s"] = seconds(lambda: list(pool.run(backend._jobs(second))))
+    stop_pool(pool)
+    # 6. 12 configs compiled in 1, 4 and 12 threads of this process, fresh caches
     for n in (1, 4, 12):
         fresh_cache(spec)
-        cf = spec.configs[(n % 11) :: 12][:12]
-        s = time.perf_counter()
+        configs = spec.configs[(n % 11) :: 12][:12]
         with ThreadPoolExecutor(n) as ex:
-            outs = list(ex.map(lambda c: backend._load(c, 0.0), cf))
-        out[f"parent_threads_{n}_s"] = round(time.perf_counter() - s, 3)
+            outs, out[f"parent_threads_{n}_s"] = seconds(
+                lambda ex=ex, configs=configs: list(ex.map(lambda c: backend._load(c, 0.0), configs))
+            )
         out[f"parent_threads_{n}_errors"] = sum(o.error is not None for o in outs)
     out["import"] = IMPORT_S
-    print(json.dumps(out))
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
 
 
 if __name__ == "__main__":
