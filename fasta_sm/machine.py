@@ -7,9 +7,11 @@ machine is shared by every tune in the process; a tune is a model added to it.
 Within a round the machine compiles the batch, benchmarks what compiled, then
 asks the policy to refine: a new R2 round, or DONE. Compile and benchmark work
 in chunks (compiles in parallel batches, timings a few at a time) so that a
-crash loses at most one chunk of work. Once an R2 batch is compiled, a backend
-that can compile ahead (`prefetch`) is told which untried configs the policy
-predicts fastest, so its idle workers compile them while the batch is timed.
+crash loses at most one chunk of work. A backend that can compile ahead
+(`prefetch`) is told, as an R2 batch starts compiling and again once it is
+compiled, which untried configs the policy predicts fastest, so its idle
+workers compile likely picks of the next round while this one is compiled
+and timed.
 """
 
 from __future__ import annotations
@@ -234,6 +236,7 @@ class Tune:
         todo = [i for i in todo if i not in state.compiled and i not in state.failed]
         chunk = todo[: self.chunk_size]
         if chunk:
+            self._prefetch(reserve=len(chunk))
             outcomes = self.backend.compile([state.configs[i] for i in chunk])
             if len(outcomes) != len(chunk):
                 raise BackendError(
@@ -252,13 +255,15 @@ class Tune:
             state.rounds[-1].compile_s += spent
         if len(todo) <= len(chunk):
             state.step = "benchmark"
-            self._prefetch()
+            self._prefetch(reserve=0)
 
-    def _prefetch(self) -> None:
+    def _prefetch(self, reserve: int) -> None:
         """Offer the untried configs predicted fastest to a backend that compiles ahead.
 
-        A hint only: nothing is recorded, and a backend that fails to take it
-        costs the tune nothing but a log line.
+        `reserve` is how many compiles the backend is about to be asked for,
+        so that guesses leave room for them. A hint only: nothing is
+        recorded, and a backend that fails to take it costs the tune nothing
+        but a log line.
         """
         state = self.state
         prefetch = getattr(self.backend, "prefetch", None)
@@ -270,7 +275,7 @@ class Tune:
             int(i) for i in np.argsort(predicted, kind="stable") if int(i) not in tried and math.isfinite(predicted[i])
         ]
         try:
-            prefetch([state.configs[i] for i in order[:PREFETCH_MAX]])
+            prefetch([state.configs[i] for i in order[:PREFETCH_MAX]], reserve=reserve)
         except Exception as exc:  # noqa: BLE001  a hint that fails must not fail the tune
             log.warning("kernel %s: prefetch failed: %s: %s", state.kernel, type(exc).__name__, exc)
 

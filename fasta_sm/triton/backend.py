@@ -3,10 +3,11 @@
 It implements `fasta_sm.protocols.Backend` for one concrete launch (a kernel,
 its arguments and grid). Compilation goes through the worker pool of
 `compile_pool`, which also compiles the configs the policy predicts fastest
-while the parent times the current batch (`prefetch`); timing through `triton.testing.do_bench` medians on a GPU, or
-a host clock under `TRITON_INTERPRET=1` (the interpreter has no device
-driver, so `do_bench` cannot run there). Arguments the kernel mutates are
-zeroed or restored around every launch, as Triton's `reset_to_zero` and
+while the parent compiles and times the current batch (`prefetch`); timing
+goes through `triton.testing.do_bench` medians on a GPU, or a host clock
+under `TRITON_INTERPRET=1` (the interpreter has no device driver, so
+`do_bench` cannot run there). Arguments the kernel mutates are zeroed or
+restored around every launch, as Triton's `reset_to_zero` and
 `restore_value` do, so each config is timed on the same inputs.
 """
 
@@ -181,21 +182,22 @@ class TritonBackend:
             future.cancel()
         self._prefetched.clear()
 
-    def prefetch(self, configs: Sequence[Config]) -> None:
+    def prefetch(self, configs: Sequence[Config], reserve: int = 0) -> None:
         """Start compiling likely next configs (best first) in workers that would sit idle.
 
-        The machine calls this while the parent times a batch; a later
-        `compile` of a prefetched config waits on that work instead of
-        starting it again. Guesses take only idle workers and leave
-        `PREFETCH_SPARE` of them (at most half the pool) free, so the next
-        batch's own compiles seldom queue behind them; a pool of one or two
-        workers gets none.
+        The machine calls this as a batch starts compiling (`reserve`: its
+        size) and again while the batch is timed; a later `compile` of a
+        prefetched config waits on that work instead of starting it again.
+        Guesses take only idle workers and leave `reserve` of them, and at
+        least `PREFETCH_SPARE` (at most half the pool), free, so the batch's
+        own compiles seldom queue behind them; a pool of one or two workers
+        gets none.
         """
         workers = self.pool.workers
         if self.interpreting or workers <= 2 or not self.pool.ready:  # a starting pool would block the caller
             return
         busy = sum(not future.done() for future in self._prefetched.values())
-        room = workers - min(PREFETCH_SPARE, workers // 2) - busy
+        room = workers - max(reserve, min(PREFETCH_SPARE, workers // 2)) - busy
         fresh = [c for c in configs if c.identity not in self._prefetched][: max(0, room)]
         jobs = self._jobs(fresh) if fresh else None
         for config, job in zip(fresh, jobs or ()):

@@ -332,47 +332,69 @@ def test_every_checkpoint_stamps_the_state_updated_time(table, backend, store):
 
 
 class PrefetchingBackend(CountingBackend):
-    """Records what the machine offers to `prefetch`, and when (the state's position then)."""
+    """Records each `prefetch` offer with what the state looked like when it was made."""
 
     def __init__(self, inner, tune_ref):
         super().__init__(inner)
-        self.offers: list[tuple[str, int, bool, list[int]]] = []
+        self.offers: list[dict] = []
         self.tune_ref = tune_ref
 
-    def prefetch(self, configs):
+    def prefetch(self, configs, reserve=0):
         state = self.tune_ref[0].state
-        self.offers.append((state.phase, state.round, state.retime, [state.configs.index(c) for c in configs]))
+        self.offers.append({
+            "phase": state.phase, "round": state.round, "retime": state.retime, "step": state.step,
+            "reserve": reserve, "offered": [state.configs.index(c) for c in configs],
+            "untried": set(range(state.n_configs)) - set(state.compiled) - set(state.failed) - set(state.pending),
+            "uncompiled": [i for i in state.pending if i not in state.compiled and i not in state.failed],
+            "predicted": list(state.predicted_us),
+        })
+
+    def compile(self, configs):
+        self.offers.append({"compile": len(configs)})
+        return super().compile(configs)
+
+
+def prefetch_offers(table, backend, chunk_size=16):
+    ref = []
+    counting = PrefetchingBackend(backend, ref)
+    t = Tune.start("k", "mm", table.configs, counting, make_policy("fasta", table.configs), seed=3,
+                   chunk_size=chunk_size)
+    ref.append(t)
+    try:
+        t.drive()
+    finally:
+        t.close()
+    return t.state, counting.offers
 
 
 def test_a_backend_that_prefetches_is_offered_untried_configs_fastest_predicted_first(table, backend):
-    ref = []
-    counting = PrefetchingBackend(backend, ref)
-    t = Tune.start("k", "mm", table.configs, counting, make_policy("fasta", table.configs), seed=3)
-    ref.append(t)
-    seen_rounds = []
-    try:
-        while not t.state.done:
-            before = len(counting.offers)
-            t.advance()
-            if len(counting.offers) > before:
-                phase, round_, retime, offered = counting.offers[-1]
-                state = t.state
-                predicted = state.predicted_us
-                untried = set(range(state.n_configs)) - set(state.compiled) - set(state.failed) - set(state.pending)
-                assert (phase, retime, state.step) == ("R2", False, "benchmark")
-                assert offered and set(offered) <= untried
-                assert offered == sorted(offered, key=lambda i: (predicted[i], i))
-                assert len(offered) == min(len(untried), 64)
-                seen_rounds.append(round_)
-    finally:
-        t.close()
-    r2_rounds = {r.round for r in t.state.rounds if r.phase == "R2" and not r.retime}
-    assert seen_rounds and set(seen_rounds) == r2_rounds
+    _, offers = prefetch_offers(table, backend)
+    offers = [o for o in offers if "offered" in o]
+    assert offers
+    for offer in offers:
+        predicted = offer["predicted"]
+        assert (offer["phase"], offer["retime"]) == ("R2", False)
+        assert offer["offered"] and set(offer["offered"]) <= offer["untried"]
+        assert offer["offered"] == sorted(offer["offered"], key=lambda i: (predicted[i], i))
+        assert len(offer["offered"]) == min(len(offer["untried"]), 64)
+
+
+def test_each_guided_batch_is_offered_before_it_compiles_and_again_while_it_is_timed(table, backend):
+    state, offers = prefetch_offers(table, backend, chunk_size=2)
+    for before, compile_call in zip(offers, offers[1:]):
+        if "compile" in compile_call and "offered" in before:
+            assert before["step"] == "compile"
+            assert before["reserve"] == compile_call["compile"] == len(before["uncompiled"][:2])
+    timed = [o for o in offers if o.get("step") == "benchmark"]
+    assert all(o["reserve"] == 0 for o in timed)
+    r2_rounds = {r.round for r in state.rounds if r.phase == "R2" and not r.retime}
+    assert {o["round"] for o in timed} == r2_rounds
+    assert {o["round"] for o in offers if o.get("step") == "compile"} == r2_rounds
 
 
 def test_a_prefetch_that_raises_does_not_fail_the_tune(table, backend, caplog):
     class Broken(CountingBackend):
-        def prefetch(self, configs):
+        def prefetch(self, configs, reserve=0):
             raise RuntimeError("pool is gone")
 
     t = Tune.start("k", "mm", table.configs, Broken(backend), make_policy("fasta", table.configs), seed=3)
