@@ -38,8 +38,7 @@ _ERROR_CHARS = 400
 PRELOAD = ("torch", "triton", "fasta_sm.triton.worker_preload")
 """Imported once by the fork server, inherited by every worker it forks."""
 LOCAL_THREADS = 8
-"""Fewest threads that compile in this process while the pool starts (Triton releases the GIL in LLVM
-and ptxas); a pool of more workers gets as many threads, so a first batch compiles in one wave."""
+"""Threads that compile in this process while the pool starts (Triton releases the GIL in LLVM and ptxas)."""
 POLL_S = 0.01
 PREFETCH_SPARE = 4
 """Workers a prefetch leaves free, so that the next batch's own compiles never queue behind guesses."""
@@ -352,7 +351,7 @@ class _Run:
         if any(thread.is_alive() for thread in self.threads):
             return
         self.pool.start_in_background()
-        count = min(max(LOCAL_THREADS, self.pool.workers), len(self.queue))
+        count = min(LOCAL_THREADS, len(self.queue))
         self.threads = [
             threading.Thread(target=self.compile_here, name="fasta-compile", daemon=True) for _ in range(count)
         ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 
 import pytest
 import torch
@@ -262,23 +261,6 @@ def test_while_the_pool_starts_jobs_are_compiled_in_process():
         pool.close()
     assert [index for index, _, _ in results] == list(range(6))
     assert sorted(here) == list(range(6)) and all(error is None for _, error, _ in results)
-
-
-class StartingPool(CompilePool):
-    """A pool that never finishes starting: every job stays in this process."""
-
-    def start_in_background(self):
-        pass
-
-
-def test_a_first_batch_as_large_as_the_pool_compiles_in_process_in_one_wave():
-    """Twelve jobs, a pool of twelve: twelve threads here, or the batch waits a second compile."""
-    pool = StartingPool(12)
-    wave = threading.Barrier(12, timeout=10)
-    jobs = [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in range(12)]
-    results = list(pool.run(jobs, in_process=lambda i: (wave.wait(), (None, 0.01))[1]))
-    assert sorted(index for index, _, _ in results) == list(range(12))
-    assert all(error is None for _, error, _ in results), results
 
 
 def test_once_the_pool_is_ready_jobs_go_to_the_workers():
