@@ -4,6 +4,8 @@ For each zoo kernel, in one process:
   triton     `triton.autotune` (exhaustive, compiles serially as it times),
   exhaustive `fasta_sm.autotune(policy="exhaustive")`: every config, compiled in the spawn pool,
   fasta      `fasta_sm.autotune(policy="fasta")`,
+  exhaustive-pool-up, fasta-pool-up (only if asked for): the same two with the compile pool
+             already running, as every tune after a process's first finds it,
 each from cold caches (a fresh Triton cache dir, a fresh state dir, a fresh compile pool, the
 kernel's in-memory JIT cache cleared), then warm: a second launch of the same object, and for
 fasta-sm a new decorator over the same state dir (what a second process sees). Then each
@@ -77,11 +79,26 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def cold(fn) -> Path:
+def close_pool() -> None:
+    """Close the shared compile pool once the guesses it is still compiling have landed."""
+    from fasta_sm.triton import compile_pool
+
+    if compile_pool._shared is not None:
+        if compile_pool._shared._executor is not None:
+            compile_pool._shared._executor.shutdown(wait=True, cancel_futures=True)
+        compile_pool._shared.close()
+        compile_pool._shared = None
+
+
+def cold(fn, pool_up: bool = False) -> Path:
     """Empty Triton cache dir, empty in-memory JIT cache, no compile pool and no fork server yet.
 
     The next fasta-sm tune starts its fork server and pool inside the timed
     region: a fresh process pays that once, so the cold figures include it.
+    With `pool_up`, the fork server is kept and a fresh pool is started and
+    warmed here, outside the timed region: what every tune after a
+    process's first sees. Its workers fork from a server that inherited the
+    first cache dir, so that dir is emptied rather than replaced.
     """
     import multiprocessing.forkserver
 
@@ -89,15 +106,21 @@ def cold(fn) -> Path:
 
     from fasta_sm.triton import compile_pool
 
-    cache = Path(tempfile.mkdtemp(prefix="triton-cache-"))
-    os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by spawn workers
-    triton.knobs.cache.dir = str(cache)
     if hasattr(fn, "device_caches"):
         fn.device_caches.clear()
-    if compile_pool._shared is not None:
-        compile_pool._shared.close()
-        compile_pool._shared = None
-    multiprocessing.forkserver._forkserver._stop()
+    close_pool()
+    current = os.environ.get("TRITON_CACHE_DIR")
+    if pool_up and current and multiprocessing.forkserver._forkserver._forkserver_pid is not None:
+        cache = Path(current)
+        shutil.rmtree(cache)
+        cache.mkdir()
+    else:
+        multiprocessing.forkserver._forkserver._stop()
+        cache = Path(tempfile.mkdtemp(prefix="triton-cache-"))
+        os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by the fork server, hence by the workers
+        triton.knobs.cache.dir = str(cache)
+    if pool_up:
+        compile_pool.shared_pool().start()
     return cache
 
 
@@ -134,16 +157,18 @@ def run_kernel(name: str, opts) -> dict:
                                                    seed=opts.seed, state_dir=state_dir)(spec.fn)
 
     methods = {"triton": triton_decorator, "exhaustive": fasta_decorator("exhaustive"),
-               "fasta": fasta_decorator("fasta")}
+               "fasta": fasta_decorator("fasta"), "exhaustive-pool-up": fasta_decorator("exhaustive"),
+               "fasta-pool-up": fasta_decorator("fasta")}
     for method in opts.methods:
         decorate = methods[method]
-        cold(spec.fn)
+        cold(spec.fn, pool_up=method.endswith("-pool-up"))
         state_dir = tempfile.mkdtemp(prefix="fasta-states-")
         kernel = decorate(state_dir)
         cold_s = timed_launch(kernel, spec, args)
         warm_s = timed_launch(kernel, spec, args)
         entry = {"cold_s": round(cold_s, 3), "warm_s": round(warm_s, 6), "config": str(kernel.best_config)}
         if method != "triton":
+            close_pool()  # a second process has no compile workers busy with the first one's guesses
             fresh = decorate(state_dir)  # what a second process builds: reads the DONE state
             first = timed_launch(fresh, spec, args)
             launch = float(np.median([timed_launch(fresh, spec, args) for _ in range(20)]))
@@ -169,9 +194,10 @@ def run_kernel(name: str, opts) -> dict:
     for method, us in times.items():
         row[method]["chosen_us"] = round(us, 3)
         row[method]["regret_pct"] = round(100 * (us - best) / best, 2)
-    for baseline in ("triton", "exhaustive"):
-        if "fasta" in row and baseline in row:
-            row[f"fasta_vs_{baseline}_cold"] = round(row["fasta"]["cold_s"] / row[baseline]["cold_s"], 3)
+    for fasta, baseline in (("fasta", "triton"), ("fasta", "exhaustive"), ("fasta-pool-up", "triton"),
+                            ("fasta-pool-up", "exhaustive-pool-up")):
+        if fasta in row and baseline in row:
+            row[f"{fasta}_vs_{baseline}_cold"] = round(row[fasta]["cold_s"] / row[baseline]["cold_s"], 3)
     return row
 
 
@@ -248,7 +274,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", nargs="+", default=DEFAULT_KERNELS)
     parser.add_argument("--methods", nargs="+", default=["triton", "exhaustive", "fasta"],
-                        choices=["triton", "exhaustive", "fasta"])
+                        choices=["triton", "exhaustive", "fasta", "exhaustive-pool-up", "fasta-pool-up"],
+                        help="*-pool-up: cold caches, but the compile pool already running (a process's later tunes)")
     parser.add_argument("--small", type=int, nargs="?", const=12, default=0,
                         help="tiny shapes and at most N configs (default 12) per kernel, for the CPU interpreter")
     parser.add_argument("--warmup-ms", type=float, default=25.0)
@@ -296,24 +323,28 @@ def main() -> None:
     print_table(results["kernels"])
 
 
-def print_table(rows: list[dict]) -> None:
-    """Cold seconds and regret per method, the ratios, and fasta's second-process start."""
-    def cell(row: dict, method: str, field: str, fmt: str) -> str:
-        value = row.get(method, {}).get(field)
-        return "-" if value is None else format(value, fmt)
+METHODS = ("triton", "exhaustive", "fasta", "exhaustive-pool-up", "fasta-pool-up")
+SHORT = {"triton": "t", "exhaustive": "e", "fasta": "f", "exhaustive-pool-up": "e+", "fasta-pool-up": "f+"}
 
-    print(f"{'kernel':26s} {'N':>5s} {'triton s':>9s} {'exh. s':>8s} {'fasta s':>8s} {'f/t':>6s} {'f/e':>6s} "
-          f"{'regret t/e/f %':>16s} {'2nd proc: before launch / first launch ms':>42s}")
+
+def print_table(rows: list[dict]) -> None:
+    """Cold seconds and regret per method, the fasta ratios, and fasta's second-process start."""
+    methods = [m for m in METHODS if any(m in row for row in rows)]
+    ratios = sorted({k for row in rows for k in row if k.endswith("_cold")})
+    names = [SHORT[m] for m in methods]
+    ratio_names = ["/".join(SHORT[part] for part in k[: -len("_cold")].split("_vs_")) for k in ratios]
+    print(f"{'kernel':26s} {'N':>5s} " + " ".join(f"{n + ' s':>7s}" for n in names) + " "
+          + " ".join(f"{n:>6s}" for n in ratio_names) + f" {'regret ' + '/'.join(names) + ' %':>24s}"
+          + "  2nd proc: before / first launch ms")
     for row in rows:
-        ratios = [format(row[k], "6.3f") if k in row else "     -" for k in ("fasta_vs_triton_cold",
-                                                                               "fasta_vs_exhaustive_cold")]
-        regrets = "/".join(cell(row, m, "regret_pct", ".1f") for m in ("triton", "exhaustive", "fasta"))
-        before, first = (row.get("fasta", {}).get(k) for k in ("second_process_before_launch_s",
-                                                                "second_process_first_launch_s"))
-        start = "-" if first is None else f"{before * 1e3:.2f} / {first * 1e3:.2f}"
-        print(f"{row['kernel']:26s} {row['N']:5d} {cell(row, 'triton', 'cold_s', '9.2f'):>9s} "
-              f"{cell(row, 'exhaustive', 'cold_s', '8.2f'):>8s} {cell(row, 'fasta', 'cold_s', '8.2f'):>8s} "
-              f"{ratios[0]} {ratios[1]} {regrets:>16s} {start:>42s}")
+        cold = " ".join(f"{row[m]['cold_s']:7.2f}" if m in row else f"{'-':>7s}" for m in methods)
+        ratio = " ".join(f"{row[k]:6.3f}" if k in row else f"{'-':>6s}" for k in ratios)
+        regrets = "/".join(f"{row[m]['regret_pct']:.1f}" if m in row else "-" for m in methods)
+        fasta = row.get("fasta", {})
+        start = "-"
+        if "second_process_first_launch_s" in fasta:
+            start = f"{fasta['second_process_before_launch_s'] * 1e3:.2f} / {fasta['second_process_first_launch_s'] * 1e3:.2f}"
+        print(f"{row['kernel']:26s} {row['N']:5d} {cold} {ratio} {regrets:>24s}  {start}")
 
 
 if __name__ == "__main__":
