@@ -19,12 +19,12 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from typing import Any
 
 from ..config import Config
 from ..protocols import BenchmarkOutcome, CompileOutcome
-from .compile_pool import PREFETCH_SPARE, CompileJob, CompilePool, describe_error, resolve, shared_pool
+from .compile_pool import CompileJob, CompilePool, describe_error, resolve, shared_pool
+from .prefetch import Prefetcher
 
 logger = logging.getLogger("fasta_sm.triton.backend")
 
@@ -112,7 +112,7 @@ class TritonBackend:
         self.warmup_ms = warmup_ms
         self.rep_ms = rep_ms
         self._pool = pool
-        self._prefetched: dict[str, Future] = {}
+        self._prefetcher: Prefetcher | None = None
         self.interpreting = interpreting(self.fn)
         self.arg_names = list(getattr(self.fn, "arg_names", []))
 
@@ -132,11 +132,8 @@ class TritonBackend:
         jobs = self._jobs(configs)
         if jobs is None:
             return [self._load(config, 0.0) for config in configs]
-        started = {
-            position: self._prefetched.pop(config.identity)
-            for position, config in enumerate(configs)
-            if config.identity in self._prefetched
-        }
+        guesses = [self.prefetcher.take(config.identity) for config in configs]
+        started = {position: future for position, future in enumerate(guesses) if future is not None}
         outcomes: list[CompileOutcome | None] = [None] * len(configs)
         device = self._current_device()
 
@@ -177,31 +174,28 @@ class TritonBackend:
             return None
 
     def cancel_prefetch(self) -> None:
-        """Drop guesses not yet started (a tune that ended needs none); those running finish."""
-        for future in self._prefetched.values():
-            future.cancel()
-        self._prefetched.clear()
+        """Start no more guesses and drop those not yet running (a tune that ended needs none)."""
+        if self._prefetcher is not None:
+            self._prefetcher.cancel()
 
     def prefetch(self, configs: Sequence[Config], reserve: int = 0) -> None:
-        """Start compiling likely next configs (best first) in workers that would sit idle.
+        """Compile likely next configs (best first) in workers the current batch leaves idle.
 
         The machine calls this as a batch starts compiling (`reserve`: its
-        size) and again while the batch is timed; a later `compile` of a
-        prefetched config waits on that work instead of starting it again.
-        Guesses take only idle workers and leave `reserve` of them, and at
-        least `PREFETCH_SPARE` (at most half the pool), free, so the batch's
-        own compiles seldom queue behind them; a pool of one or two workers
-        gets none.
+        size) and again while the batch is timed; see `prefetch.Prefetcher`.
+        A pool of one or two workers gets no guesses.
         """
-        workers = self.pool.workers
-        if self.interpreting or workers <= 2 or not self.pool.ready:  # a starting pool would block the caller
+        if self.interpreting or self.pool.workers <= 2:
             return
-        busy = sum(not future.done() for future in self._prefetched.values())
-        room = workers - max(reserve, min(PREFETCH_SPARE, workers // 2)) - busy
-        fresh = [c for c in configs if c.identity not in self._prefetched][: max(0, room)]
-        jobs = self._jobs(fresh) if fresh else None
-        for config, job in zip(fresh, jobs or ()):
-            self._prefetched[config.identity] = self.pool.submit(job)
+        jobs = self._jobs(configs)
+        if jobs:
+            self.prefetcher.offer([(c.identity, job) for c, job in zip(configs, jobs)], reserve)
+
+    @property
+    def prefetcher(self) -> Prefetcher:
+        if self._prefetcher is None:
+            self._prefetcher = Prefetcher(self.pool)
+        return self._prefetcher
 
     def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
         """Time each config (median, µs); one that raises is recorded as failed (inf).

@@ -40,8 +40,6 @@ PRELOAD = ("torch", "triton", "fasta_sm.triton.worker_preload")
 LOCAL_THREADS = 8
 """Threads that compile in this process while the pool starts (Triton releases the GIL in LLVM and ptxas)."""
 POLL_S = 0.01
-PREFETCH_SPARE = 4
-"""Workers a prefetch leaves free, so that the next batch's own compiles never queue behind guesses."""
 
 
 def describe_error(error: BaseException) -> str:

@@ -202,52 +202,20 @@ def test_the_worker_preload_leaves_tritons_cache_key_computed():
     assert triton_key.cache_info().currsize == 1
 
 
-class RecordingPool:
-    """A pool that only records submissions (futures left pending)."""
+def test_a_backend_starts_no_guesses_while_its_pool_is_starting():
+    """Submitting to a pool that is still spawning blocks the caller until the fork server is up."""
 
-    workers = 6
+    class StartingPool:
+        workers, ready = 6, False
 
-    def __init__(self, ready=True):
-        self.ready = ready
-        self.submitted = []
+        def submit(self, job):
+            raise AssertionError("submitted to a pool that is not ready")
 
-    def submit(self, job):
-        from concurrent.futures import Future
-
-        self.submitted.append(Future())
-        return self.submitted[-1]
-
-
-def prefetching_backend(pool):
-    backend, _, _ = make_backend(pool=pool)
+    backend, _, _ = make_backend(pool=StartingPool())
     backend.interpreting = False  # compiles are no-ops in the interpreter; pretend a device
     backend._jobs = lambda cs: [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in cs]
-    return backend
-
-
-def test_no_prefetch_while_the_pool_is_starting():
-    """Submitting to a pool that is still spawning blocks the caller until the fork server is up."""
-    pool = RecordingPool(ready=False)
-    prefetching_backend(pool).prefetch(configs(1, 2, 3))
-    assert pool.submitted == []
-
-
-def test_a_prefetch_takes_only_idle_workers_and_leaves_some_free():
-    pool = RecordingPool()
-    backend = prefetching_backend(pool)
-    backend.prefetch(configs(*range(1, 11)))
-    assert len(pool.submitted) == 3, "6 workers, 3 left free"
-    backend.prefetch(configs(*range(11, 21)))
-    assert len(pool.submitted) == 3, "every room is busy"
-    pool.submitted[0].set_result((None, 0.1))
-    backend.prefetch(configs(*range(11, 21)))
-    assert len(pool.submitted) == 4
-
-
-def test_a_prefetch_leaves_room_for_the_batch_about_to_compile():
-    pool = RecordingPool()
-    prefetching_backend(pool).prefetch(configs(*range(1, 11)), reserve=5)
-    assert len(pool.submitted) == 1, "6 workers, 5 kept for the batch"
+    backend.prefetch(configs(1, 2, 3))
+    assert backend.prefetcher.take(configs(1)[0].identity) is None
 
 
 def test_while_the_pool_starts_jobs_are_compiled_in_process():

@@ -1,0 +1,129 @@
+"""Guesses: idle compile workers kept busy on the configs the policy ranks next."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+
+from fasta_sm.triton.compile_pool import CompileJob
+from fasta_sm.triton.prefetch import Prefetcher
+
+
+class RecordingPool:
+    """A ready pool of six workers that only records what is submitted (futures left pending)."""
+
+    workers = 6
+
+    def __init__(self, ready=True):
+        self.ready = ready
+        self.submitted: list[tuple[CompileJob, Future]] = []
+
+    def submit(self, job):
+        self.submitted.append((job, Future()))
+        return self.submitted[-1][1]
+
+    def names(self):
+        return [job.qualname for job, _ in self.submitted]
+
+
+def eventually(check, timeout=5.0):
+    """Wait for a guess started from another thread."""
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return check()
+
+
+def ranked(*names):
+    return [(name, CompileJob("kernels", name, (), {})) for name in names]
+
+
+def test_guesses_take_only_idle_workers_and_leave_some_free():
+    pool = RecordingPool()
+    Prefetcher(pool).offer(ranked(*"abcdefgh"))
+    assert pool.names() == ["a", "b", "c"], "6 workers, 3 left free, best first"
+
+
+def test_guesses_leave_room_for_the_batch_about_to_compile():
+    pool = RecordingPool()
+    Prefetcher(pool).offer(ranked(*"abcdefgh"), reserve=5)
+    assert pool.names() == ["a"]
+
+
+def test_a_finished_guess_hands_its_worker_the_next_one_without_a_new_offer():
+    pool = RecordingPool()
+    Prefetcher(pool).offer(ranked(*"abcdefgh"))
+    pool.submitted[0][1].set_result((None, 0.5))
+    assert eventually(lambda: pool.names() == ["a", "b", "c", "d"]), pool.names()
+
+
+def test_a_new_offer_replaces_the_list_and_never_guesses_a_config_twice():
+    pool = RecordingPool()
+    prefetcher = Prefetcher(pool)
+    prefetcher.offer(ranked(*"abcdefgh"))
+    prefetcher.offer(ranked("b", "x", "y"))
+    assert pool.names() == ["a", "b", "c"], "every room is busy"
+    pool.submitted[0][1].set_result((None, 0.5))
+    pool.submitted[1][1].set_result((None, 0.5))
+    assert eventually(lambda: pool.names() == ["a", "b", "c", "x", "y"]), pool.names()
+
+
+def test_a_taken_guess_is_handed_over_once():
+    pool = RecordingPool()
+    prefetcher = Prefetcher(pool)
+    prefetcher.offer(ranked("a"))
+    assert prefetcher.take("a") is pool.submitted[0][1]
+    assert prefetcher.take("a") is None
+
+
+def test_after_cancel_no_guess_starts_and_those_waiting_are_dropped():
+    pool = RecordingPool()
+    prefetcher = Prefetcher(pool)
+    prefetcher.offer(ranked(*"abcdefgh"))
+    running, waiting = pool.submitted[0][1], pool.submitted[1][1]
+    running.set_running_or_notify_cancel()
+    prefetcher.cancel()
+    running.set_result((None, 0.5))
+    assert waiting.cancelled() and not running.cancelled()
+    assert not eventually(lambda: len(pool.submitted) > 3, timeout=0.3)
+
+
+def test_no_guess_starts_while_the_pool_is_starting():
+    pool = RecordingPool(ready=False)
+    Prefetcher(pool).offer(ranked(*"abc"))
+    assert pool.submitted == []
+
+
+def test_a_guess_lost_with_a_dead_worker_starts_no_other():
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = RecordingPool()
+    Prefetcher(pool).offer(ranked(*"abcdefgh"))
+    pool.submitted[0][1].set_exception(BrokenProcessPool("a worker died"))
+    assert not eventually(lambda: len(pool.submitted) > 3, timeout=0.3)
+
+
+def test_a_pool_that_refuses_a_guess_ends_the_guessing_quietly():
+    class ClosedPool(RecordingPool):
+        def submit(self, job):
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+    prefetcher = Prefetcher(ClosedPool())
+    prefetcher.offer(ranked(*"abc"))
+    assert prefetcher.take("a") is None
+
+
+def test_with_real_workers_each_finished_guess_starts_the_next_until_the_list_is_done():
+    """Through a real pool: results arrive on the executor's thread, and the chain never stalls."""
+    from fasta_sm.triton.compile_pool import CompilePool
+
+    pool = CompilePool(3)
+    try:
+        pool.start()
+        prefetcher = Prefetcher(pool)
+        prefetcher.offer([(str(i), CompileJob("kernels", "no_such_kernel", (), {})) for i in range(6)])
+        assert eventually(lambda: len(prefetcher._started) == 6, timeout=60), sorted(prefetcher._started)
+        outcomes = [prefetcher.take(str(i)).result(timeout=60) for i in range(6)]
+    finally:
+        pool.close()
+    assert all(error.startswith("AttributeError") for error, _ in outcomes)
