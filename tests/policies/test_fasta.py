@@ -34,7 +34,7 @@ from fasta_sm.policies.fasta.stopping import (
     margin_settled,
     relative_histogram,
 )
-from fasta_sm.policies.fasta.surrogates import build_basis, compete, fit_ridge, spearman
+from fasta_sm.policies.fasta.surrogates import build_basis, compete, fit_ridge, solve_ridge, spearman
 from fasta_sm.protocols import Observations
 
 MATMUL = landscapes.as_table(landscapes.matmul(3, size=500))
@@ -538,6 +538,27 @@ def test_spearman_is_zero_for_a_constant_side():
     assert spearman(np.array([1.0, 2.0, 3.0]), np.array([5.0, 5.0, 5.0])) == 0.0
 
 
+@settings(max_examples=50, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=3, max_size=30))
+def test_spearman_is_the_correlation_of_ranks_with_ties_at_their_mean_rank(pairs):
+    a, b = (np.array(side, dtype=float) for side in zip(*pairs))
+
+    def mean_ranks(values):
+        return np.array([np.sum(values < v) + (np.sum(values == v) - 1) / 2 for v in values])
+
+    ra, rb = mean_ranks(a) - mean_ranks(a).mean(), mean_ranks(b) - mean_ranks(b).mean()
+    expected = 0.0 if not ra.any() or not rb.any() else ra @ rb / np.sqrt((ra @ ra) * (rb @ rb))
+    assert spearman(a, b) == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_model_fitted_only_to_predict_predicts_like_the_full_fit():
+    design = build_basis("quad", extract_features(BOWL.configs))
+    rows = np.arange(0, len(BOWL.configs), 3)
+    y = np.log(BOWL.mean_us[rows])
+    full = fit_ridge("quad", design, rows, y, 0.1).predict(design)
+    assert np.array_equal(solve_ridge(design, rows, y, 0.1).predict(design), full)
+
+
 # --------------------------------------------------------------- stopping
 
 
@@ -551,6 +572,11 @@ def test_margin_test_fires_when_a_trusted_model_bounds_everything_slower():
 
 def test_margin_test_ignores_an_untrusted_model():
     assert not margin_settled(np.array([1.2, 1.5]), best_log=1.0, margin=0.05, loo_rho=0.3, trust_rho=0.8)
+
+
+def test_histogram_bins_are_half_open_and_the_last_one_closed():
+    shares = relative_histogram(np.array([0.0, 0.5, 1.0, 1.5]), 0.0, bins=2, span=1.0)
+    assert shares.tolist() == [1 / 3, 2 / 3]
 
 
 def test_histogram_test_compares_rounds_on_fixed_edges():

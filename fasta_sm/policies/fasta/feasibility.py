@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .surrogates import fit_ridge
+from .surrogates import solve_ridge
 
 PROBABILITY_FLOOR = 1e-3
 
@@ -27,8 +27,7 @@ def failure_chance(design: np.ndarray, tried: np.ndarray, failed: np.ndarray, la
         return np.zeros(design.shape[0])
     if failed.all():
         return np.ones(design.shape[0])
-    fit = fit_ridge("feasibility", design, tried, failed.astype(float), lam)
-    return np.clip(fit.predict(design), 0.0, 1.0)
+    return np.clip(solve_ridge(design, tried, failed.astype(float), lam).predict(design), 0.0, 1.0)
 
 
 def run_penalty(p_fail: np.ndarray, tau: float, weight: float) -> np.ndarray:
@@ -69,8 +68,13 @@ def resource_dominance(pressure: np.ndarray, durations: np.ndarray, p_fail: np.n
 
 
 def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
-    """Whether each row is at most some row of `by` in every column."""
-    within = np.ones((rows.shape[0], by.shape[0]), dtype=bool)
+    """Whether each row is at most some row of `by` in every column.
+
+    The costly call compares every config against the few failures, so the
+    comparison table is laid out (by, rows): numpy's inner loop runs along
+    the long side.
+    """
+    within = np.ones((by.shape[0], rows.shape[0]), dtype=bool)
     for j in range(rows.shape[1]):
-        within &= rows[:, j, None] <= by[None, :, j]
-    return within.any(axis=1)
+        within &= rows[:, j] <= by[:, j, None]
+    return within.any(axis=0)

@@ -62,13 +62,16 @@ def marginal_scores(levels: np.ndarray, rows: np.ndarray, y: np.ndarray) -> np.n
     underdetermined, and it is on the same scale as `y`.
     """
     overall = float(y.mean())
+    # Every column's levels get their own range of codes, so one bincount sums all columns.
+    widths = levels.max(axis=0) + 1
+    codes = levels + (np.cumsum(widths) - widths)
+    measured = codes[rows]
+    sums = np.bincount(measured.ravel(), weights=np.repeat(y, levels.shape[1]), minlength=widths.sum())
+    counts = np.bincount(measured.ravel(), minlength=widths.sum())
+    effects = np.where(counts > 0, sums / np.maximum(counts, 1) - overall, 0.0)
     total = np.full(levels.shape[0], overall)
     for j in range(levels.shape[1]):
-        width = int(levels[:, j].max()) + 1
-        sums = np.bincount(levels[rows, j], weights=y, minlength=width)
-        counts = np.bincount(levels[rows, j], minlength=width)
-        effects = np.where(counts > 0, sums / np.maximum(counts, 1) - overall, 0.0)
-        total += effects[levels[:, j]]
+        total += effects[codes[:, j]]
     return total
 
 
@@ -172,6 +175,13 @@ def cell_retry_picks(
 
 
 def one_step_neighbours(levels: np.ndarray, centers: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """The candidates one level away from any of `centers` in exactly one column (coordinate-descent moves)."""
-    steps = np.abs(levels[candidates][:, None, :] - levels[centers][None, :, :]).sum(axis=2)
-    return candidates[np.any(steps == 1, axis=1)]
+    """The candidates one level away from any of `centers` in exactly one column (coordinate-descent moves).
+
+    Steps are summed column by column over a (centers, candidates) table, so
+    numpy's inner loop runs along the many candidates.
+    """
+    around, moves = levels[centers].T, levels[candidates].T
+    steps = np.zeros((centers.size, candidates.size), dtype=levels.dtype)
+    for j in range(levels.shape[1]):
+        steps += np.abs(moves[j] - around[j, :, None])
+    return candidates[np.any(steps == 1, axis=0)]

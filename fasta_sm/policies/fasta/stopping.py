@@ -37,7 +37,9 @@ def relative_histogram(log_durations: np.ndarray, reference: float, bins: int, s
     """
     edges = np.linspace(0.0, span, bins + 1)
     shifted = np.maximum(log_durations - reference, 0.0)
-    counts = np.histogram(shifted[shifted <= span], bins=edges)[0].astype(float)
+    # np.histogram's bins, without its generic machinery: [e_i, e_i+1), the last one closed.
+    index = np.searchsorted(edges, shifted[shifted <= span], side="right") - 1
+    counts = np.bincount(np.minimum(index, bins - 1), minlength=bins).astype(float)
     return counts / max(counts.sum(), 1.0)
 
 

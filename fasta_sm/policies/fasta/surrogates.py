@@ -14,6 +14,7 @@ high num_stages) that no low-order polynomial can.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -112,67 +113,80 @@ def build_basis(name: str, space: FeatureSpace) -> np.ndarray:
     return np.column_stack(columns)
 
 
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks with ties sharing their mean rank, so a constant side has no order."""
+def _centred_ranks(values: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank, so a constant side has no order), minus their mean.
+
+    Leave-one-out predictions rarely tie; without ties the ranks are the
+    sort positions, whose mean is (n - 1) / 2.
+    """
+    n = values.size
     order = np.argsort(values, kind="stable")
     ordered = values[order]
-    starts_group = np.r_[True, ordered[1:] != ordered[:-1]]
+    tied = ordered[1:] == ordered[:-1]
+    ranks = np.empty(n)
+    if not tied.any():
+        ranks[order] = np.arange(n) - (n - 1) / 2.0
+        return ranks
+    starts_group = np.concatenate(([True], ~tied))
     group = np.cumsum(starts_group) - 1
     starts = np.flatnonzero(starts_group)
-    ends = np.r_[starts[1:], values.size]
-    ranks = np.empty(values.size)
+    ends = np.append(starts[1:], n)
     ranks[order] = ((starts + ends - 1) / 2.0)[group]
-    return ranks
+    return ranks - ranks.sum() / n
 
 
 def spearman(a: np.ndarray, b: np.ndarray, a_ranks: np.ndarray | None = None) -> float:
     """Rank correlation; 0 when either side is constant or there are < 3 points.
 
-    `a_ranks` (the average ranks of `a`) saves re-ranking the same side.
+    `a_ranks` (`_centred_ranks(a)`) saves re-ranking the same side.
     """
     if a.size < 3:
         return 0.0
-    ra = _average_ranks(a) if a_ranks is None else a_ranks.copy()
-    rb = _average_ranks(b)
-    ra -= ra.mean()
-    rb -= rb.mean()
-    denominator = np.sqrt((ra @ ra) * (rb @ rb))
+    ra = _centred_ranks(a) if a_ranks is None else a_ranks
+    rb = _centred_ranks(b)
+    denominator = math.sqrt((ra @ ra) * (rb @ rb))
     if denominator == 0.0:
         return 0.0
     return float((ra @ rb) / denominator)
 
 
 @dataclass(frozen=True)
-class RidgeFit:
-    """A ridge fit on the measured rows and its leave-one-out diagnostics."""
+class Ridge:
+    """Ridge coefficients and the centring they apply to: enough to predict any row of the basis."""
 
-    basis: str
     coef: np.ndarray
     x_mean: np.ndarray
     y_mean: float
-    loo_predicted: np.ndarray
-    loo_rho: float
-    loo_r2: float
-    loo_rmse: float
 
     def predict(self, design: np.ndarray) -> np.ndarray:
         """Predicted value of every row of `design` (the same basis the fit used)."""
         return design @ self.coef + (self.y_mean - float(self.x_mean @ self.coef))
 
 
-def fit_ridge(
-    name: str, design: np.ndarray, rows: np.ndarray, y: np.ndarray, lam: float, y_ranks: np.ndarray | None = None
-) -> RidgeFit:
+@dataclass(frozen=True)
+class RidgeFit(Ridge):
+    """A ridge fit on the measured rows and its leave-one-out diagnostics."""
+
+    basis: str
+    loo_predicted: np.ndarray
+    loo_rho: float
+    loo_r2: float
+    loo_rmse: float
+
+
+def _solve(
+    design: np.ndarray, rows: np.ndarray, y: np.ndarray, lam: float
+) -> tuple[Ridge, np.ndarray, np.ndarray, np.ndarray]:
     """Ridge with an unpenalised intercept, solved in whichever of p or n is smaller.
 
-    The hat diagonal includes the intercept's 1/n, so the leave-one-out
-    shortcut is exact; only the winner of a competition predicts the
-    unmeasured rows, which keeps a round cheap.
+    Returns the model, the centred design rows and targets, and the hat
+    diagonal (the intercept's 1/n included) that the leave-one-out shortcut
+    needs. Means are sums over n: np.mean's result, without its overhead.
     """
     n = rows.size
     x = design[rows]
-    x_mean = x.mean(axis=0)
-    y_mean = float(y.mean())
+    x_mean = x.sum(axis=0) / n
+    y_mean = float(y.sum() / n)
     xc = x - x_mean
     yc = y - y_mean
     p = xc.shape[1]
@@ -183,24 +197,41 @@ def fit_ridge(
     else:
         kernel = xc @ xc.T
         kernel_inv = np.linalg.inv(kernel + lam * np.eye(n))
-        alpha = kernel_inv @ yc
-        coef = xc.T @ alpha
+        coef = xc.T @ (kernel_inv @ yc)
         leverage = np.einsum("ij,ij->i", kernel, kernel_inv)
-    leverage = leverage + 1.0 / n
-    residual = yc - xc @ coef
+    return Ridge(coef=coef, x_mean=x_mean, y_mean=y_mean), xc, yc, leverage + 1.0 / n
+
+
+def solve_ridge(design: np.ndarray, rows: np.ndarray, y: np.ndarray, lam: float) -> Ridge:
+    """A ridge model without the leave-one-out diagnostics, for a model that only predicts."""
+    return _solve(design, rows, y, lam)[0]
+
+
+def fit_ridge(
+    name: str, design: np.ndarray, rows: np.ndarray, y: np.ndarray, lam: float, y_ranks: np.ndarray | None = None
+) -> RidgeFit:
+    """A ridge model and its leave-one-out diagnostics, which come free from the hat matrix.
+
+    The hat diagonal includes the intercept's 1/n, so the shortcut is exact;
+    only the winner of a competition predicts the unmeasured rows, which
+    keeps a round cheap. `y_ranks` is `_centred_ranks(y)`, shared by the
+    bases of one competition.
+    """
+    ridge, xc, yc, leverage = _solve(design, rows, y, lam)
+    residual = yc - xc @ ridge.coef
     loo_predicted = y - residual / np.maximum(1.0 - leverage, 0.01)
     loo_error = y - loo_predicted
     total = float(yc @ yc)
-    loo_r2 = 0.0 if total == 0.0 else float(np.clip(1.0 - (loo_error @ loo_error) / total, 0.0, 1.0))
+    loo_r2 = 0.0 if total == 0.0 else min(max(1.0 - float(loo_error @ loo_error) / total, 0.0), 1.0)
     return RidgeFit(
+        coef=ridge.coef,
+        x_mean=ridge.x_mean,
+        y_mean=ridge.y_mean,
         basis=name,
-        coef=coef,
-        x_mean=x_mean,
-        y_mean=y_mean,
         loo_predicted=loo_predicted,
         loo_rho=spearman(y, loo_predicted, y_ranks),
         loo_r2=loo_r2,
-        loo_rmse=float(np.sqrt(np.mean(loo_error**2))),
+        loo_rmse=math.sqrt(float((loo_error**2).sum() / rows.size)),
     )
 
 
@@ -223,7 +254,7 @@ def compete(
     handicap = handicap or {}
     best: RidgeFit | None = None
     scores: dict[str, float] = {}
-    y_ranks = _average_ranks(y)
+    y_ranks = _centred_ranks(y)
     for name in names:
         design = designs[name]
         if design.shape[1] == 0:
