@@ -5,7 +5,9 @@ On a GPU:  python3 benchmarks/triton_compile_probe.py rmsnorm   (or mm_skinny_bf
 Prints one JSON line: the pool's start, each phase of a worker's first job
 (device, stream, kernel import, warm-up compile), a second batch on the same
 workers, a cold pool running 12 jobs end to end, and 12 configs compiled in
-1, 4 and 12 threads of this process (fresh Triton caches). It drove the
+1, 4 and 12 threads of this process (fresh Triton caches); and what the fork
+server's own start costs, step by step, in a fresh interpreter (`import
+torch` dominates: 4.5-5.5 s on the H200 machine). It drove the
 changes described in docs/benchmarks.md (issue 7). Run against a commit
 before those changes, it shows the CUDA context each worker created.
 """
@@ -68,6 +70,31 @@ def stop_pool(pool):
     multiprocessing.forkserver._forkserver._stop()
 
 
+FRESH_INTERPRETER = r"""
+import json, time
+steps, start = {}, time.perf_counter()
+def step(name):
+    global start
+    steps[name] = round(time.perf_counter() - start, 3)
+    start = time.perf_counter()
+import torch; step("import torch")
+import triton; step("import triton")
+from triton.runtime.cache import triton_key
+triton_key(); step("triton_key")
+from triton.runtime import driver
+driver.active.get_current_target(); step("driver and target")
+print(json.dumps(steps))
+"""
+
+
+def fresh_interpreter_steps():
+    """What a fork server pays before its first fork (and a spawned worker before its first job)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", FRESH_INTERPRETER], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main():
     fresh_cache()
     out = {}
@@ -110,6 +137,7 @@ def main():
             )
         out[f"parent_threads_{n}_errors"] = sum(o.error is not None for o in outs)
     out["import"] = IMPORT_S
+    out["fresh_interpreter"] = [fresh_interpreter_steps() for _ in range(2)]
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
 
 
