@@ -212,11 +212,11 @@ def run(sizes: list[int], repeats: int, cold_repeats: int) -> list[dict]:
             blob = pack_state(state)
             path = store.write(state.key, blob)
             reps = max(20, repeats // max(1, n // 1000))
-            pack = median_us(lambda: pack_state(state), reps)
-            write = median_us(lambda: store.write(state.key, blob), reps)
-            checkpoint = median_us(lambda: store.write(state.key, pack_state(state)), reps)
+            pack = median_us(lambda state=state: pack_state(state), reps)
+            write = median_us(lambda state=state, blob=blob: store.write(state.key, blob), reps)
+            checkpoint = median_us(lambda state=state: store.write(state.key, pack_state(state)), reps)
             StateStore.read(path)
-            warm = median_us(lambda: StateStore.read(path), reps)
+            warm = median_us(lambda path=path: StateStore.read(path), reps)
             cold = cold_load_us(path, cold_repeats)
             trans = transition_us(configs, 2000)
             step = step_us(configs, chunk=max(16, n // 50))
@@ -237,8 +237,10 @@ def markdown(rows: list[dict], registration: float) -> str:
     for r in rows:
         t = r["transition_us"]
         lines.append(
-            f"| {r['n']:,} | {r['bytes'] / 1024:,.0f} KiB | {r['pack_us'] / 1e3:.2f} ms | {r['write_us'] / 1e3:.2f} ms "
-            f"| {r['checkpoint_us'] / 1e3:.2f} ms | {r['load_cold_us'] / 1e3:.2f} ms | {r['load_warm_us'] / 1e3:.2f} ms "
+            f"| {r['n']:,} | {r['bytes'] / 1024:,.0f} KiB | {r['pack_us'] / 1e3:.2f} ms "
+            f"| {r['write_us'] / 1e3:.2f} ms "
+            f"| {r['checkpoint_us'] / 1e3:.2f} ms | {r['load_cold_us'] / 1e3:.2f} ms "
+            f"| {r['load_warm_us'] / 1e3:.2f} ms "
             f"| {t['compile']:.1f} / {t['benchmark']:.1f} / {t['refine']:.1f} µs | {r['step_us']:.0f} µs "
             f"| {r['memory_per_tune_bytes'] / 1024:,.1f} KiB ({r['tunes']:,}) |"
         )

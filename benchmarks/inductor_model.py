@@ -280,7 +280,8 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--mlp-hidden", type=int, default=4096)
     parser.add_argument("--max-configs", type=int, default=64, help="fasta-sm: cap on each kernel's space")
-    parser.add_argument("--state-dir", help="fasta-sm: where its state files go (default: next to --out, else a temp dir)")
+    parser.add_argument("--state-dir",
+                        help="fasta-sm: where its state files go (default: next to --out, else a temp dir)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -290,9 +291,10 @@ def main() -> None:
     out = args.out or (os.path.join(os.environ["OUT"], "inductor_model.json") if os.environ.get("OUT") else None)
     if args.state_dir is None and out:
         args.state_dir = os.path.join(os.path.dirname(os.path.abspath(out)), f"fasta-states-{int(time.time())}")
-    args.child_args = ([f"--state-dir={args.state_dir}"] if args.state_dir else []) + [f"--batch={args.batch}", f"--seq={args.seq}", f"--d-model={args.d_model}",
-                       f"--heads={args.heads}", f"--mlp-hidden={args.mlp_hidden}",
-                       f"--max-configs={args.max_configs}"] + (["--train"] if args.train else [])
+    shape = [f"--batch={args.batch}", f"--seq={args.seq}", f"--d-model={args.d_model}", f"--heads={args.heads}",
+             f"--mlp-hidden={args.mlp_hidden}", f"--max-configs={args.max_configs}"]
+    args.child_args = (([f"--state-dir={args.state_dir}"] if args.state_dir else []) + shape
+                       + (["--train"] if args.train else []))
     deadline = time.perf_counter() + args.budget_s
     results = []
     for name in [v for v in args.variants.split(",") if v]:

@@ -343,7 +343,8 @@ def print_table(rows: list[dict]) -> None:
         fasta = row.get("fasta", {})
         start = "-"
         if "second_process_first_launch_s" in fasta:
-            start = f"{fasta['second_process_before_launch_s'] * 1e3:.2f} / {fasta['second_process_first_launch_s'] * 1e3:.2f}"
+            before, first = fasta["second_process_before_launch_s"], fasta["second_process_first_launch_s"]
+            start = f"{before * 1e3:.2f} / {first * 1e3:.2f}"
         print(f"{row['kernel']:26s} {row['N']:5d} {cold} {ratio} {regrets:>24s}  {start}")
 
 

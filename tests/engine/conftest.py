@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from engine_harness import synthetic_table, write_table
+
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.store import StateStore
 

@@ -13,8 +13,9 @@ import math
 import os
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fasta_sm.config import Config
 from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome

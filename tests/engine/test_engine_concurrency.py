@@ -13,14 +13,13 @@ import multiprocessing
 from collections import Counter
 from pathlib import Path
 
+import crash_child
 import pytest
+from crash_child import KEY
+from engine_harness import read_log
 
 from fasta_sm.policies import policy_names
 from fasta_sm.store import StateStore
-
-import crash_child
-from crash_child import KEY
-from engine_harness import read_log
 
 FORK = multiprocessing.get_context("fork")
 PROCESSES = 12

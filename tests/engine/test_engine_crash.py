@@ -35,17 +35,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import crash_child
 import pytest
+from crash_child import KEY
+from engine_harness import read_log
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.errors import StateFileError
 from fasta_sm.policies import policy_names
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import tune
-
-import crash_child
-from crash_child import KEY
-from engine_harness import read_log
 
 FORK = multiprocessing.get_context("fork")
 HERE = Path(__file__).resolve().parent
@@ -156,7 +155,7 @@ def kill_and_restart(table_path: Path, tmp: Path, policy: str, seed: int, rng: r
             assert child.stdout.readline().strip() == "ready"
             child.stdin.write("go\n")
             child.stdin.flush()
-            alive = lambda: child.poll() is None  # noqa: E731
+            alive = lambda child=child: child.poll() is None  # noqa: E731
             pid = child.pid
         else:
             child = start_forked(args)
@@ -260,7 +259,7 @@ def test_a_process_killed_while_writing_state_files_never_leaves_an_unreadable_o
     rng = random.Random(5)
     kills = mid_write = 0
     newest = 0
-    for attempt in range(60):
+    for _ in range(60):
         ready = FORK.Event()
         process = FORK.Process(target=crash_child.write_loop_child,
                                args=(str(state_dir), 2000, str(progress), ready, 0.004), daemon=True)

@@ -13,8 +13,10 @@ import logging
 import msgpack
 import numpy as np
 import pytest
+from engine_harness import synthetic_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_engine_state import msgpack_value, sample_state
 
 from fasta_sm.backends.replay import ReplayBackend
 from fasta_sm.errors import FastaError, StateFileError
@@ -22,8 +24,6 @@ from fasta_sm.state import TuneState, pack_state, unpack_state
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import tune
 
-from engine_harness import synthetic_table
-from test_engine_state import msgpack_value, sample_state
 
 def fuzz(max_examples: int) -> settings:
     return settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)

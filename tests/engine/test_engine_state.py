@@ -81,7 +81,8 @@ def tune_states(draw) -> TuneState:
          ("R2", "compile"), ("R2", "benchmark"), ("R2", "refine")]
         + ([("DONE", "done")] if durations else [])
     ))
-    best = draw(st.sampled_from(sorted(durations))) if durations and (position[0] == "DONE" or draw(st.booleans())) else None
+    has_best = durations and (position[0] == "DONE" or draw(st.booleans()))
+    best = draw(st.sampled_from(sorted(durations))) if has_best else None
     return TuneState(
         key=draw(text),
         kernel=draw(text),

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from engine_harness import CountingBackend
 
 from fasta_sm.errors import LockTimeout, StateDirError
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import tune
-
-from engine_harness import CountingBackend
 
 KEY = "mm_synth:fp16:1024"
 HASHED_NAME = re.compile(r"^[0-9a-f]{32}\.(fsm|lock)$")
@@ -34,7 +33,9 @@ def run_tune(table, backend, store, key=KEY, **kw):
 # --------------------------------------------------------------------------- names and places
 
 
-@pytest.mark.parametrize("key", ["../../escape", "/etc/passwd", "a/b/c", "..", ".", "", "k\x00ey", "ключ:fp16", "x" * 5000])
+@pytest.mark.parametrize(
+    "key", ["../../escape", "/etc/passwd", "a/b/c", "..", ".", "", "k\x00ey", "ключ:fp16", "x" * 5000]
+)
 def test_state_file_names_are_hashes_never_raw_keys(key, table, backend, tmp_path):
     store = StateStore(tmp_path / "states")
     run_tune(table, backend, store, key=key)

@@ -8,6 +8,7 @@ import math
 import re
 
 import pytest
+from engine_harness import CountingBackend, write_table
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
@@ -18,8 +19,6 @@ from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome
 from fasta_sm.state import pack_state, unpack_state
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import open_tune, tune
-
-from engine_harness import CountingBackend, write_table
 
 KEY = "mm_synth:fp16:1024"
 

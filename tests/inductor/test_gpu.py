@@ -19,7 +19,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (Inductor's Triton autotuner only runs there)"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA GPU (Inductor's Triton autotuner only runs there)"
+    ),
 ]
 
 from fasta_sm.store import StateStore
@@ -75,7 +77,8 @@ def test_tunes_in_workers_and_parent_then_reuses(tmp_path):
 
     again = compile_once(state_dir)
     assert again["correct"]
-    assert {p.name: p.read_bytes() for p in StateStore(state_dir).state_files()} == blobs, "a finished tune is reused as is"
+    reread = {p.name: p.read_bytes() for p in StateStore(state_dir).state_files()}
+    assert reread == blobs, "a finished tune is reused as is"
 
 
 def test_killed_mid_autotune_resumes(tmp_path):

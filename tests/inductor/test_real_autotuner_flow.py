@@ -110,8 +110,10 @@ def decorate(tmp_path, settings):
             "autotune_local_cache": False, "autotune_remote_cache": False}
     triton_meta = {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "r0_numel": "i32"},
                    "device": CPU, "constants": {}, "configs": []}
-    return triton_heuristics.reduction(size_hints={"x": 4096, "r0_": 4096}, reduction_hint=0, triton_meta=triton_meta,
-                                       inductor_meta=meta, filename=str(tmp_path / "cfake0001.py"))(JITFunction(reduce_source))  # a fresh module's function, as in a worker
+    decorator = triton_heuristics.reduction(size_hints={"x": 4096, "r0_": 4096}, reduction_hint=0,
+                                            triton_meta=triton_meta, inductor_meta=meta,
+                                            filename=str(tmp_path / "cfake0001.py"))
+    return decorator(JITFunction(reduce_source))  # a fresh module's function, as in a worker
 
 
 def worker_then_parent(tmp_path, settings):

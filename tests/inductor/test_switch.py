@@ -143,7 +143,9 @@ def test_env_var_switches_it_on_when_inductor_codegen_loads(tmp_path):
         "print(fi.is_enabled())\n"
     )
     env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env
+    )
     lines = out.stdout.split()
     if lines and lines[0] == "True":
         pytest.skip("torch's `torch.backends` entry point already enabled it (installed entry point)")

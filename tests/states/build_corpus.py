@@ -44,7 +44,8 @@ class FailingAfter(ReplayBackend):
 
 
 def snapshot(table: ReplayTable, out: Path, name: str, *, stop: Stop | None = None, policy: str = "fasta",
-             backend: ReplayBackend | None = None, configs=None, prepare: Callable[[StateStore, str], None] | None = None, chunk_size: int = 16) -> None:
+             backend: ReplayBackend | None = None, configs=None,
+             prepare: Callable[[StateStore, str], None] | None = None, chunk_size: int = 16) -> None:
     """Tune `table` in a scratch store until `stop` (or DONE), then keep the file and its rendering."""
     target = out / f"{name}.fsm"
     if target.exists():
