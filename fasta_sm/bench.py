@@ -97,13 +97,15 @@ def bench(
     budget: float | None = None,
     progress: Progress | None = None,
     params: Mapping[str, Mapping[str, Any]] | None = None,
+    seed_start: int = 0,
 ) -> dict[str, Any]:
-    """Score `policies` on every table in `tables_dir` over `seeds` seeds each.
+    """Score `policies` on every table in `tables_dir` over `seeds` seeds each, from `seed_start` on.
 
     With `budget` None, the first policy routes its own budget and every other
     policy gets, run by run, the fraction of configs the first one evaluated;
     with a `budget`, every policy gets that fraction. `params` adds per-policy
-    constructor arguments. Returns the JSON shape of `fasta-sm bench --json`.
+    constructor arguments. A `seed_start` past the seeds a change was tuned
+    on gives a held-out check. Returns the JSON shape of `fasta-sm bench --json`.
     """
     paths = sorted(Path(tables_dir).glob("*.json"))
     if not paths:
@@ -118,7 +120,7 @@ def bench(
         n = len(table.configs)
         exhaustive = table.exhaustive_cost_s
         runs: dict[str, list[Run]] = {p: [] for p in policies}
-        for seed in range(seeds):
+        for seed in range(seed_start, seed_start + seeds):
             leader_fraction: float | None = budget
             for position, policy in enumerate(policies):
                 kwargs = dict(params.get(policy, {}))

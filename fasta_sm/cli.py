@@ -324,6 +324,13 @@ def _cell(value: object) -> str:
 )
 @click.option("--seeds", default=50, show_default=True, help="Seeds per kernel and policy.")
 @click.option(
+    "--seed-start",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="First seed; a run from 100 on checks a change on seeds it was not tuned on.",
+)
+@click.option(
     "--policies",
     default="fasta,random,coordesc,trees",
     show_default=True,
@@ -338,7 +345,12 @@ def _cell(value: object) -> str:
     help="Write the results as JSON (format in docs/cli.md).",
 )
 def bench_command(
-    tables_dir: Path | None, seeds: int, policies: str, budget: float | None, json_out: Path | None
+    tables_dir: Path | None,
+    seeds: int,
+    seed_start: int,
+    policies: str,
+    budget: float | None,
+    json_out: Path | None,
 ) -> None:
     """Score the policy against baselines on recorded tables, at the same evaluation budget."""
     from .bench import bench
@@ -358,9 +370,11 @@ def bench_command(
         def advance(done: int, total: int, kernel: str, policy: str) -> None:
             progress.update(task, completed=done, total=total, description=f"{kernel} · {policy}")
 
-        result = bench(tables_dir or shipped_tables(), names, seeds, budget=budget, progress=advance)
+        result = bench(
+            tables_dir or shipped_tables(), names, seeds, budget=budget, progress=advance, seed_start=seed_start
+        )
     columns = ("catch2", "catch5", "median_regret_pct", "p95_regret_pct", "evals_pct", "cost_pct")
-    per_kernel = Table("kernel", "policy", "N", *columns, title=f"Per kernel ({seeds} seeds each)")
+    per_kernel = Table("kernel", "policy", "N", *columns, title=f"Per kernel ({seeds} seeds each, from {seed_start})")
     for row in result["kernels"]:
         per_kernel.add_row(row["kernel"], row["policy"], str(row["N"]), *(f"{row[c]:.3f}" for c in columns))
     console.print(per_kernel)

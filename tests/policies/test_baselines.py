@@ -80,6 +80,15 @@ def test_bench_reports_progress_once_per_run(tmp_path):
     assert [c[0] for c in calls] == [1, 2, 3, 4] and all(c[1] == 4 for c in calls)
 
 
+def test_bench_seed_start_runs_the_seeds_from_there(tmp_path):
+    data = landscapes.needle(4, count=40)
+    (tmp_path / "needle.json").write_text(json.dumps(data))
+    table = landscapes.as_table(data)
+    report = bench(tmp_path, ["fasta"], seeds=1, seed_start=7)
+    expected = run_policy(table, "fasta", 7).regret_pct
+    assert report["kernels"][0]["median_regret_pct"] == pytest.approx(expected)
+
+
 def test_exhaustive_cost_compiles_everything_and_times_what_ran():
     ran = sum(e is None for e in MATMUL.errors)
     assert MATMUL.exhaustive_cost_s == pytest.approx(MATMUL.compile_s.sum() + 0.125 * ran)

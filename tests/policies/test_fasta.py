@@ -18,6 +18,7 @@ from driving import Simulator, drive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fasta_sm.backends.replay import ReplayBackend
 from fasta_sm.config import Config
 from fasta_sm.errors import ConfigError, PolicyError
 from fasta_sm.policies import make_policy
@@ -223,14 +224,16 @@ def test_a_lone_best_is_not_retimed_when_two_are_required():
 
 
 def test_retime_rounds_are_capped():
-    trace = drive(FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=3), MATMUL, seed=0)
+    policy = FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=3, retime_z=0.0)
+    trace = drive(policy, MATMUL, seed=0)
     assert sum(d.retime for d in trace.decisions) == 3
 
 
 def test_retime_rounds_stop_at_their_share_of_the_seconds_spent():
-    uncapped = FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=20, retime_cost=0.0)
+    fixed = {"retime_top": 4, "retime_tol": 1.0, "retime_rounds": 20, "retime_z": 0.0}
+    uncapped = FastaPolicy(MATMUL.configs, retime_cost=0.0, **fixed)
     assert sum(d.retime for d in drive(uncapped, MATMUL, seed=0).decisions) == 20
-    policy = FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=20, retime_cost=0.02)
+    policy = FastaPolicy(MATMUL.configs, retime_cost=0.02, **fixed)
     sim = Simulator(MATMUL, 0)
     rng = np.random.default_rng(0)
     decision = policy.plan(rng)
@@ -245,6 +248,54 @@ def test_retime_rounds_stop_at_their_share_of_the_seconds_spent():
     assert 1 <= rounds < 20
     retime_s = sim.spent - spent_before
     assert retime_s <= 0.02 * spent_before + 0.125 * 4  # the first round is always allowed
+
+
+def _retime_rounds(**params):
+    return sum(d.retime for d in drive(FastaPolicy(MATMUL.configs, **params), MATMUL, seed=0).decisions)
+
+
+def test_retime_recovers_each_timing_from_the_means():
+    policy = FastaPolicy(MATMUL.configs, retime_tol=1.0, retime_z=1e6, retime_resolution=0.0, retime_cost=0.0)
+    drive(policy, MATMUL, seed=0)
+    backend = ReplayBackend(MATMUL, noise=True, seed=0)
+    assert any(len(v) > 2 for v in policy._timings.values())
+    for key, values in policy._timings.items():
+        assert values == pytest.approx([backend.timing(int(key), k) for k in range(len(values))], rel=1e-9)
+
+
+def test_noise_is_the_pooled_relative_spread_of_the_retimed_configs():
+    policy = FastaPolicy(MATMUL.configs)
+    policy._timings = {"0": [90.0, 110.0], "1": [10.0], "2": [200.0, 200.0]}
+    assert policy._noise() == pytest.approx(math.sqrt((0.1**2 + 0.1**2) / 2))
+
+
+def test_retime_ends_once_no_config_is_within_the_noise_of_the_best():
+    open_ended = {"retime_tol": 1.0, "retime_rounds": 8, "retime_cost": 0.0, "retime_resolution": 0.0}
+    assert _retime_rounds(retime_z=1e6, **open_ended) == 8
+    assert _retime_rounds(retime_z=1e-6, **open_ended) == 1
+
+
+def test_retime_ends_once_the_noise_window_is_below_the_resolution():
+    open_ended = {"retime_tol": 1.0, "retime_rounds": 8, "retime_cost": 0.0, "retime_z": 1e6}
+    assert _retime_rounds(retime_resolution=1e9, **open_ended) == 1
+
+
+def test_state_round_trip_through_msgpack_mid_retime_gives_the_same_next_decision():
+    policy = FastaPolicy(MATMUL.configs, retime_tol=1.0, retime_z=1e6, retime_resolution=0.0, retime_cost=0.0)
+    rng = np.random.default_rng(5)
+    sim = Simulator(MATMUL, 5)
+    decision = policy.plan(rng)
+    while policy._retimes < 3:
+        sim.measure(decision)
+        decision = policy.refine(sim.observed(), rng)
+    sim.measure(decision)
+    blob = msgpack.packb(policy.state_dict(), use_bin_type=True)
+    expected = policy.refine(sim.observed(), rng)
+    resumed = FastaPolicy(MATMUL.configs)
+    resumed.load_state_dict(msgpack.unpackb(blob, raw=False))
+    again = resumed.refine(sim.observed(), np.random.default_rng(0))
+    assert expected.retime and list(again.batch) == list(expected.batch)
+    assert resumed._timings == policy._timings
 
 
 def test_retime_is_skipped_when_disabled():

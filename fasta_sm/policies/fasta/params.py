@@ -74,10 +74,12 @@ class FastaParams:
     # --- re-timing before DONE ---
     retime_top: int = 3
     retime_tol: float = 0.05
-    retime_rounds: int = 6
+    retime_rounds: int = 20
     retime_min: int = 1
     retime_decay: float = 0.6
-    retime_cost: float = 0.05
+    retime_cost: float = 0.1
+    retime_z: float = 2.5
+    retime_resolution: float = 0.01
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
 
@@ -110,6 +112,8 @@ class FastaParams:
             raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
         if not 0.0 < self.retime_decay <= 1.0:
             raise PolicyError(f"fasta: retime_decay={self.retime_decay!r} must be in (0, 1]")
+        if self.retime_z < 0 or self.retime_resolution < 0:
+            raise PolicyError("fasta: retime_z and retime_resolution must not be negative")
         if not 0.0 < self.cap_quantile <= 1.0:
             raise PolicyError(f"fasta: cap_quantile={self.cap_quantile!r} must be in (0, 1]")
         from .surrogates import BASIS_NAMES
@@ -189,8 +193,12 @@ DESCRIPTIONS: dict[str, str] = {
     "retime_tol": "re-time only configs within this share of the best",
     "retime_rounds": "re-time rounds before DONE",
     "retime_min": "re-time only when at least this many configs are near the best (1: confirm a lone best too)",
-    "retime_decay": "each further re-time round narrows `retime_tol` by this factor",
+    "retime_decay": "with `retime_z=0`: each further re-time round narrows `retime_tol` by this factor",
     "retime_cost": "re-timing stops before it costs more than this share of the seconds spent before it (0: no cap)",
+    "retime_z": "after the first re-time round, re-time configs within this many standard errors of the best "
+    "(noise from the re-timings; 0: narrow by `retime_decay` instead)",
+    "retime_resolution": "with `retime_z`: a contender whose window is narrower than this share of the best is "
+    "settled (gaps that small do not matter)",
     "optimize_configs": "prune the list with the config optimizer first",
 }
 

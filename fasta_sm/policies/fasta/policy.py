@@ -76,6 +76,7 @@ class FastaPolicy:
         self._retimes = 0
         self._retime_timings = 0
         self._retime_start_s: float | None = None
+        self._timings: dict[str, list[float]] = {}
         self._polished = 0
         self._r1_cost: list[float] | None = None
         self._stop_reason = ""
@@ -126,8 +127,9 @@ class FastaPolicy:
 
     def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
         durations = check_observations(observed, len(self._configs), self._last_batch)
-        self._last_batch = []
+        last, self._last_batch = self._last_batch, []
         if self._phase == "retime":
+            self._record_timings(last, durations, observed.samples)
             return self._finish(self._stop_reason, durations, observed)
         if self._phase == "done":
             return self._stop(f"fasta: {self._stop_reason}")
@@ -352,13 +354,11 @@ class FastaPolicy:
         each costs a benchmark, no compile.
         """
         self._stop_reason = why
-        finite = np.flatnonzero(np.isfinite(durations))
-        if self.params.retime_top > 0 and finite.size > 0 and self._retimes < self.params.retime_rounds:
-            order = finite[np.argsort(durations[finite], kind="stable")]
-            tol = self.params.retime_tol * self.params.retime_decay**self._retimes
-            limit = durations[order[0]] * (1 + tol)
-            close = [int(i) for i in order[: self.params.retime_top] if durations[i] <= limit]
+        if self.params.retime_top > 0 and self._retimes < self.params.retime_rounds:
+            close = self._retime_candidates(durations, observed.samples)
             if len(close) >= self.params.retime_min and self._retime_affordable(observed.spent_s, len(close)):
+                for i in close:
+                    self._timings.setdefault(str(i), [float(durations[i])] * int(observed.samples[i]))
                 self._phase = "retime"
                 self._retimes += 1
                 self._retime_timings += len(close)
@@ -367,6 +367,48 @@ class FastaPolicy:
                 return Decision(batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best", retime=True)
         self._history.append({"stop": why})
         return self._stop(f"fasta: {why}")
+
+    def _retime_candidates(self, durations: np.ndarray, samples: np.ndarray) -> list[int]:
+        """The configs to time again: near the best by a fixed tolerance first, then by the noise seen.
+
+        The first round takes the `retime_top` fastest within `retime_tol`
+        of the best. Later rounds, with `retime_z` > 0, keep those whose gap
+        to the best is within `retime_z` standard errors of the difference
+        of the two means, the noise estimated from the timings re-timing has
+        produced so far; with no such contender the best stands and
+        re-timing ends. With `retime_z` = 0 the tolerance narrows by
+        `retime_decay` per round instead.
+        """
+        finite = np.flatnonzero(np.isfinite(durations))
+        if finite.size == 0:
+            return []
+        order = finite[np.argsort(durations[finite], kind="stable")][: self.params.retime_top]
+        best = order[0]
+        if self._retimes == 0 or self.params.retime_z <= 0:
+            tol = self.params.retime_tol * self.params.retime_decay**self._retimes
+            return [int(i) for i in order if durations[i] <= durations[best] * (1 + tol)]
+        sigma = self._noise()
+        window = self.params.retime_z * sigma * np.sqrt(1.0 / samples[order] + 1.0 / samples[best])
+        window[window < self.params.retime_resolution] = -1.0
+        close = [int(i) for i, w in zip(order, window) if durations[i] <= durations[best] * (1 + w)]
+        return close if len(close) > 1 else []
+
+    def _record_timings(self, batch: list[int], durations: np.ndarray, samples: np.ndarray) -> None:
+        """Recover each re-timed config's newest timing from its mean and count (the engine reports means only)."""
+        for i in batch:
+            known = self._timings.get(str(i))
+            if known is not None and np.isfinite(durations[i]):
+                known.append(float(durations[i] * samples[i] - sum(known)))
+
+    def _noise(self) -> float:
+        """Pooled relative standard deviation of one timing, over the configs timed more than once."""
+        squares, dof = 0.0, 0
+        for values in self._timings.values():
+            if len(values) > 1:
+                v = np.array(values)
+                squares += float(np.sum((v / v.mean() - 1.0) ** 2))
+                dof += len(values) - 1
+        return math.sqrt(squares / dof) if dof else 0.0
 
     def _retime_affordable(self, spent_s: float, count: int) -> bool:
         """Whether `count` more timings keep all re-timing within `retime_cost` of the seconds spent before it.
@@ -410,6 +452,7 @@ class FastaPolicy:
             "retimes": self._retimes,
             "retime_timings": self._retime_timings,
             "retime_start_s": self._retime_start_s,
+            "timings": self._timings,
             "polished": self._polished,
             "r1_cost": self._r1_cost,
             "stop_reason": self._stop_reason,
@@ -437,6 +480,7 @@ class FastaPolicy:
         self._retimes = int(state["retimes"])
         self._retime_timings = int(state.get("retime_timings", 0))
         self._retime_start_s = state.get("retime_start_s")
+        self._timings = {k: [float(x) for x in v] for k, v in state.get("timings", {}).items()}
         self._polished = int(state.get("polished", 0))
         self._r1_cost = state.get("r1_cost")
         self._stop_reason = state["stop_reason"]
