@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..driver import DriverSettings, call_after_import, default_policy, env_flag
+from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 
 log = logging.getLogger("fasta_sm.inductor")
@@ -27,13 +28,14 @@ ENV_VAR = "FASTA_SM_INDUCTOR"
 MAX_CONFIGS_ENV = "FASTA_SM_INDUCTOR_MAX_CONFIGS"
 CODEGEN_MODULE = "torch._inductor.codegen.triton"
 
-FASTA_DEFAULTS: dict[str, Any] = {"rounds": 1}
+FASTA_DEFAULTS: dict[str, Any] = {"rounds": 1, **LIVE_DEFAULTS}
 """Defaults for the fasta policy under Inductor (a `policy_params` entry overrides each).
 
 Inductor's spaces hold a few dozen configs and the parent compiles each R2
 round itself, between the model's first runs: one guided batch, compiled in
 parallel threads, waits on about one compile, where several rounds of one
-config each wait on one compile apiece.
+config each wait on one compile apiece. Re-timing is the live kind
+(`LIVE_DEFAULTS`).
 """
 
 _saved: dict[str, Any] | None = None

@@ -23,6 +23,7 @@ import triton
 from triton.runtime.jit import KernelInterface
 
 from ..config import Config
+from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 from ..tuner import TuneResult, tune
 from .backend import TritonBackend, device_name
@@ -90,7 +91,7 @@ class Autotuner(KernelInterface):
         self.top_k = prune.get("top_k", 1.0)
         self.early_config_prune = prune.get("early_config_prune")
         self.policy = policy
-        self.policy_params = dict(policy_params or {})
+        self.policy_params = {**(LIVE_DEFAULTS if policy == "fasta" else {}), **(policy_params or {})}
         if budget is not None:
             self.policy_params["budget"] = budget
         self.seed = seed
@@ -243,7 +244,8 @@ def autotune(
     `configs` are `triton.Config`s (or fasta_sm Configs); `budget` is the
     fraction of configs the policy may measure (None: the policy's own
     routing); `state_dir` holds the state files (default: `$FASTA_SM_STATE_DIR`
-    or the user cache dir).
+    or the user cache dir). The fasta policy's `policy_params` start from
+    `LIVE_DEFAULTS` (re-timing sized for a tune the user waits on).
     """
 
     def decorator(fn: Any) -> Autotuner:

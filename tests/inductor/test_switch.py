@@ -152,13 +152,13 @@ def test_env_var_switches_it_on_when_inductor_codegen_loads(tmp_path):
     assert lines == ["False", "True"], out.stderr
 
 
-def test_fasta_under_inductor_starts_from_one_guided_round_and_the_user_overrides_it(tmp_path):
+def test_fasta_under_inductor_starts_from_one_guided_round_and_live_retiming_and_the_user_overrides_it(tmp_path):
+    from fasta_sm.policies.fasta.params import LIVE_DEFAULTS
+
     try:
-        assert fi.enable(state_dir=tmp_path).policy_params == {"rounds": 1}
-        assert fi.enable(state_dir=tmp_path, policy_params={"rounds": 3, "small_budget": 0.3}).policy_params == {
-            "rounds": 3,
-            "small_budget": 0.3,
-        }
+        assert fi.enable(state_dir=tmp_path).policy_params == {"rounds": 1, **LIVE_DEFAULTS}
+        overridden = fi.enable(state_dir=tmp_path, policy_params={"rounds": 3, "retime_z": 2.5}).policy_params
+        assert overridden == {**LIVE_DEFAULTS, "rounds": 3, "retime_z": 2.5}
         assert fi.enable(state_dir=tmp_path, policy="random").policy_params == {}
     finally:
         fi.disable()

@@ -168,3 +168,12 @@ def test_gpu_matmul_tunes_in_the_pool_and_computes_the_product(tmp_path):
     torch.testing.assert_close(args[2].float(), spec.reference(args), atol=1e-1, rtol=2e-2)
     (result,) = kernel.results.values()
     assert result.state.done and "do_bench" in result.state.backend
+
+
+def test_fasta_tunes_start_from_live_retiming_and_the_user_overrides_it(tmp_path):
+    from fasta_sm.policies.fasta.params import LIVE_DEFAULTS
+
+    assert make_tuned(str(tmp_path)).policy_params == LIVE_DEFAULTS
+    overridden = make_tuned(str(tmp_path), policy_params={"retime_cost": 0.1}, budget=0.3).policy_params
+    assert overridden == {**LIVE_DEFAULTS, "retime_cost": 0.1, "budget": 0.3}
+    assert make_tuned(str(tmp_path), policy="random").policy_params == {}
