@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from fasta_sm.backends.replay import ReplayBackend, ReplayTable
@@ -82,3 +83,21 @@ def drive(policy: Any, table: ReplayTable, seed: int = 0, rng: np.random.Generat
     trace.decisions.append(decision)
     trace.durations = sim.durations
     return trace
+
+
+def decide_and_resume(
+    policy: Any, configs: list, observed: Observations, rng: np.random.Generator
+) -> tuple[Decision, Decision, Any]:
+    """The policy's next decision, and that of a new policy over `configs` restored from its state.
+
+    The state goes through msgpack and the new policy gets an RNG in the same
+    state, as a resumed tune does. Returns both decisions and the new policy.
+    """
+    blob = msgpack.packb(policy.state_dict(), use_bin_type=True)
+    rng_state = rng.bit_generator.state
+    expected = policy.refine(observed, rng)
+    resumed = type(policy)(configs)
+    resumed.load_state_dict(msgpack.unpackb(blob, raw=False))
+    rng_again = np.random.default_rng()
+    rng_again.bit_generator.state = rng_state
+    return expected, resumed.refine(observed, rng_again), resumed

@@ -18,7 +18,10 @@ from fasta_sm.backends.replay import ReplayTable, table_from_dict
 
 
 def _rows(
-    grid: list[dict[str, Any]], duration: Callable[[int, dict[str, Any]], float | None], noise: float, rng: np.random.Generator
+    grid: list[dict[str, Any]],
+    duration: Callable[[int, dict[str, Any]], float | None],
+    noise: float,
+    rng: np.random.Generator,
 ) -> list[dict[str, Any]]:
     rows = []
     for index, point in enumerate(grid):
@@ -37,7 +40,9 @@ def _rows(
     return rows
 
 
-def matmul(seed: int, m: int = 4096, n: int = 4096, k: int = 4096, noise: float = 0.02, size: int | None = None) -> dict:
+def matmul(
+    seed: int, m: int = 4096, n: int = 4096, k: int = 4096, noise: float = 0.02, size: int | None = None
+) -> dict:
     """A tile space with a roofline-ish cost, register and shared-memory limits."""
     rng = np.random.default_rng(seed)
     grid = [

@@ -14,7 +14,7 @@ import landscapes
 import msgpack
 import numpy as np
 import pytest
-from driving import Simulator, drive
+from driving import Simulator, decide_and_resume, drive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -289,11 +289,7 @@ def test_state_round_trip_through_msgpack_mid_retime_gives_the_same_next_decisio
         sim.measure(decision)
         decision = policy.refine(sim.observed(), rng)
     sim.measure(decision)
-    blob = msgpack.packb(policy.state_dict(), use_bin_type=True)
-    expected = policy.refine(sim.observed(), rng)
-    resumed = FastaPolicy(MATMUL.configs)
-    resumed.load_state_dict(msgpack.unpackb(blob, raw=False))
-    again = resumed.refine(sim.observed(), np.random.default_rng(0))
+    expected, again, resumed = decide_and_resume(policy, MATMUL.configs, sim.observed(), rng)
     assert expected.retime and list(again.batch) == list(expected.batch)
     assert resumed._timings == policy._timings
 
@@ -373,15 +369,7 @@ def test_state_round_trip_through_msgpack_mid_r2_gives_the_same_next_decision():
         decision = policy.refine(sim.observed(), rng)
         assert decision.batch and not decision.retime
         sim.measure(decision)
-    blob = msgpack.packb(policy.state_dict(), use_bin_type=True)
-    rng_state = rng.bit_generator.state
-    expected = policy.refine(sim.observed(), rng)
-
-    resumed = FastaPolicy(MATMUL.configs)
-    resumed.load_state_dict(msgpack.unpackb(blob, raw=False))
-    rng_again = np.random.default_rng()
-    rng_again.bit_generator.state = rng_state
-    again = resumed.refine(sim.observed(), rng_again)
+    expected, again, _ = decide_and_resume(policy, MATMUL.configs, sim.observed(), rng)
     assert list(again.batch) == list(expected.batch) and again.reason == expected.reason
 
 
@@ -412,14 +400,7 @@ def test_state_round_trip_mid_polish_gives_the_same_next_decision():
         sim.measure(decision)
         decision = policy.refine(sim.observed(), rng)
     sim.measure(decision)
-    blob = msgpack.packb(policy.state_dict(), use_bin_type=True)
-    rng_state = rng.bit_generator.state
-    expected = policy.refine(sim.observed(), rng)
-    resumed = FastaPolicy(MATMUL.configs)
-    resumed.load_state_dict(msgpack.unpackb(blob, raw=False))
-    rng_again = np.random.default_rng()
-    rng_again.bit_generator.state = rng_state
-    again = resumed.refine(sim.observed(), rng_again)
+    expected, again, _ = decide_and_resume(policy, MATMUL.configs, sim.observed(), rng)
     assert list(again.batch) == list(expected.batch) and again.reason == expected.reason
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import landscapes
-import msgpack
 import numpy as np
 import pytest
-from driving import Simulator, drive
+from driving import Simulator, decide_and_resume, drive
 
 from fasta_sm.config import Config
 from fasta_sm.policies.fasta import FastaPolicy
@@ -106,13 +105,6 @@ def test_state_round_trip_with_a_cost_budget_keeps_the_r1_estimate():
     for _ in range(2):
         decision = policy.refine(sim.observed(), rng)
         sim.measure(decision)
-    blob = msgpack.packb(policy.state_dict(), use_bin_type=True)
     assert policy.state_dict()["r1_cost"] is not None
-    rng_state = rng.bit_generator.state
-    expected = policy.refine(sim.observed(), rng)
-    resumed = FastaPolicy(MATMUL.configs)
-    resumed.load_state_dict(msgpack.unpackb(blob, raw=False))
-    rng_again = np.random.default_rng()
-    rng_again.bit_generator.state = rng_state
-    again = resumed.refine(sim.observed(), rng_again)
+    expected, again, _ = decide_and_resume(policy, MATMUL.configs, sim.observed(), rng)
     assert list(again.batch) == list(expected.batch) and again.reason == expected.reason
