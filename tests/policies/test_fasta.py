@@ -280,6 +280,26 @@ def test_retime_ends_once_the_noise_window_is_below_the_resolution():
     assert _retime_rounds(retime_resolution=1e9, **open_ended) == 1
 
 
+def test_a_contender_still_within_its_window_is_retimed_though_the_best_has_settled():
+    """The best, timed 4 times, has a window under the resolution; a contender timed once does not."""
+    policy = FastaPolicy(MATMUL.configs, retime_z=2.5, retime_resolution=0.01)
+    policy._retimes = 1
+    policy._timings = {"0": [100.39, 99.61, 100.39, 99.61]}  # one timing's spread: 0.45 %
+    durations = np.full(len(MATMUL.configs), np.nan)
+    samples = np.zeros(len(MATMUL.configs), dtype=np.int64)
+    durations[[0, 1]], samples[[0, 1]] = [100.0, 101.2], [4, 1]
+    assert policy._retime_candidates(durations, samples) == [0, 1]
+
+
+def test_a_state_from_before_the_noise_window_resumes_with_the_fixed_tolerance():
+    policy = FastaPolicy(MATMUL.configs)
+    state = policy.state_dict()
+    del state["params"]["retime_z"]
+    resumed = FastaPolicy(MATMUL.configs)
+    resumed.load_state_dict(state)
+    assert resumed.params.retime_z == 0.0
+
+
 def test_state_round_trip_through_msgpack_mid_retime_gives_the_same_next_decision():
     policy = FastaPolicy(MATMUL.configs, retime_tol=1.0, retime_z=1e6, retime_resolution=0.0, retime_cost=0.0)
     rng = np.random.default_rng(5)

@@ -387,11 +387,14 @@ class FastaPolicy:
         if self._retimes == 0 or self.params.retime_z <= 0:
             tol = self.params.retime_tol * self.params.retime_decay**self._retimes
             return [int(i) for i in order if durations[i] <= durations[best] * (1 + tol)]
-        sigma = self._noise()
-        window = self.params.retime_z * sigma * np.sqrt(1.0 / samples[order] + 1.0 / samples[best])
-        window[window < self.params.retime_resolution] = -1.0
-        close = [int(i) for i, w in zip(order, window) if durations[i] <= durations[best] * (1 + w)]
-        return close if len(close) > 1 else []
+        contenders = order[1:]
+        window = self.params.retime_z * self._noise() * np.sqrt(1.0 / samples[contenders] + 1.0 / samples[best])
+        still_open = [
+            int(i)
+            for i, w in zip(contenders, window)
+            if w >= self.params.retime_resolution and durations[i] <= durations[best] * (1 + w)
+        ]
+        return [int(best), *still_open] if still_open else []
 
     def _record_timings(self, batch: list[int], durations: np.ndarray, samples: np.ndarray) -> None:
         """Recover each re-timed config's newest timing from its mean and count (the engine reports means only)."""
@@ -463,6 +466,7 @@ class FastaPolicy:
         if state.get("version") != STATE_VERSION:
             raise PolicyError(f"fasta: state version {state.get('version')!r}; this policy reads {STATE_VERSION}")
         stored = dict(state["params"])
+        stored.setdefault("retime_z", 0.0)  # written before the noise window: re-time as it was planned to
         stored["bases"] = tuple(stored["bases"])
         if "cell_columns" in stored:
             stored["cell_columns"] = tuple(stored["cell_columns"])
