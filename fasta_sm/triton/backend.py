@@ -193,7 +193,8 @@ class TritonBackend:
 
     @property
     def prefetcher(self) -> Prefetcher:
-        if self._prefetcher is None:
+        """Guesses for the current pool (a replaced shared pool starts a new list)."""
+        if self._prefetcher is None or self._prefetcher.pool is not self.pool:
             self._prefetcher = Prefetcher(self.pool)
         return self._prefetcher
 

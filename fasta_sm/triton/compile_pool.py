@@ -182,6 +182,8 @@ class CompilePool:
         self._alive: tuple[Connection, Connection] | None = None
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        self._guesses_allowed = threading.Event()
+        self._guesses_allowed.set()
         self._starting = False
         self._generation = 0
         _POOLS.add(self)
@@ -261,6 +263,27 @@ class CompilePool:
         future = executor.submit(_compile_in_worker, job)
         future.fasta_generation = generation  # type: ignore[attr-defined]
         return future
+
+    def try_submit(self, job: CompileJob) -> Future | None:
+        """Start a guess if a ready pool has a worker's worth of room for it, else None; never starts a pool.
+
+        Guesses run from their own threads: one must not bring a closed pool
+        back to life (`submit` would), nor run beside a suspect that must
+        compile alone after a crash.
+        """
+        with self._lock:
+            if not (self._ready.is_set() and self._guesses_allowed.is_set()) or self._executor is None:
+                return None
+            future = self._executor.submit(_compile_in_worker, job)
+            future.fasta_generation = self._generation  # type: ignore[attr-defined]
+            return future
+
+    def hold_guesses(self, held: bool) -> None:
+        """While held, `try_submit` starts nothing (a run isolating the suspects of a crash)."""
+        if held:
+            self._guesses_allowed.clear()
+        else:
+            self._guesses_allowed.set()
 
     def stale(self, future: Future) -> bool:
         """Whether `future` came from an executor this pool has since replaced."""
@@ -424,6 +447,7 @@ class _Run:
         self.in_flight.clear()
         self.isolated = None
         logger.warning("a compile worker died; %d configs are compiled again, one at a time", len(lost))
+        self.pool.hold_guesses(True)  # until the suspects are through, each compiles alone
         self.pool.replace_executor()
         self.suspects.extend(sorted(lost))
 
@@ -433,6 +457,7 @@ class _Run:
             self.queue.clear()
         for thread in self.threads:
             thread.join()
+        self.pool.hold_guesses(False)
 
 
 _POOLS: weakref.WeakSet[CompilePool] = weakref.WeakSet()

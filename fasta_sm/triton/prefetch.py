@@ -64,8 +64,6 @@ class Prefetcher:
 
     def _top_up(self) -> None:
         with self._lock:
-            if not self.pool.ready:
-                return
             workers = self.pool.workers
             busy = sum(not future.done() for future in self._started.values())
             room = workers - max(self._reserve, min(SPARE, workers // 2)) - busy
@@ -74,9 +72,11 @@ class Prefetcher:
                 if key in self._started:
                     continue
                 try:
-                    future = self.pool.submit(job)
+                    future = self.pool.try_submit(job)
                 except Exception as error:  # noqa: BLE001  a guess that cannot start costs nothing
                     logger.debug("no more guesses: %s", describe_error(error))
+                    future = None
+                if future is None:  # the pool is closed, broken, starting or isolating a crash
                     self._wanted.clear()
                     return
                 self._started[key] = future

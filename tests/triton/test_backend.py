@@ -207,15 +207,19 @@ def test_a_backend_starts_no_guesses_while_its_pool_is_starting():
 
     class StartingPool:
         workers, ready = 6, False
+        calls = 0
 
         def submit(self, job):
-            raise AssertionError("submitted to a pool that is not ready")
+            self.calls += 1
 
-    backend, _, _ = make_backend(pool=StartingPool())
+        try_submit = submit
+
+    pool = StartingPool()
+    backend, _, _ = make_backend(pool=pool)
     backend.interpreting = False  # compiles are no-ops in the interpreter; pretend a device
     backend._jobs = lambda cs: [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in cs]
     backend.prefetch(configs(1, 2, 3))
-    assert backend.prefetcher.take(configs(1)[0].identity) is None
+    assert pool.calls == 0
 
 
 def test_while_the_pool_starts_jobs_are_compiled_in_process():

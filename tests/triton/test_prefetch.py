@@ -18,7 +18,7 @@ class RecordingPool:
         self.ready = ready
         self.submitted: list[tuple[CompileJob, Future]] = []
 
-    def submit(self, job):
+    def try_submit(self, job):
         self.submitted.append((job, Future()))
         return self.submitted[-1][1]
 
@@ -105,7 +105,7 @@ def test_a_guess_lost_with_a_dead_worker_starts_no_other():
 
 def test_a_pool_that_refuses_a_guess_ends_the_guessing_quietly():
     class ClosedPool(RecordingPool):
-        def submit(self, job):
+        def try_submit(self, job):
             raise RuntimeError("cannot schedule new futures after shutdown")
 
     prefetcher = Prefetcher(ClosedPool())
@@ -127,3 +127,30 @@ def test_with_real_workers_each_finished_guess_starts_the_next_until_the_list_is
     finally:
         pool.close()
     assert all(error.startswith("AttributeError") for error, _ in outcomes)
+
+
+def test_a_guess_never_brings_a_closed_pool_back():
+    from fasta_sm.triton.compile_pool import CompilePool
+
+    pool = CompilePool(2)
+    pool.start()
+    pool.close()
+    assert pool.try_submit(CompileJob("kernels", "no_such_kernel", (), {})) is None
+    assert pool._executor is None
+
+
+def test_no_guess_starts_while_a_run_isolates_the_suspects_of_a_crash():
+    from fasta_sm.triton.compile_pool import CompilePool, _Run
+
+    pool = CompilePool(2)
+    job = CompileJob("kernels", "no_such_kernel", (), {})
+    try:
+        pool.start()
+        run = _Run(pool, [job], None)
+        run.restart([0])
+        assert pool.try_submit(job) is None
+        run.stop()
+        guess = pool.try_submit(job)
+        assert guess is not None and guess.result(timeout=60)[0].startswith("AttributeError")
+    finally:
+        pool.close()
