@@ -252,7 +252,8 @@ def test_a_process_killed_while_writing_state_files_never_leaves_an_unreadable_o
     """Large states (2,000 configs) written back to back: many kills land mid-write.
 
     The writer's fsync and rename sleep up to 4 ms at random (as in the tune
-    children), which keeps a temp file on disk for much of the loop.
+    children), which keeps a temp file on disk for much of the loop. Each
+    kill comes at a random time after the writer's first write of that run.
     """
     state_dir, progress = tmp_path / "loop", tmp_path / "progress"
     store = StateStore(state_dir)
@@ -265,6 +266,11 @@ def test_a_process_killed_while_writing_state_files_never_leaves_an_unreadable_o
                                args=(str(state_dir), 2000, str(progress), ready, 0.004), daemon=True)
         process.start()
         assert ready.wait(timeout=30)
+        started = int(progress.read_bytes() or b"0")
+        deadline = time.monotonic() + 30
+        while int(progress.read_bytes() or b"0") == started and time.monotonic() < deadline:
+            time.sleep(0.001)  # on a loaded machine the writer may not run for a while: kill it mid-loop
+        assert int(progress.read_bytes() or b"0") > started, "the writer completed no write in 30 s"
         time.sleep(rng.uniform(0.0, 0.03))
         os.kill(process.pid, signal.SIGKILL)
         process.join(timeout=30)
