@@ -8,7 +8,14 @@ import numpy as np
 from fasta_sm.config import Config
 from fasta_sm.policies import make_policy
 from fasta_sm.policies.fasta.features import extract_features
-from fasta_sm.policies.fasta.sampling import cell_retry_picks, one_step_neighbours, tile_cells, unexplored_cell_picks
+from fasta_sm.policies.fasta import FastaPolicy
+from fasta_sm.policies.fasta.sampling import (
+    cell_retry_picks,
+    one_step_neighbours,
+    spill_twin_picks,
+    tile_cells,
+    unexplored_cell_picks,
+)
 
 
 def _space(stages=(2,)):
@@ -127,3 +134,54 @@ def test_polish_steps_from_one_of_the_fastest_configs():
         if not decision.retime:
             seen += list(decision.batch)
     assert 1 <= polished <= policy.params.polish_extra
+
+
+def _spilled_large_tile(configs, spill_factor):
+    """64 x 64 measured (the best at 5), the 128 x 128 tile measured only at 4 warps, `spill_factor` times slower."""
+    durations = np.full(len(configs), np.nan)
+    for i, c in enumerate(configs):
+        if c.kwargs["BLOCK_M"] == c.kwargs["BLOCK_N"] == 64:
+            durations[i] = 6.0
+    durations[_index(configs, 64, 64, 32, 8, 2)] = 5.0
+    durations[_index(configs, 128, 128, 32, 4, 2)] = 5.0 * spill_factor
+    return durations
+
+
+def test_a_tile_that_spilled_at_few_warps_is_tried_at_more_warps():
+    configs, space = _space()
+    cells, area = tile_cells(space, ("BLOCK_M", "BLOCK_N", "num_warps"), 40)
+    warps = space.names.index("num_warps")
+    n = len(configs)
+    scores = np.arange(n, dtype=float)
+    twin_cell = cells[_index(configs, 128, 128, 32, 8, 2)]
+
+    def picks(factor, spill=3.0):
+        durations = _spilled_large_tile(configs, factor)
+        candidates = np.flatnonzero(np.isnan(durations))
+        return spill_twin_picks(space.levels, warps, cells, area, durations, candidates, scores, np.ones(n), 1, 0.5, spill)
+
+    (pick,) = picks(4.0)
+    inside = [i for i in range(n) if cells[i] == twin_cell]
+    assert cells[pick] == twin_cell and scores[pick] == min(scores[inside])
+    assert picks(2.0).size == 0  # slower, not a spill
+    assert picks(4.0, spill=0.0).size == 0  # off
+
+
+def test_polish_tries_the_spilled_tile_at_more_warps_first():
+    configs, _ = _space()
+    durations = _spilled_large_tile(configs, 4.0)
+    candidates = np.flatnonzero(np.isnan(durations))
+    twin = {_index(configs, 128, 128, k, 8, 2) for k in (32, 64)}
+    polish = FastaPolicy(configs)._polish_round(durations, candidates)
+    assert polish is not None and polish.batch[0] in twin
+    plain = FastaPolicy(configs, cell_spill=0.0)._polish_round(durations, candidates)
+    assert plain is not None and plain.batch[0] not in twin
+
+
+def test_a_state_from_before_the_spill_twins_resumes_without_them():
+    configs, _ = _space()
+    state = FastaPolicy(configs).state_dict()
+    del state["params"]["cell_spill"]
+    resumed = FastaPolicy(configs)
+    resumed.load_state_dict(state)
+    assert resumed.params.cell_spill == 0.0

@@ -61,6 +61,7 @@ class FastaParams:
     cell_picks: int = 1
     cell_min_run: float = 0.5
     cell_retry: int = 1
+    cell_spill: float = 3.0
     # --- polish, past the budget ---
     polish_extra: int = 2
     polish_centers: int = 2
@@ -108,6 +109,8 @@ class FastaParams:
             raise PolicyError(f"fasta: polish_centers={self.polish_centers!r} must be at least 1")
         if not 0.0 <= self.retime_cost <= 1.0:
             raise PolicyError(f"fasta: retime_cost={self.retime_cost!r} must be 0 (no cap) or a fraction in (0, 1]")
+        if self.cell_spill < 0:
+            raise PolicyError(f"fasta: cell_spill={self.cell_spill!r} must not be negative")
         if not 0.0 <= self.cell_min_run <= 1.0:
             raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
         if not 0.0 < self.retime_decay <= 1.0:
@@ -192,6 +195,7 @@ DESCRIPTIONS: dict[str, str] = {
     "cell_picks": "per guided round, at most this many picks go to unexplored tile cells",
     "cell_min_run": "a cell is explored only if its best candidate runs with at least this probability",
     "cell_retry": "per guided round, at most this many picks retry an explored cell at its tile area's best values",
+    "cell_spill": "a config this many times slower than the best spilled: its tile at more warps gets the next polish pick (0: off)",
     "polish_extra": "past the budget, at most this many more configs next to the best (0: off; none with `budget=`)",
     "polish_centers": "polish steps one level in one column from this many of the fastest configs",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",

@@ -30,6 +30,7 @@ from .sampling import (
     marginal_scores,
     one_step_neighbours,
     softmax_pick,
+    spill_twin_picks,
     stratified_sample,
     tile_cells,
     unexplored_cell_picks,
@@ -102,6 +103,7 @@ class FastaPolicy:
         in_cell = {c if c in self._space.names else f"kwargs.{c}" for c in params.cell_columns}
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
         self._free_levels = self._space.levels[:, free]
+        self._warps = self._space.names.index("num_warps") if "num_warps" in self._space.names else None
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
 
@@ -274,7 +276,9 @@ class FastaPolicy:
         `polish_centers` fastest configs (num_warps and num_stages included),
         plus the cell retries of `cell_retry_picks`, less the configs whose
         chance to run is below `cell_min_run`; the best-scored one (model
-        prediction and failure penalty) is measured. The model is the basis
+        prediction and failure penalty) is measured; a cell whose tile spilled
+        at fewer warps (`spill_twin_picks`) goes first, since the model reads
+        the spill as a slow tile. The model is the basis
         that won the last guided round, refitted on everything measured (one
         fit, not a competition). None when the pool is empty.
         """
@@ -299,14 +303,37 @@ class FastaPolicy:
             )
             pool = np.union1d(pool, retry)
         pool = pool[1.0 - p_fail[pool] >= params.cell_min_run]
+        all_scores = fit.predict(self._designs[fit.basis]) + run_penalty(p_fail, params.tau_min, params.failure_weight)
+        twin = self._spill_twins(durations, candidates, all_scores, p_fail)
+        if twin.size:
+            pool = twin
         if pool.size == 0:
             return None
-        scores = fit.predict(self._designs[fit.basis][pool])
-        scores += run_penalty(p_fail[pool], params.tau_min, params.failure_weight)
+        scores = all_scores[pool]
         pick = int(pool[np.argmin(scores)])
         self._polished += 1
         self._history.append({"polish": pick, "basis": fit.basis})
         return self._issue([pick], f"fasta polish {self._polished}: one config next to the best, basis {fit.basis}")
+
+    def _spill_twins(
+        self, durations: np.ndarray, candidates: np.ndarray, scores: np.ndarray, p_fail: np.ndarray
+    ) -> np.ndarray:
+        """The best-scored pick from an unexplored cell whose tile spilled at fewer warps (see sampling)."""
+        if self._warps is None or self._cells is None:
+            return np.zeros(0, dtype=np.int64)
+        return spill_twin_picks(
+            self._space.levels,
+            self._warps,
+            self._cells,
+            self._cell_area,
+            durations,
+            candidates,
+            scores,
+            1.0 - p_fail,
+            1,
+            self.params.cell_min_run,
+            self.params.cell_spill,
+        )
 
     def _failure_chance(self, durations: np.ndarray) -> np.ndarray:
         """P(fails) per config: the feasibility model, then resource dominance; zero when off or nothing failed."""
@@ -467,6 +494,7 @@ class FastaPolicy:
             raise PolicyError(f"fasta: state version {state.get('version')!r}; this policy reads {STATE_VERSION}")
         stored = dict(state["params"])
         stored.setdefault("retime_z", 0.0)  # written before the noise window: re-time as it was planned to
+        stored.setdefault("cell_spill", 0.0)  # written before the spill twins: polish as it was planned to
         stored["bases"] = tuple(stored["bases"])
         if "cell_columns" in stored:
             stored["cell_columns"] = tuple(stored["cell_columns"])

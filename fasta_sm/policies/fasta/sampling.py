@@ -174,6 +174,54 @@ def cell_retry_picks(
     return picks[np.argsort(scores[picks], kind="stable")[:count]]
 
 
+def spill_twin_picks(
+    levels: np.ndarray,
+    warps: int,
+    cells: np.ndarray,
+    area: np.ndarray,
+    durations: np.ndarray,
+    candidates: np.ndarray,
+    scores: np.ndarray,
+    p_run: np.ndarray,
+    count: int,
+    min_run: float,
+    spill: float,
+) -> np.ndarray:
+    """Unexplored cells whose tile spilled at fewer warps: one candidate each, best-scored cells first.
+
+    A config at least `spill` times slower than the best is taken as a
+    register spill; the same tile with more warps (column `warps` of
+    `levels`) holds fewer registers per thread and is often the fastest
+    cell of the space (attention 256 x 64: +290 % at 4 warps, the best at 8).
+    A smooth model reads the spill as "this tile is slow" and never goes
+    there, so the evidence is taken to be about warps only. Qualifying
+    cells: unexplored, tile area at least the best's, holding a config
+    that differs from a spilled one only by more warps; within a cell the
+    lowest-scored candidate that runs with probability `min_run` is taken.
+    """
+    if count <= 0 or candidates.size == 0 or spill <= 0:
+        return np.zeros(0, dtype=np.int64)
+    ran = np.flatnonzero(np.isfinite(durations))
+    best = int(ran[np.argmin(durations[ran])])
+    spilled = ran[durations[ran] >= spill * durations[best]]
+    explored = np.zeros(int(cells.max()) + 1, dtype=bool)
+    explored[cells[ran]] = True
+    eligible = candidates[~explored[cells[candidates]] & (area[candidates] >= area[best]) & (p_run[candidates] >= min_run)]
+    if spilled.size == 0 or eligible.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    others = np.delete(levels, warps, axis=1)
+    same = np.all(others[eligible][:, None, :] == others[spilled][None, :, :], axis=2)
+    more = levels[eligible, warps][:, None] > levels[spilled, warps][None, :]
+    twins = np.unique(cells[eligible[np.any(same & more, axis=1)]])
+    chosen: list[tuple[float, int]] = []
+    for cell in twins:
+        inside = eligible[cells[eligible] == cell]
+        pick = int(inside[np.argmin(scores[inside])])
+        chosen.append((float(scores[pick]), pick))
+    chosen.sort()
+    return np.array([i for _, i in chosen[:count]], dtype=np.int64)
+
+
 def one_step_neighbours(levels: np.ndarray, centers: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     """The candidates one level away from any of `centers` in exactly one column (coordinate-descent moves).
 
