@@ -14,6 +14,7 @@ from fasta_sm.policies.fasta.sampling import (
     one_step_neighbours,
     spill_twin_picks,
     tile_cells,
+    transposed_tile,
     unexplored_cell_picks,
 )
 
@@ -185,3 +186,64 @@ def test_a_state_from_before_the_spill_twins_resumes_without_them():
     resumed = FastaPolicy(configs)
     resumed.load_state_dict(state)
     assert resumed.params.cell_spill == 0.0
+
+
+def test_a_spill_twin_is_tried_at_the_deepest_stages_that_run():
+    configs, space = _space(stages=(2, 3))
+    cells, area = tile_cells(space, ("BLOCK_M", "BLOCK_N", "num_warps"), 40)
+    warps, stages = space.names.index("num_warps"), space.names.index("num_stages")
+    n = len(configs)
+    durations = _spilled_large_tile(configs, 4.0)
+    candidates = np.flatnonzero(np.isnan(durations))
+    scores = np.array([-float(c.num_stages == 2) for c in configs])  # the model prefers 2 stages
+    p_run = np.ones(n)
+
+    def pick(stage_column, p_run=p_run):
+        (i,) = spill_twin_picks(
+            space.levels, warps, cells, area, durations, candidates, scores, p_run, 1, 0.5, 3.0, stage_column
+        )
+        return configs[i]
+
+    assert pick(stages).num_stages == 3
+    assert pick(None).num_stages == 2  # without the stages column: the best-scored
+    deep_fails = np.array([0.1 if c.num_stages == 3 else 1.0 for c in configs])
+    assert pick(stages, deep_fails).num_stages == 2  # the deepest that runs
+    assert FastaPolicy(configs)._twin_stages == stages
+
+
+def test_a_state_from_before_the_deepest_stage_twin_resumes_without_it():
+    configs, _ = _space(stages=(2, 3))
+    state = FastaPolicy(configs).state_dict()
+    del state["params"]["twin_deep"]
+    resumed = FastaPolicy(configs)
+    resumed.load_state_dict(state)
+    assert resumed.params.twin_deep is False and resumed._twin_stages is None
+
+
+def test_the_transposed_tile_swaps_block_m_and_block_n_only():
+    configs, space = _space()
+    m, n = space.names.index("kwargs.BLOCK_M"), space.names.index("kwargs.BLOCK_N")
+    candidates = np.arange(len(configs))
+    (swapped,) = transposed_tile(space.raw, m, n, _index(configs, 64, 128, 32, 8, 2), candidates)
+    assert swapped == _index(configs, 128, 64, 32, 8, 2)
+    assert transposed_tile(space.raw, m, n, _index(configs, 64, 64, 32, 8, 2), candidates).size == 0  # square
+
+
+def test_polish_tries_the_best_configs_transposed_tile_first():
+    configs, _ = _space()
+    durations = np.full(len(configs), np.nan)
+    for i, c in enumerate(configs):
+        if c.kwargs["BLOCK_M"] == 64:
+            durations[i] = 6.0
+    durations[_index(configs, 64, 128, 64, 8, 2)] = 5.0
+    candidates = np.flatnonzero(np.isnan(durations))
+    transposed = _index(configs, 128, 64, 64, 8, 2)
+    polish = FastaPolicy(configs)._polish_round(durations, candidates)
+    assert polish is not None and polish.batch == [transposed]
+    plain = FastaPolicy(configs, polish_transpose=False)._polish_round(durations, candidates)
+    assert plain is not None and plain.batch != [transposed]
+    state = FastaPolicy(configs).state_dict()
+    del state["params"]["polish_transpose"]
+    resumed = FastaPolicy(configs)
+    resumed.load_state_dict(state)
+    assert resumed.params.polish_transpose is False and resumed._tile_pair is None

@@ -33,6 +33,7 @@ from .sampling import (
     spill_twin_picks,
     stratified_sample,
     tile_cells,
+    transposed_tile,
     unexplored_cell_picks,
 )
 from .stopping import histogram_settled, margin_settled, relative_histogram
@@ -104,6 +105,12 @@ class FastaPolicy:
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
         self._free_levels = self._space.levels[:, free]
         self._warps = self._space.names.index("num_warps") if "num_warps" in self._space.names else None
+        self._tile_pair = None
+        if params.polish_transpose and {"kwargs.BLOCK_M", "kwargs.BLOCK_N"} <= set(self._space.names):
+            self._tile_pair = (self._space.names.index("kwargs.BLOCK_M"), self._space.names.index("kwargs.BLOCK_N"))
+        self._twin_stages = None
+        if params.twin_deep and "num_stages" in self._space.names:
+            self._twin_stages = self._space.names.index("num_stages")
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
 
@@ -278,7 +285,8 @@ class FastaPolicy:
         chance to run is below `cell_min_run`; the best-scored one (model
         prediction and failure penalty) is measured; a cell whose tile spilled
         at fewer warps (`spill_twin_picks`) goes first, since the model reads
-        the spill as a slow tile. The model is the basis
+        the spill as a slow tile, then the best's transposed tile
+        (`transposed_tile`), two columns away. The model is the basis
         that won the last guided round, refitted on everything measured (one
         fit, not a competition). None when the pool is empty.
         """
@@ -304,9 +312,12 @@ class FastaPolicy:
             pool = np.union1d(pool, retry)
         pool = pool[1.0 - p_fail[pool] >= params.cell_min_run]
         all_scores = fit.predict(self._designs[fit.basis]) + run_penalty(p_fail, params.tau_min, params.failure_weight)
-        twin = self._spill_twins(durations, candidates, all_scores, p_fail)
-        if twin.size:
-            pool = twin
+        first = self._spill_twins(durations, candidates, all_scores, p_fail)
+        if first.size == 0 and self._tile_pair is not None:
+            first = transposed_tile(self._space.raw, *self._tile_pair, int(order[0]), candidates)
+            first = first[1.0 - p_fail[first] >= params.cell_min_run]
+        if first.size:
+            pool = first
         if pool.size == 0:
             return None
         scores = all_scores[pool]
@@ -318,7 +329,7 @@ class FastaPolicy:
     def _spill_twins(
         self, durations: np.ndarray, candidates: np.ndarray, scores: np.ndarray, p_fail: np.ndarray
     ) -> np.ndarray:
-        """The best-scored pick from an unexplored cell whose tile spilled at fewer warps (see sampling)."""
+        """The pick from an unexplored cell whose tile spilled at fewer warps (see sampling)."""
         if self._warps is None or self._cells is None:
             return np.zeros(0, dtype=np.int64)
         return spill_twin_picks(
@@ -333,6 +344,7 @@ class FastaPolicy:
             1,
             self.params.cell_min_run,
             self.params.cell_spill,
+            self._twin_stages,
         )
 
     def _failure_chance(self, durations: np.ndarray) -> np.ndarray:
@@ -495,6 +507,8 @@ class FastaPolicy:
         stored = dict(state["params"])
         stored.setdefault("retime_z", 0.0)  # written before the noise window: re-time as it was planned to
         stored.setdefault("cell_spill", 0.0)  # written before the spill twins: polish as it was planned to
+        stored.setdefault("twin_deep", False)  # written before the deepest-stage twin: its best-scored stages
+        stored.setdefault("polish_transpose", False)  # written before the transposed-tile polish pick
         stored["bases"] = tuple(stored["bases"])
         if "cell_columns" in stored:
             stored["cell_columns"] = tuple(stored["cell_columns"])

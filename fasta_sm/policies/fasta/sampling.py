@@ -186,6 +186,7 @@ def spill_twin_picks(
     count: int,
     min_run: float,
     spill: float,
+    stages: int | None = None,
 ) -> np.ndarray:
     """Unexplored cells whose tile spilled at fewer warps: one candidate each, best-scored cells first.
 
@@ -197,7 +198,11 @@ def spill_twin_picks(
     there, so the evidence is taken to be about warps only. Qualifying
     cells: unexplored, tile area at least the best's, holding a config
     that differs from a spilled one only by more warps; within a cell the
-    lowest-scored candidate that runs with probability `min_run` is taken.
+    lowest-scored candidate that runs with probability `min_run` is taken,
+    among those at the most stages (column `stages` of `levels`, when given):
+    the model ranks the twin's stages by the spilled and smaller tiles, and
+    on the recorded attention kernels every 8-warp cell is fastest at the
+    deepest pipeline that fits (256 x 64: +20 % at 2 stages, the best at 3).
     """
     if count <= 0 or candidates.size == 0 or spill <= 0:
         return np.zeros(0, dtype=np.int64)
@@ -216,10 +221,30 @@ def spill_twin_picks(
     chosen: list[tuple[float, int]] = []
     for cell in twins:
         inside = eligible[cells[eligible] == cell]
+        if stages is not None:
+            inside = inside[levels[inside, stages] == levels[inside, stages].max()]
         pick = int(inside[np.argmin(scores[inside])])
         chosen.append((float(scores[pick]), pick))
     chosen.sort()
     return np.array([i for _, i in chosen[:count]], dtype=np.int64)
+
+
+def transposed_tile(raw: np.ndarray, m: int, n: int, center: int, candidates: np.ndarray) -> np.ndarray:
+    """The candidates equal to `center` but for its tile's rows and columns swapped (columns `m` and `n` of `raw`).
+
+    A transposed tile has the same area, registers and shared memory as
+    its original, so it is as likely to run and often about as fast, but it
+    moves two columns at once, and a smooth model ranks it by the smaller
+    and larger tiles in between. On the recorded mm_fp16_4096 the best
+    config found (256 x 128) is 1.5 % from the fastest (128 x 256, same
+    BLOCK_K, warps and stages) in the runs that miss.
+    """
+    mine = raw[center]
+    if mine[m] == mine[n]:
+        return np.zeros(0, dtype=np.int64)
+    swapped = mine.copy()
+    swapped[[m, n]] = mine[[n, m]]
+    return candidates[np.all(raw[candidates] == swapped, axis=1)]
 
 
 def one_step_neighbours(levels: np.ndarray, centers: np.ndarray, candidates: np.ndarray) -> np.ndarray:
