@@ -7,8 +7,8 @@ import numpy as np
 
 from fasta_sm.config import Config
 from fasta_sm.policies import make_policy
-from fasta_sm.policies.fasta.features import extract_features
 from fasta_sm.policies.fasta import FastaPolicy
+from fasta_sm.policies.fasta.features import extract_features
 from fasta_sm.policies.fasta.sampling import (
     cell_retry_picks,
     one_step_neighbours,
@@ -159,7 +159,9 @@ def test_a_tile_that_spilled_at_few_warps_is_tried_at_more_warps():
     def picks(factor, spill=3.0):
         durations = _spilled_large_tile(configs, factor)
         candidates = np.flatnonzero(np.isnan(durations))
-        return spill_twin_picks(space.levels, warps, cells, area, durations, candidates, scores, np.ones(n), 1, 0.5, spill)
+        return spill_twin_picks(
+            space.levels, warps, cells, area, durations, candidates, scores, np.ones(n), 1, 0.5, spill
+        )
 
     (pick,) = picks(4.0)
     inside = [i for i in range(n) if cells[i] == twin_cell]

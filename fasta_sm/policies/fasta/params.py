@@ -197,11 +197,13 @@ DESCRIPTIONS: dict[str, str] = {
     "cell_picks": "per guided round, at most this many picks go to unexplored tile cells",
     "cell_min_run": "a cell is explored only if its best candidate runs with at least this probability",
     "cell_retry": "per guided round, at most this many picks retry an explored cell at its tile area's best values",
-    "cell_spill": "a config this many times slower than the best spilled: its tile at more warps gets the next polish pick (0: off)",
+    "cell_spill": "a config this many times slower than the best spilled: its tile at more warps gets the next "
+    "polish pick (0: off)",
     "twin_deep": "a spill twin is tried at the deepest stage count that runs (False: the best-scored stages)",
     "polish_extra": "past the budget, at most this many more configs next to the best (0: off; none with `budget=`)",
     "polish_centers": "polish steps one level in one column from this many of the fastest configs",
-    "polish_transpose": "the first polish pick after any spill twin is the best config with BLOCK_M and BLOCK_N swapped",
+    "polish_transpose": "the first polish pick after any spill twin is the best config with BLOCK_M and BLOCK_N "
+    "swapped",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",
     "margin_conv": "margin test: untried configs must all be bounded this much slower",
     "trust_rho": "margin test: LOO Spearman the model needs to be believed",

@@ -211,7 +211,8 @@ def spill_twin_picks(
     spilled = ran[durations[ran] >= spill * durations[best]]
     explored = np.zeros(int(cells.max()) + 1, dtype=bool)
     explored[cells[ran]] = True
-    eligible = candidates[~explored[cells[candidates]] & (area[candidates] >= area[best]) & (p_run[candidates] >= min_run)]
+    unexplored_large = ~explored[cells[candidates]] & (area[candidates] >= area[best])
+    eligible = candidates[unexplored_large & (p_run[candidates] >= min_run)]
     if spilled.size == 0 or eligible.size == 0:
         return np.zeros(0, dtype=np.int64)
     others = np.delete(levels, warps, axis=1)
