@@ -115,18 +115,26 @@ def unexplored_cell_picks(
     """
     if count <= 0 or candidates.size == 0:
         return np.zeros(0, dtype=np.int64)
-    ran = np.isfinite(durations)
-    explored = np.zeros(int(cells.max()) + 1, dtype=bool)
-    explored[cells[ran]] = True
-    best = int(np.flatnonzero(ran)[np.argmin(durations[ran])])
-    chosen: list[tuple[float, int]] = []
+    _, explored, best = _ran_explored_best(cells, durations)
+    groups = []
     for cell in np.flatnonzero(~explored):
         inside = candidates[(cells[candidates] == cell) & (p_run[candidates] >= min_run)]
-        if inside.size == 0 or area[inside[0]] < area[best]:
-            continue
-        pick = int(inside[np.argmin(scores[inside])])
-        chosen.append((float(scores[pick]), pick))
-    chosen.sort()
+        if inside.size and area[inside[0]] >= area[best]:
+            groups.append(inside)
+    return _best_of_each(groups, scores, count)
+
+
+def _ran_explored_best(cells: np.ndarray, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The configs that ran, the cells they explored (a mask over cell ids) and the fastest of them."""
+    ran = np.flatnonzero(np.isfinite(durations))
+    explored = np.zeros(int(cells.max()) + 1, dtype=bool)
+    explored[cells[ran]] = True
+    return ran, explored, int(ran[np.argmin(durations[ran])])
+
+
+def _best_of_each(groups: list[np.ndarray], scores: np.ndarray, count: int) -> np.ndarray:
+    """The lowest-scored config of each group; those picks best-scored first, at most `count`."""
+    chosen = sorted((float(scores[pick]), pick) for pick in (int(g[np.argmin(scores[g])]) for g in groups))
     return np.array([i for _, i in chosen[:count]], dtype=np.int64)
 
 
@@ -206,11 +214,8 @@ def spill_twin_picks(
     """
     if count <= 0 or candidates.size == 0 or spill <= 0:
         return np.zeros(0, dtype=np.int64)
-    ran = np.flatnonzero(np.isfinite(durations))
-    best = int(ran[np.argmin(durations[ran])])
+    ran, explored, best = _ran_explored_best(cells, durations)
     spilled = ran[durations[ran] >= spill * durations[best]]
-    explored = np.zeros(int(cells.max()) + 1, dtype=bool)
-    explored[cells[ran]] = True
     unexplored_large = ~explored[cells[candidates]] & (area[candidates] >= area[best])
     eligible = candidates[unexplored_large & (p_run[candidates] >= min_run)]
     if spilled.size == 0 or eligible.size == 0:
@@ -218,16 +223,13 @@ def spill_twin_picks(
     others = np.delete(levels, warps, axis=1)
     same = np.all(others[eligible][:, None, :] == others[spilled][None, :, :], axis=2)
     more = levels[eligible, warps][:, None] > levels[spilled, warps][None, :]
-    twins = np.unique(cells[eligible[np.any(same & more, axis=1)]])
-    chosen: list[tuple[float, int]] = []
-    for cell in twins:
+    groups = []
+    for cell in np.unique(cells[eligible[np.any(same & more, axis=1)]]):
         inside = eligible[cells[eligible] == cell]
         if stages is not None:
             inside = inside[levels[inside, stages] == levels[inside, stages].max()]
-        pick = int(inside[np.argmin(scores[inside])])
-        chosen.append((float(scores[pick]), pick))
-    chosen.sort()
-    return np.array([i for _, i in chosen[:count]], dtype=np.int64)
+        groups.append(inside)
+    return _best_of_each(groups, scores, count)
 
 
 def transposed_tile(raw: np.ndarray, m: int, n: int, center: int, candidates: np.ndarray) -> np.ndarray:
