@@ -269,6 +269,17 @@ def test_noise_is_the_pooled_relative_spread_of_the_retimed_configs():
     assert policy._noise() == pytest.approx(math.sqrt((0.1**2 + 0.1**2) / 2))
 
 
+def test_a_config_retimed_with_timings_carried_over_adds_nothing_to_the_noise():
+    """Its timings are known only as a mean: copies of it would count as timings that agree."""
+    policy = FastaPolicy(MATMUL.configs, retime_tol=1.0)
+    n = len(MATMUL.configs)
+    durations, samples = np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+    durations[[0, 1]], samples[[0, 1]] = [100.0, 101.0], [3, 1]
+    decision = policy._finish("budget spent", durations, Observations(durations, samples, np.full(n, np.nan), 10.0))
+    assert decision.retime and sorted(decision.batch) == [0, 1]
+    assert list(policy._timings) == ["1"]
+
+
 def test_retime_ends_once_no_config_is_within_the_noise_of_the_best():
     open_ended = {"retime_tol": 1.0, "retime_rounds": 8, "retime_cost": 0.0, "retime_resolution": 0.0}
     assert _retime_rounds(retime_z=1e6, **open_ended) == 8

@@ -397,7 +397,8 @@ class FastaPolicy:
             close = self._retime_candidates(durations, observed.samples)
             if len(close) >= self.params.retime_min and self._retime_affordable(observed.spent_s, len(close)):
                 for i in close:
-                    self._timings.setdefault(str(i), [float(durations[i])] * int(observed.samples[i]))
+                    if observed.samples[i] == 1:  # a mean of timings carried over has no spread to learn from
+                        self._timings.setdefault(str(i), [float(durations[i])])
                 self._phase = "retime"
                 self._retimes += 1
                 self._retime_timings += len(close)
