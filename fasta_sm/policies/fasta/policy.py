@@ -386,11 +386,10 @@ class FastaPolicy:
     def _finish(self, why: str, durations: np.ndarray, observed: Observations) -> Decision:
         """Before DONE, time the near-best configs again, so one lucky timing cannot win.
 
-        Up to `retime_rounds` rounds, each re-timing the configs among the
-        `retime_top` fastest whose mean is within `retime_tol` of the best
-        (narrowed by `retime_decay` per round), while all re-timing stays
-        within `retime_cost` of the seconds spent before it; one timing more
-        each costs a benchmark, no compile.
+        Up to `retime_rounds` rounds, each re-timing the near-best configs
+        that `_retime_candidates` names, while all re-timing stays within
+        `retime_cost` of the seconds spent before it; one timing more each
+        costs a benchmark, no compile.
         """
         self._stop_reason = why
         if self.params.retime_top > 0 and self._retimes < self.params.retime_rounds:
