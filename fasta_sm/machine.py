@@ -9,9 +9,8 @@ asks the policy to refine: a new R2 round, or DONE. Compile and benchmark work
 in chunks (compiles in parallel batches, timings a few at a time) so that a
 crash loses at most one chunk of work. A backend that can compile ahead
 (`prefetch`) is told, as an R2 batch starts compiling and again once it is
-compiled, which untried configs the policy predicts fastest, so its idle
-workers compile likely picks of the next round while this one is compiled
-and timed.
+compiled, which untried configs the next round is likeliest to pick, so its
+idle workers compile them while this one is compiled and timed.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from transitions import Machine
 
 from .config import Config
 from .errors import BackendError, PolicyError, TuneFailed
+from .lookahead import likely_next
 from .protocols import Backend, Decision, Observations, Policy
 from .state import (
     RoundRecord,
@@ -130,6 +130,7 @@ class Tune:
         self.benchmark_chunk = benchmark_chunk
         self._on_checkpoint = checkpoint
         self._decision: Decision | None = None
+        self._lookahead: tuple[int, list[int]] = (-1, [])
         self._last_blob = pack_state(state)
         self._adopt(state)
         shared_machine().add_model(self, initial=state.phase)
@@ -258,21 +259,34 @@ class Tune:
             self._prefetch(reserve=0)
 
     def _prefetch(self, reserve: int) -> None:
-        """Offer the untried configs predicted fastest to a backend that compiles ahead.
+        """Offer a backend that compiles ahead the untried configs likeliest to come next.
+
+        First what copies of the policy pick next in a few outcomes of this
+        round (`lookahead.likely_next`, once per round), then the rest by
+        predicted duration.
 
         `reserve` is how many compiles the backend is about to be asked for,
-        so that guesses leave room for them. A hint only: nothing is
-        recorded, and a backend that fails to take it costs the tune nothing
-        but a log line.
+        so that guesses leave room for them. A hint only: the tune records
+        nothing of it but the lookahead's seconds (policy time), and a backend
+        that fails to take it costs the tune nothing but a log line.
         """
         state = self.state
         prefetch = getattr(self.backend, "prefetch", None)
         if prefetch is None or state.phase != "R2" or state.retime or not state.predicted_us:
             return
+        if self._lookahead[0] != state.round:
+            started = time.perf_counter()
+            self._lookahead = (state.round, likely_next(state, self.policy, self._rng))
+            elapsed = time.perf_counter() - started
+            state.cost.policy_s += elapsed
+            state.rounds[-1].policy_s += elapsed
         predicted = np.asarray(state.predicted_us, dtype=float)
         tried = set(state.compiled) | set(state.failed) | set(state.pending)
-        order = [
-            int(i) for i in np.argsort(predicted, kind="stable") if int(i) not in tried and math.isfinite(predicted[i])
+        likely = self._lookahead[1]
+        order = likely + [
+            int(i)
+            for i in np.argsort(predicted, kind="stable")
+            if int(i) not in tried and math.isfinite(predicted[i]) and int(i) not in likely
         ]
         try:
             prefetch([state.configs[i] for i in order[:PREFETCH_MAX]], reserve=reserve)

@@ -13,6 +13,7 @@ from engine_harness import CountingBackend, write_table
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
 from fasta_sm.errors import BackendError, ConfigError, TableError, TuneFailed
+from fasta_sm.lookahead import likely_next
 from fasta_sm.machine import Tune, shared_machine
 from fasta_sm.policies import make_policy
 from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome
@@ -339,13 +340,15 @@ class PrefetchingBackend(CountingBackend):
         self.tune_ref = tune_ref
 
     def prefetch(self, configs, reserve=0):
-        state = self.tune_ref[0].state
+        tune = self.tune_ref[0]
+        state = tune.state
         self.offers.append({
             "phase": state.phase, "round": state.round, "retime": state.retime, "step": state.step,
             "reserve": reserve, "offered": [state.configs.index(c) for c in configs],
             "untried": set(range(state.n_configs)) - set(state.compiled) - set(state.failed) - set(state.pending),
             "uncompiled": [i for i in state.pending if i not in state.compiled and i not in state.failed],
             "predicted": list(state.predicted_us),
+            "likely": likely_next(state, tune.policy, tune._rng),
         })
 
     def compile(self, configs):
@@ -366,16 +369,31 @@ def prefetch_offers(table, backend, chunk_size=16):
     return t.state, counting.offers
 
 
-def test_a_backend_that_prefetches_is_offered_untried_configs_fastest_predicted_first(table, backend):
+def test_a_backend_that_prefetches_is_offered_the_lookahead_picks_then_the_fastest_predicted(table, backend):
     _, offers = prefetch_offers(table, backend)
     offers = [o for o in offers if "offered" in o]
-    assert offers
+    assert offers and any(o["likely"] for o in offers)
     for offer in offers:
-        predicted = offer["predicted"]
+        predicted, likely = offer["predicted"], offer["likely"]
         assert (offer["phase"], offer["retime"]) == ("R2", False)
         assert offer["offered"] and set(offer["offered"]) <= offer["untried"]
-        assert offer["offered"] == sorted(offer["offered"], key=lambda i: (predicted[i], i))
-        assert len(offer["offered"]) == min(len(offer["untried"]), 64)
+        assert len(set(offer["offered"])) == len(offer["offered"]) == min(len(offer["untried"]), 64)
+        rest = sorted(offer["untried"] - set(likely), key=lambda i: (predicted[i], i))
+        assert offer["offered"] == (likely + rest)[:64]
+
+
+def test_a_tune_that_prefetches_decides_exactly_as_one_that_does_not(table):
+    state, _ = prefetch_offers(table, ReplayBackend(table, noise=True, seed=7))
+    plain = Tune.start("k", "mm", table.configs, ReplayBackend(table, noise=True, seed=7),
+                       make_policy("fasta", table.configs), seed=3)
+    try:
+        plain.drive()
+    finally:
+        plain.close()
+    assert [(r.phase, r.batch, r.retime) for r in state.rounds] == [
+        (r.phase, r.batch, r.retime) for r in plain.state.rounds]
+    assert state.durations == plain.state.durations and state.best == plain.state.best
+    assert state.policy_state == plain.state.policy_state and state.rng_state == plain.state.rng_state
 
 
 def test_each_guided_batch_is_offered_before_it_compiles_and_again_while_it_is_timed(table, backend):

@@ -8,6 +8,7 @@ the bound sits below it with room for platform noise in floating point.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import landscapes
@@ -402,6 +403,18 @@ def test_state_round_trip_through_msgpack_mid_r2_gives_the_same_next_decision():
         sim.measure(decision)
     expected, again, _ = decide_and_resume(policy, MATMUL.configs, sim.observed(), rng)
     assert list(again.batch) == list(expected.batch) and again.reason == expected.reason
+
+
+def test_a_deep_copy_refines_as_the_original_would_and_leaves_it_untouched():
+    policy, sim, rng, _ = _after_r1(seed=7)
+    sim.measure(policy.refine(sim.observed(), rng))
+    before = msgpack.packb(policy.state_dict())
+    clone = copy.deepcopy(policy)
+    from_clone = clone.refine(sim.observed(), copy.deepcopy(rng))
+    assert msgpack.packb(policy.state_dict()) == before
+    from_original = policy.refine(sim.observed(), rng)
+    assert list(from_clone.batch) == list(from_original.batch) and from_clone.reason == from_original.reason
+    assert msgpack.packb(clone.state_dict()) == msgpack.packb(policy.state_dict())
 
 
 def test_resume_through_the_engine_mid_r2_picks_what_an_uninterrupted_tune_picks(tmp_path):

@@ -1,0 +1,84 @@
+"""Specs for the lookahead: guesses of the next batch that leave the tune's own decisions alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fasta_sm.backends.replay import ReplayBackend, load_table
+from fasta_sm.data import table_path
+from fasta_sm.lookahead import likely_next
+from fasta_sm.machine import Tune
+from fasta_sm.policies import make_policy
+from fasta_sm.state import encode_rng
+
+
+def _tune(table, seed=0):
+    return Tune.start("k", table.kernel, table.configs, ReplayBackend(table, noise=True, seed=seed),
+                      make_policy("fasta", table.configs), seed=seed, chunk_size=len(table.configs))
+
+
+def _at_second_guided_round(tune):
+    while not (tune.state.phase == "R2" and tune.state.round == 2 and tune.state.step == "compile"):
+        tune.advance()
+    return tune
+
+
+def test_the_lookahead_leaves_the_policy_and_the_rng_as_they_were(table):
+    tune = _at_second_guided_round(_tune(table))
+    try:
+        policy_before, rng_before = tune.policy.state_dict(), encode_rng(tune._rng)
+        assert likely_next(tune.state, tune.policy, tune._rng)
+        assert tune.policy.state_dict() == policy_before
+        assert encode_rng(tune._rng) == rng_before
+    finally:
+        tune.close()
+
+
+def test_the_lookahead_guesses_nothing_before_the_policy_has_predicted_anything(table):
+    tune = _tune(table)
+    try:
+        assert tune.state.phase == "R1" and not tune.state.predicted_us
+        assert likely_next(tune.state, tune.policy, tune._rng) == []
+    finally:
+        tune.close()
+
+
+def test_the_lookahead_guesses_nothing_when_a_copy_of_the_policy_raises(table, monkeypatch):
+    tune = _at_second_guided_round(_tune(table))
+    try:
+        monkeypatch.setattr(type(tune.policy), "refine", lambda self, observed, rng: 1 / 0)
+        assert likely_next(tune.state, tune.policy, tune._rng) == []
+    finally:
+        tune.close()
+
+
+@pytest.mark.parametrize("kernel", ["rmsnorm_bf16", "mm_skinny_bf16_m16"])
+def test_the_lookahead_names_more_of_the_next_batch_than_the_predicted_ranking(kernel):
+    """Over 10 seeds (measured 2026-11-30): 0.79 / 0.70 of each next guided batch among the first
+    nine lookahead guesses, against 0.44 / 0.28 for the nine fastest predicted."""
+    table = load_table(table_path(kernel))
+    guessed = ranked = total = 0
+    for seed in range(10):
+        tune = _tune(table, seed)
+        offers = {}
+        try:
+            while not tune.state.done:
+                tune.advance()
+                state = tune.state
+                if state.phase == "R2" and not state.retime and state.step == "compile" and state.round not in offers:
+                    predicted = np.asarray(state.predicted_us)
+                    tried = set(state.compiled) | set(state.failed) | set(state.pending)
+                    fastest = [int(i) for i in np.argsort(predicted, kind="stable") if int(i) not in tried]
+                    offers[state.round] = (likely_next(state, tune.policy, tune._rng)[:9], fastest[:9])
+        finally:
+            tune.close()
+        guided = {r.round: r.batch for r in tune.state.rounds if r.phase == "R2" and not r.retime}
+        for round_, batch in guided.items():
+            if round_ - 1 in offers:
+                likely, fastest = offers[round_ - 1]
+                guessed += len(set(batch) & set(likely))
+                ranked += len(set(batch) & set(fastest))
+                total += len(batch)
+    assert guessed / total >= 0.6
+    assert guessed / total >= ranked / total + 0.2
