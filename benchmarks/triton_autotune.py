@@ -151,15 +151,17 @@ def run_kernel(name: str, opts) -> dict:
     def triton_decorator(state_dir):
         return triton.autotune(configs, key=key, do_bench=do_bench)(spec.fn)
 
-    def fasta_decorator(policy):
+    def fasta_decorator(policy, params=None):
         return lambda state_dir: fasta_sm.autotune(configs, key=key, do_bench=do_bench, policy=policy,
                                                    budget=opts.budget if policy == "fasta" else None,
-                                                   seed=opts.seed, state_dir=state_dir)(spec.fn)
+                                                   seed=opts.seed, state_dir=state_dir,
+                                                   policy_params=params)(spec.fn)
 
     methods = {"triton": triton_decorator, "exhaustive": fasta_decorator("exhaustive"),
                "fasta": fasta_decorator("fasta"), "exhaustive-pool-up": fasta_decorator("exhaustive"),
                "fasta-pool-up": fasta_decorator("fasta")}
-    for method in opts.methods:
+    methods.update({name: fasta_decorator("fasta", params) for name, params in opts.variants.items()})
+    for method in [*opts.methods, *opts.variants]:
         decorate = methods[method]
         cold(spec.fn, pool_up=method.endswith("-pool-up"))
         state_dir = tempfile.mkdtemp(prefix="fasta-states-")
@@ -194,8 +196,12 @@ def run_kernel(name: str, opts) -> dict:
     for method, us in times.items():
         row[method]["chosen_us"] = round(us, 3)
         row[method]["regret_pct"] = round(100 * (us - best) / best, 2)
-    for fasta, baseline in (("fasta", "triton"), ("fasta", "exhaustive"), ("fasta-pool-up", "triton"),
-                            ("fasta-pool-up", "exhaustive-pool-up")):
+    pairs = [("fasta", "triton"), ("fasta", "exhaustive"), ("fasta-pool-up", "triton"),
+             ("fasta-pool-up", "exhaustive-pool-up")]
+    for variant in opts.variants:
+        pool_up = variant.endswith("-pool-up")
+        pairs += [(variant, "triton"), (variant, "exhaustive-pool-up" if pool_up else "exhaustive")]
+    for fasta, baseline in pairs:
         if fasta in row and baseline in row:
             row[f"{fasta}_vs_{baseline}_cold"] = round(row[fasta]["cold_s"] / row[baseline]["cold_s"], 3)
     return row
@@ -281,6 +287,9 @@ def main() -> None:
     parser.add_argument("--warmup-ms", type=float, default=25.0)
     parser.add_argument("--rep-ms", type=float, default=100.0)
     parser.add_argument("--budget", type=float, default=None, help="fasta budget fraction (default: its routing)")
+    parser.add_argument("--variant", nargs=2, action="append", default=[], metavar=("NAME", "JSON"),
+                        help="one more fasta method, NAME, with these policy params (a JSON object); "
+                        "a NAME ending in -pool-up runs with the compile pool already up")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--crash", action="store_true", help="also run the live crash test")
@@ -295,6 +304,10 @@ def main() -> None:
     parser.add_argument("--log", help=argparse.SUPPRESS)
     parser.add_argument("--kill-after", type=int, default=0, help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    opts.variants = {name: json.loads(params) for name, params in opts.variant}
+    clash = set(opts.variants) & set(METHODS)
+    if clash:
+        parser.error(f"--variant {', '.join(sorted(clash))}: already a method")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     if opts.child:
         crash_child(opts)
@@ -329,10 +342,14 @@ SHORT = {"triton": "t", "exhaustive": "e", "fasta": "f", "exhaustive-pool-up": "
 
 def print_table(rows: list[dict]) -> None:
     """Cold seconds and regret per method, the fasta ratios, and fasta's second-process start."""
-    methods = [m for m in METHODS if any(m in row for row in rows)]
+    variants = sorted({m for row in rows for m in row if isinstance(row[m], dict) and m not in METHODS})
+    methods = [m for m in METHODS if any(m in row for row in rows)] + variants
+    short = {**SHORT, **{v: f"v{i}" for i, v in enumerate(variants, 1)}}
     ratios = sorted({k for row in rows for k in row if k.endswith("_cold")})
-    names = [SHORT[m] for m in methods]
-    ratio_names = ["/".join(SHORT[part] for part in k[: -len("_cold")].split("_vs_")) for k in ratios]
+    names = [short[m] for m in methods]
+    ratio_names = ["/".join(short[part] for part in k[: -len("_cold")].split("_vs_")) for k in ratios]
+    for variant in variants:
+        print(f"{short[variant]}: {variant}")
     print(f"{'kernel':26s} {'N':>5s} " + " ".join(f"{n + ' s':>7s}" for n in names) + " "
           + " ".join(f"{n:>6s}" for n in ratio_names) + f" {'regret ' + '/'.join(names) + ' %':>24s}"
           + "  2nd proc: before / first launch ms")
