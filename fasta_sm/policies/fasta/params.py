@@ -135,15 +135,16 @@ class FastaParams:
         return out
 
 
-LIVE_DEFAULTS: dict[str, Any] = {"retime_z": 0.0, "retime_rounds": 6, "retime_cost": 0.05}
+LIVE_DEFAULTS: dict[str, Any] = {"retime_rounds": 6, "retime_cost": 0.05}
 """Re-timing for tunes that time on a device while the user waits (`fasta_sm.autotune`, Inductor).
 
-The replay defaults re-time until the noise settles, within 10 % of the
-seconds spent. In a live tune most of those seconds are compile seconds
-spent in parallel workers, so that budget buys timings one after another
-on the wall clock: up to a second or two on a 4-8 s tune. These are the
-re-time settings the live figures in docs/benchmarks.md were measured with.
-A `policy_params` entry overrides each.
+The replay defaults re-time until the noise settles, up to 20 rounds within
+10 % of the seconds spent. In a live tune most of those seconds are compile
+seconds spent in parallel workers, so that budget would buy timings one after
+another on the wall clock. Live tunes keep the noise window but stop after 6
+rounds or 5 % of the seconds spent; on the H200 the window ends after one
+round on quiet kernels (docs/benchmarks.md). A `policy_params` entry
+overrides each.
 """
 
 # Knobs a user may set process-wide; every other knob is per tune only.
