@@ -249,3 +249,28 @@ def test_polish_tries_the_best_configs_transposed_tile_first():
     resumed = FastaPolicy(configs)
     resumed.load_state_dict(state)
     assert resumed.params.polish_transpose is False and resumed._tile_pair is None
+
+
+def test_polish_transposes_the_second_fastest_tile_when_the_best_is_square():
+    configs, _ = _space()
+    durations = np.full(len(configs), np.nan)
+    for i, c in enumerate(configs):
+        if c.kwargs["BLOCK_M"] == 64:
+            durations[i] = 6.0
+    durations[_index(configs, 64, 64, 64, 8, 2)] = 4.0
+    durations[_index(configs, 64, 128, 32, 8, 2)] = 5.0
+    candidates = np.flatnonzero(np.isnan(durations))
+    transposed = _index(configs, 128, 64, 32, 8, 2)
+    polish = FastaPolicy(configs)._polish_round(durations, candidates)
+    assert polish is not None and polish.batch == [transposed]
+    only_best = FastaPolicy(configs, transpose_centers=1)._polish_round(durations, candidates)
+    assert only_best is not None and only_best.batch != [transposed]
+
+
+def test_a_state_from_before_the_second_centres_transpose_resumes_with_the_best_only():
+    configs, _ = _space()
+    state = FastaPolicy(configs).state_dict()
+    del state["params"]["transpose_centers"]
+    resumed = FastaPolicy(configs)
+    resumed.load_state_dict(state)
+    assert resumed.params.transpose_centers == 1

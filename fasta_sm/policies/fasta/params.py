@@ -67,6 +67,7 @@ class FastaParams:
     polish_extra: int = 2
     polish_centers: int = 2
     polish_transpose: bool = True
+    transpose_centers: int = 2
     # --- stopping ---
     min_rounds: int = 3
     margin_conv: float = 0.05
@@ -107,8 +108,8 @@ class FastaParams:
             raise PolicyError("fasta: tau_range, retime_top, min_rounds and failure_weight must not be negative")
         if self.cell_max < 0 or self.cell_picks < 0 or self.cell_retry < 0 or self.polish_extra < 0:
             raise PolicyError("fasta: cell_max, cell_picks, cell_retry and polish_extra must not be negative")
-        if self.polish_centers < 1:
-            raise PolicyError(f"fasta: polish_centers={self.polish_centers!r} must be at least 1")
+        if self.polish_centers < 1 or self.transpose_centers < 1:
+            raise PolicyError("fasta: polish_centers and transpose_centers must be at least 1")
         if not 0.0 <= self.retime_cost <= 1.0:
             raise PolicyError(f"fasta: retime_cost={self.retime_cost!r} must be 0 (no cap) or a fraction in (0, 1]")
         if self.cell_spill < 0:
@@ -203,8 +204,9 @@ DESCRIPTIONS: dict[str, str] = {
     "twin_deep": "a spill twin is tried at the deepest stage count that runs (False: the best-scored stages)",
     "polish_extra": "past the budget, at most this many more configs next to the best (0: off; none with `budget=`)",
     "polish_centers": "polish steps one level in one column from this many of the fastest configs",
-    "polish_transpose": "the first polish pick after any spill twin is the best config with BLOCK_M and BLOCK_N "
+    "polish_transpose": "the first polish pick after any spill twin is a fast config with BLOCK_M and BLOCK_N "
     "swapped",
+    "transpose_centers": "that config is the first of this many fastest whose transposed tile is untried and runs",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",
     "margin_conv": "margin test: untried configs must all be bounded this much slower",
     "trust_rho": "margin test: LOO Spearman the model needs to be believed",

@@ -300,8 +300,9 @@ class FastaPolicy:
         chance to run is below `cell_min_run`; the best-scored one (model
         prediction and failure penalty) is measured; a cell whose tile spilled
         at fewer warps (`spill_twin_picks`) goes first, since the model reads
-        the spill as a slow tile, then the best's transposed tile
-        (`transposed_tile`), two columns away. The model is the basis
+        the spill as a slow tile, then the transposed tile (`transposed_tile`,
+        two columns away) of the first of the `transpose_centers` fastest
+        configs that has one untried. The model is the basis
         that won the last guided round, refitted on everything measured (one
         fit, not a competition). None when the pool is empty.
         """
@@ -329,8 +330,11 @@ class FastaPolicy:
         all_scores = fit.predict(self._designs[fit.basis]) + run_penalty(p_fail, params.tau_min, params.failure_weight)
         first = self._spill_twins(durations, candidates, all_scores, p_fail)
         if first.size == 0 and self._tile_pair is not None:
-            first = transposed_tile(self._space.raw, *self._tile_pair, int(order[0]), candidates)
-            first = first[1.0 - p_fail[first] >= params.cell_min_run]
+            for center in order[: params.transpose_centers]:
+                first = transposed_tile(self._space.raw, *self._tile_pair, int(center), candidates)
+                first = first[1.0 - p_fail[first] >= params.cell_min_run]
+                if first.size:
+                    break
         if first.size:
             pool = first
         if pool.size == 0:
@@ -524,6 +528,7 @@ class FastaPolicy:
         stored.setdefault("cell_spill", 0.0)  # written before the spill twins: polish as it was planned to
         stored.setdefault("twin_deep", False)  # written before the deepest-stage twin: its best-scored stages
         stored.setdefault("polish_transpose", False)  # written before the transposed-tile polish pick
+        stored.setdefault("transpose_centers", 1)  # written when only the best's tile was transposed
         stored["bases"] = tuple(stored["bases"])
         if "cell_columns" in stored:
             stored["cell_columns"] = tuple(stored["cell_columns"])
