@@ -188,7 +188,8 @@ class CompilePool:
         self._generation = 0
         _POOLS.add(self)
 
-    def _get(self) -> ProcessPoolExecutor:
+    def _get(self) -> tuple[ProcessPoolExecutor, int]:
+        """The executor, started if need be, and its generation, read together under the lock."""
         with self._lock:
             if self._executor is None:
                 threading.Thread(target=warm_triton_key, name="fasta-triton-key", daemon=True).start()
@@ -198,7 +199,7 @@ class CompilePool:
                 self._executor = ProcessPoolExecutor(
                     max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=(self._alive[0],)
                 )
-            return self._executor
+            return self._executor, self._generation
 
     def _reset(self) -> None:
         with self._lock:
@@ -228,8 +229,7 @@ class CompilePool:
 
     def start(self) -> None:
         """Spawn and warm the workers now rather than at the first compile."""
-        executor = self._get()
-        generation = self._generation
+        executor, generation = self._get()
         for future in [executor.submit(_warm_worker) for _ in range(self.workers)]:
             future.result()
         with self._lock:
@@ -258,8 +258,7 @@ class CompilePool:
         Raises what `ProcessPoolExecutor.submit` raises on a broken or closed
         executor; `run` handles that as a crash.
         """
-        executor = self._get()
-        generation = self._generation
+        executor, generation = self._get()
         future = executor.submit(_compile_in_worker, job)
         future.fasta_generation = generation  # type: ignore[attr-defined]
         return future
