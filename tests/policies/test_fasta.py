@@ -417,6 +417,20 @@ def test_a_deep_copy_refines_as_the_original_would_and_leaves_it_untouched():
     assert msgpack.packb(clone.state_dict()) == msgpack.packb(policy.state_dict())
 
 
+def test_a_deep_copy_of_a_policy_resumed_under_other_params_shares_none_of_its_memory():
+    policy, sim, rng, _ = _after_r1(seed=7)
+    sim.measure(policy.refine(sim.observed(), rng))
+    state = policy.state_dict()
+    del state["params"]["transpose_centers"]  # an older state: load_state_dict reruns _setup
+    resumed = FastaPolicy(MATMUL.configs)
+    resumed.load_state_dict(state)
+    before = msgpack.packb(resumed.state_dict())
+    clone = copy.deepcopy(resumed)
+    assert clone._history is not resumed._history and clone._timings is not resumed._timings
+    clone.refine(sim.observed(), copy.deepcopy(rng))
+    assert msgpack.packb(resumed.state_dict()) == before
+
+
 def test_resume_through_the_engine_mid_r2_picks_what_an_uninterrupted_tune_picks(tmp_path):
     from fasta_sm.backends.replay import ReplayBackend
     from fasta_sm.store import StateStore

@@ -70,6 +70,8 @@ class FastaPolicy:
         self._configs = configs
         self._budget_arg = budget
         self._setup(resolve_params(params))
+        # What _setup derives, taken before the tune's memory exists; load_state_dict may rerun _setup.
+        self._derived = frozenset(vars(self)) | {"_derived"}
         self._phase = "start"
         self._r2_rounds = 0
         self._last_batch: list[int] = []
@@ -113,7 +115,6 @@ class FastaPolicy:
         if params.twin_deep and "num_stages" in self._space.names:
             self._twin_stages = self._space.names.index("num_stages")
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
-        self._derived = frozenset(vars(self)) | {"_derived"}
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
 
     def __deepcopy__(self, memo: dict) -> FastaPolicy:
