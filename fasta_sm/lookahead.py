@@ -33,9 +33,9 @@ def likely_next(state: TuneState, policy: Policy, rng: np.random.Generator) -> l
 
     The scenario "the batch times as predicted" comes first, then one per
     config of the batch in which that config becomes the best. Empty when the
-    state holds no predictions, when a prediction for the batch is not
-    finite, or when a copy of the policy raises (a guess must never fail the
-    tune).
+    state holds no predictions or no measured best yet, when a prediction for
+    the batch is not finite, or when a copy of the policy raises (a guess
+    must never fail the tune).
     """
     base = _expected_observations(state)
     if base is None or state.best_us is None:
@@ -45,7 +45,7 @@ def likely_next(state: TuneState, policy: Policy, rng: np.random.Generator) -> l
         if index not in state.failed:
             durations = base.duration_us.copy()
             durations[index] = NEW_BEST * state.best_us
-            scenarios.append(Observations(durations, base.samples, base.compile_s, base.spent_s))
+            scenarios.append(Observations(durations, base.samples.copy(), base.compile_s.copy(), base.spent_s))
     tried = set(state.compiled) | set(state.failed) | set(state.pending)
     picks: list[int] = []
     for observed in scenarios:

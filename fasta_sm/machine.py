@@ -276,7 +276,12 @@ class Tune:
             return
         if self._lookahead[0] != state.round:
             started = time.perf_counter()
-            self._lookahead = (state.round, likely_next(state, self.policy, self._rng))
+            try:
+                likely = likely_next(state, self.policy, self._rng)
+            except Exception as exc:  # noqa: BLE001  a guess must never fail the tune
+                log.warning("kernel %s: lookahead failed: %s: %s", state.kernel, type(exc).__name__, exc)
+                likely = []
+            self._lookahead = (state.round, likely)
             elapsed = time.perf_counter() - started
             state.cost.policy_s += elapsed
             state.rounds[-1].policy_s += elapsed

@@ -348,7 +348,8 @@ class PrefetchingBackend(CountingBackend):
             "untried": set(range(state.n_configs)) - set(state.compiled) - set(state.failed) - set(state.pending),
             "uncompiled": [i for i in state.pending if i not in state.compiled and i not in state.failed],
             "predicted": list(state.predicted_us),
-            "likely": likely_next(state, tune.policy, tune._rng),
+            "likely": tune._lookahead[1],
+            "likely_again": likely_next(state, tune.policy, tune._rng),
         })
 
     def compile(self, configs):
@@ -380,6 +381,27 @@ def test_a_backend_that_prefetches_is_offered_the_lookahead_picks_then_the_faste
         assert len(set(offer["offered"])) == len(offer["offered"]) == min(len(offer["untried"]), 64)
         rest = sorted(offer["untried"] - set(likely), key=lambda i: (predicted[i], i))
         assert offer["offered"] == (likely + rest)[:64]
+        assert likely == offer["likely_again"]  # the machine's own lookahead, as a fresh one finds it
+
+
+def test_the_lookahead_runs_once_per_round_for_both_offers(table, backend):
+    _, offers = prefetch_offers(table, backend)
+    by_round = {}
+    for offer in (o for o in offers if "offered" in o):
+        by_round.setdefault(offer["round"], []).append(offer["likely"])
+    assert by_round and all(len(lists) == 2 for lists in by_round.values())
+    assert all(first is second for first, second in by_round.values())
+
+
+def test_a_lookahead_that_raises_does_not_fail_the_tune(table, backend, caplog, monkeypatch):
+    def broken(state, policy, rng):
+        raise RuntimeError("no copy")
+
+    monkeypatch.setattr("fasta_sm.machine.likely_next", broken)
+    state, offers = prefetch_offers(table, backend)
+    assert state.done and state.best is not None
+    assert any("offered" in o for o in offers)
+    assert "lookahead failed: RuntimeError: no copy" in caplog.text
 
 
 def test_a_tune_that_prefetches_decides_exactly_as_one_that_does_not(table):
