@@ -204,8 +204,8 @@ DESCRIPTIONS: dict[str, str] = {
     "twin_deep": "a spill twin is tried at the deepest stage count that runs (False: the best-scored stages)",
     "polish_extra": "past the budget, at most this many more configs next to the best (0: off; none with `budget=`)",
     "polish_centers": "polish steps one level in one column from this many of the fastest configs",
-    "polish_transpose": "the first polish pick after any spill twin is a fast config with BLOCK_M and BLOCK_N "
-    "swapped",
+    "polish_transpose": "each polish pick after any spill twin is, while one is left, a fast config with BLOCK_M "
+    "and BLOCK_N swapped",
     "transpose_centers": "that config is the first of this many fastest whose transposed tile is untried and runs",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",
     "margin_conv": "margin test: untried configs must all be bounded this much slower",
