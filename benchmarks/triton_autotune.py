@@ -304,10 +304,18 @@ def main() -> None:
     parser.add_argument("--log", help=argparse.SUPPRESS)
     parser.add_argument("--kill-after", type=int, default=0, help=argparse.SUPPRESS)
     opts = parser.parse_args()
-    opts.variants = {name: json.loads(params) for name, params in opts.variant}
-    clash = set(opts.variants) & set(METHODS)
-    if clash:
-        parser.error(f"--variant {', '.join(sorted(clash))}: already a method")
+    opts.variants = {}
+    for name, params in opts.variant:
+        try:
+            opts.variants[name] = json.loads(params)
+        except json.JSONDecodeError as error:
+            parser.error(f"--variant {name}: {params!r} is not JSON: {error}")
+        if not isinstance(opts.variants[name], dict):
+            parser.error(f"--variant {name}: {params!r} must be a JSON object of policy params")
+        if name in METHODS or "_vs_" in name:
+            parser.error(f"--variant {name}: a method of that name exists, or the name contains '_vs_'")
+    if len(opts.variants) != len(opts.variant):
+        parser.error("--variant: each NAME once")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     if opts.child:
         crash_child(opts)
