@@ -12,6 +12,7 @@ from fasta_sm.policies.fasta.features import extract_features
 from fasta_sm.policies.fasta.sampling import (
     cell_retry_picks,
     one_step_neighbours,
+    scaled_up_tiles,
     spill_twin_picks,
     tile_cells,
     transposed_tile,
@@ -267,3 +268,32 @@ def test_polish_transposes_the_second_fastest_tile_when_the_best_is_square():
 def test_a_state_from_before_the_second_centres_transpose_resumes_with_the_best_only():
     configs, _ = _space()
     assert _resumed_from_before("transpose_centers", configs).params.transpose_centers == 1
+
+
+def test_a_scaled_up_tile_doubles_one_side_and_the_warps_at_the_deepest_stages():
+    configs, space = _space(stages=(2, 3))
+    m, n = space.names.index("kwargs.BLOCK_M"), space.names.index("kwargs.BLOCK_N")
+    warps, stages = space.names.index("num_warps"), space.names.index("num_stages")
+    candidates = np.arange(len(configs))
+    center = _index(configs, 64, 64, 32, 4, 2)
+    picks = scaled_up_tiles(space.levels, center, candidates, m, n, warps, stages)
+    assert sorted(picks) == sorted([_index(configs, 128, 64, 32, 8, 3), _index(configs, 64, 128, 32, 8, 3)])
+    shallow = candidates[[c.num_stages == 2 for c in configs]]
+    picks = scaled_up_tiles(space.levels, center, shallow, m, n, warps, stages)
+    assert sorted(picks) == sorted([_index(configs, 128, 64, 32, 8, 2), _index(configs, 64, 128, 32, 8, 2)])
+    at_most_warps = _index(configs, 64, 64, 32, 8, 2)
+    assert scaled_up_tiles(space.levels, at_most_warps, candidates, m, n, warps, stages).size == 0
+
+
+def test_polish_tries_the_best_tile_scaled_up_before_the_transposed_tiles():
+    configs, _ = _space()
+    square_best = {(64, 64, 64, 4, 2): 4.0, (64, 128, 32, 8, 2): 5.0}
+    scaled_up = {_index(configs, 128, 64, 64, 8, 2), _index(configs, 64, 128, 64, 8, 2)}
+    (pick,) = _polish_pick(configs, square_best)
+    assert pick in scaled_up
+    assert _polish_pick(configs, square_best, polish_scale_up=False) == [_index(configs, 128, 64, 32, 8, 2)]
+
+
+def test_a_state_from_before_the_scaled_up_tile_resumes_without_it():
+    configs, _ = _space()
+    assert _resumed_from_before("polish_scale_up", configs).params.polish_scale_up is False

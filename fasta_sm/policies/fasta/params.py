@@ -66,6 +66,7 @@ class FastaParams:
     # --- polish, past the budget ---
     polish_extra: int = 2
     polish_centers: int = 2
+    polish_scale_up: bool = True
     polish_transpose: bool = True
     transpose_centers: int = 2
     # --- stopping ---
@@ -204,6 +205,8 @@ DESCRIPTIONS: dict[str, str] = {
     "twin_deep": "a spill twin is tried at the deepest stage count that runs (False: the best-scored stages)",
     "polish_extra": "past the budget, at most this many more configs next to the best (0: off; none with `budget=`)",
     "polish_centers": "polish steps one level in one column from this many of the fastest configs",
+    "polish_scale_up": "each polish pick after any spill twin is, while one is left, the best's tile one level "
+    "larger in BLOCK_M or BLOCK_N with one level more warps, at the deepest stages that run",
     "polish_transpose": "each polish pick after any spill twin is, while one is left, a fast config with BLOCK_M "
     "and BLOCK_N swapped",
     "transpose_centers": "that config is the first of this many fastest whose transposed tile is untried and runs",

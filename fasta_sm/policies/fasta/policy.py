@@ -30,6 +30,7 @@ from .sampling import (
     cell_retry_picks,
     marginal_scores,
     one_step_neighbours,
+    scaled_up_tiles,
     softmax_pick,
     spill_twin_picks,
     stratified_sample,
@@ -301,9 +302,10 @@ class FastaPolicy:
         chance to run is below `cell_min_run`; the best-scored one (model
         prediction and failure penalty) is measured; a cell whose tile spilled
         at fewer warps (`spill_twin_picks`) goes first, since the model reads
-        the spill as a slow tile, then the transposed tile (`transposed_tile`,
-        two columns away) of the first of the `transpose_centers` fastest
-        configs that has one untried. The model is the basis
+        the spill as a slow tile, then the best's tile scaled up with its warps
+        (`scaled_up_tiles`), then the transposed tile (`transposed_tile`, two
+        columns away) of the first of the `transpose_centers` fastest configs
+        that has one untried. The model is the basis
         that won the last guided round, refitted on everything measured (one
         fit, not a competition). None when the pool is empty.
         """
@@ -329,11 +331,15 @@ class FastaPolicy:
             pool = np.union1d(pool, retry)
         pool = pool[1.0 - p_fail[pool] >= params.cell_min_run]
         all_scores = fit.predict(self._designs[fit.basis]) + run_penalty(p_fail, params.tau_min, params.failure_weight)
+        runs = candidates[1.0 - p_fail[candidates] >= params.cell_min_run]
         first = self._spill_twins(durations, candidates, all_scores, p_fail)
+        if first.size == 0 and params.polish_scale_up and self._tile_pair is not None and self._warps is not None:
+            first = scaled_up_tiles(
+                self._space.levels, int(order[0]), runs, *self._tile_pair, self._warps, self._twin_stages
+            )
         if first.size == 0 and self._tile_pair is not None:
             for center in order[: params.transpose_centers]:
-                first = transposed_tile(self._space.raw, *self._tile_pair, int(center), candidates)
-                first = first[1.0 - p_fail[first] >= params.cell_min_run]
+                first = transposed_tile(self._space.raw, *self._tile_pair, int(center), runs)
                 if first.size:
                     break
         if first.size:
@@ -530,6 +536,7 @@ class FastaPolicy:
         stored.setdefault("twin_deep", False)  # written before the deepest-stage twin: its best-scored stages
         stored.setdefault("polish_transpose", False)  # written before the transposed-tile polish pick
         stored.setdefault("transpose_centers", 1)  # written when only the best's tile was transposed
+        stored.setdefault("polish_scale_up", False)  # written before the scaled-up tile polish pick
         stored["bases"] = tuple(stored["bases"])
         if "cell_columns" in stored:
             stored["cell_columns"] = tuple(stored["cell_columns"])

@@ -250,6 +250,34 @@ def transposed_tile(raw: np.ndarray, m: int, n: int, center: int, candidates: np
     return candidates[np.all(raw[candidates] == swapped, axis=1)]
 
 
+def scaled_up_tiles(
+    levels: np.ndarray, center: int, candidates: np.ndarray, m: int, n: int, warps: int, stages: int | None
+) -> np.ndarray:
+    """The candidates with `center`'s tile one level larger in one dimension and one level more warps.
+
+    Doubling a tile's side and its warps keeps the work and registers per
+    thread, so the larger tile runs about as well as the center and may be
+    faster, yet it is three columns away once stages differ, and a smooth
+    model ranks it by the slower tiles in between. On the recorded
+    attention_fwd_bf16_d128 most held-out misses stop at 128 x 64 with 4
+    warps (+3.0 %), and the fastest configs are 256 x 64 with 8 warps at 3
+    and 4 stages. Columns `m`, `n` and `warps` of `levels` are the tile and
+    the warps; every other column but `stages` must equal the center's, and
+    with `stages` given only the deepest stages among the candidates of each
+    direction are kept (as for the spill twins).
+    """
+    moved = levels[candidates] - levels[center]
+    fixed = [j for j in range(levels.shape[1]) if j not in (m, n, warps, stages)]
+    same = np.all(moved[:, fixed] == 0, axis=1) & (moved[:, warps] == 1)
+    picks = []
+    for dm, dn in ((1, 0), (0, 1)):
+        inside = candidates[same & (moved[:, m] == dm) & (moved[:, n] == dn)]
+        if inside.size and stages is not None:
+            inside = inside[levels[inside, stages] == levels[inside, stages].max()]
+        picks.append(inside)
+    return np.concatenate(picks)
+
+
 def one_step_neighbours(levels: np.ndarray, centers: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     """The candidates one level away from any of `centers` in exactly one column (coordinate-descent moves).
 
