@@ -255,7 +255,8 @@ def scaled_up_tiles(
 ) -> np.ndarray:
     """The candidates with `center`'s tile one level larger in one dimension and one level more warps.
 
-    Doubling a tile's side and its warps keeps the work and registers per
+    In the usual power-of-two spaces a level up is a doubling, and doubling
+    a tile's side and its warps keeps the work and registers per
     thread, so the larger tile runs about as well as the center and may be
     faster, yet it is three columns away once stages differ, and a smooth
     model ranks it by the slower tiles in between. On the recorded
