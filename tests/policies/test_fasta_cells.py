@@ -178,6 +178,7 @@ def test_polish_tries_the_spilled_tile_at_more_warps_first():
     twin = {_index(configs, 128, 128, k, 8, 2) for k in (32, 64)}
     polish = FastaPolicy(configs)._polish_round(durations, candidates)
     assert polish is not None and polish.batch[0] in twin
+    assert "a spilled tile at more warps" in polish.reason
     plain = FastaPolicy(configs, cell_spill=0.0)._polish_round(durations, candidates)
     assert plain is not None and plain.batch[0] not in twin
 
@@ -234,8 +235,8 @@ def test_the_transposed_tile_swaps_block_m_and_block_n_only():
     assert transposed_tile(space.raw, m, n, _index(configs, 64, 64, 32, 8, 2), candidates).size == 0  # square
 
 
-def _polish_pick(configs, fast, **params):
-    """The first polish pick once every BLOCK_M = 64 config ran in 6 µs, but `fast` (tile → µs) ran faster."""
+def _polish(configs, fast, **params):
+    """The first polish decision once every BLOCK_M = 64 config ran in 6 µs, but `fast` (tile → µs) ran faster."""
     durations = np.full(len(configs), np.nan)
     for i, c in enumerate(configs):
         if c.kwargs["BLOCK_M"] == 64:
@@ -244,7 +245,11 @@ def _polish_pick(configs, fast, **params):
         durations[_index(configs, *tile)] = us
     polish = FastaPolicy(configs, **params)._polish_round(durations, np.flatnonzero(np.isnan(durations)))
     assert polish is not None
-    return polish.batch
+    return polish
+
+
+def _polish_pick(configs, fast, **params):
+    return _polish(configs, fast, **params).batch
 
 
 def test_polish_tries_the_best_configs_transposed_tile_first():
@@ -297,3 +302,15 @@ def test_polish_tries_the_best_tile_scaled_up_before_the_transposed_tiles():
 def test_a_state_from_before_the_scaled_up_tile_resumes_without_it():
     configs, _ = _space()
     assert _resumed_from_before("polish_scale_up", configs).params.polish_scale_up is False
+
+
+def test_a_polish_decision_names_the_rule_that_picked_it():
+    configs, _ = _space()
+    best = _index(configs, 64, 64, 64, 4, 2)
+    square_best = {(64, 64, 64, 4, 2): 4.0, (64, 128, 32, 8, 2): 5.0}
+    assert f"config #{best}'s tile scaled up with its warps" in _polish(configs, square_best).reason
+    second = _index(configs, 64, 128, 32, 8, 2)
+    reason = _polish(configs, square_best, polish_scale_up=False).reason
+    assert f"config #{second}'s transposed tile" in reason
+    reason = _polish(configs, square_best, polish_scale_up=False, polish_transpose=False).reason
+    assert "a one-level step from a fastest config" in reason

@@ -331,26 +331,40 @@ class FastaPolicy:
             pool = np.union1d(pool, retry)
         pool = pool[1.0 - p_fail[pool] >= params.cell_min_run]
         all_scores = fit.predict(self._designs[fit.basis]) + run_penalty(p_fail, params.tau_min, params.failure_weight)
-        runs = candidates[1.0 - p_fail[candidates] >= params.cell_min_run]
-        first = self._spill_twins(durations, candidates, all_scores, p_fail)
-        if first.size == 0 and params.polish_scale_up and self._tile_pair is not None and self._warps is not None:
-            first = scaled_up_tiles(
-                self._space.levels, int(order[0]), runs, *self._tile_pair, self._warps, self._twin_stages
-            )
-        if first.size == 0 and self._tile_pair is not None:
-            for center in order[: params.transpose_centers]:
-                first = transposed_tile(self._space.raw, *self._tile_pair, int(center), runs)
-                if first.size:
-                    break
+        rule, first = self._polish_first(durations, candidates, order, all_scores, p_fail)
         if first.size:
             pool = first
+        else:
+            rule = "a one-level step from a fastest config, or a cell's second chance"
         if pool.size == 0:
             return None
         scores = all_scores[pool]
         pick = int(pool[np.argmin(scores)])
         self._polished += 1
-        self._history.append({"polish": pick, "basis": fit.basis})
-        return self._issue([pick], f"fasta polish {self._polished}: one config next to the best, basis {fit.basis}")
+        self._history.append({"polish": pick, "basis": fit.basis, "rule": rule})
+        return self._issue([pick], f"fasta polish {self._polished}: {rule}, basis {fit.basis}")
+
+    def _polish_first(
+        self, durations: np.ndarray, candidates: np.ndarray, order: np.ndarray, scores: np.ndarray, p_fail: np.ndarray
+    ) -> tuple[str, np.ndarray]:
+        """The polish picks that go before the local steps, and the rule that named them (see `_polish_round`)."""
+        params = self.params
+        twins = self._spill_twins(durations, candidates, scores, p_fail)
+        if twins.size:
+            return "a spilled tile at more warps", twins
+        runs = candidates[1.0 - p_fail[candidates] >= params.cell_min_run]
+        if params.polish_scale_up and self._tile_pair is not None and self._warps is not None:
+            larger = scaled_up_tiles(
+                self._space.levels, int(order[0]), runs, *self._tile_pair, self._warps, self._twin_stages
+            )
+            if larger.size:
+                return f"config #{int(order[0])}'s tile scaled up with its warps", larger
+        if self._tile_pair is not None:
+            for center in order[: params.transpose_centers]:
+                swapped = transposed_tile(self._space.raw, *self._tile_pair, int(center), runs)
+                if swapped.size:
+                    return f"config #{int(center)}'s transposed tile", swapped
+        return "", np.zeros(0, dtype=np.int64)
 
     def _spill_twins(
         self, durations: np.ndarray, candidates: np.ndarray, scores: np.ndarray, p_fail: np.ndarray
