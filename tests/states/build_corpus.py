@@ -91,6 +91,7 @@ def build(tables: Path | None, out: Path) -> None:
     snapshot(matmul, out, "v1-restarted-after-quarantine", prepare=corrupt_first)
     small = load("softmax_fp32")
     snapshot(small, out, "v1-coverage-done", configs=small.configs[:: max(1, len(small.configs) // 10)][:10])
+    snapshot(load("attention_fwd_fp16_d64"), out, "v1-done-polish-rules")
 
 
 def main() -> None:
