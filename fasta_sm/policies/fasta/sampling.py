@@ -132,6 +132,13 @@ def _ran_explored_best(cells: np.ndarray, durations: np.ndarray) -> tuple[np.nda
     return ran, explored, int(ran[np.argmin(durations[ran])])
 
 
+def _at_deepest_stages(levels: np.ndarray, inside: np.ndarray, stages: int | None) -> np.ndarray:
+    """`inside` less all but its deepest stage count (column `stages` of `levels`); whole without that column."""
+    if stages is None or inside.size == 0:
+        return inside
+    return inside[levels[inside, stages] == levels[inside, stages].max()]
+
+
 def _best_of_each(groups: list[np.ndarray], scores: np.ndarray, count: int) -> np.ndarray:
     """The lowest-scored config of each group; those picks best-scored first, at most `count`."""
     chosen = sorted((float(scores[pick]), pick) for pick in (int(g[np.argmin(scores[g])]) for g in groups))
@@ -225,10 +232,7 @@ def spill_twin_picks(
     more = levels[eligible, warps][:, None] > levels[spilled, warps][None, :]
     groups = []
     for cell in np.unique(cells[eligible[np.any(same & more, axis=1)]]):
-        inside = eligible[cells[eligible] == cell]
-        if stages is not None:
-            inside = inside[levels[inside, stages] == levels[inside, stages].max()]
-        groups.append(inside)
+        groups.append(_at_deepest_stages(levels, eligible[cells[eligible] == cell], stages))
     return _best_of_each(groups, scores, count)
 
 
@@ -272,10 +276,7 @@ def scaled_up_tiles(
     same = np.all(moved[:, fixed] == 0, axis=1) & (moved[:, warps] == 1)
     picks = []
     for dm, dn in ((1, 0), (0, 1)):
-        inside = candidates[same & (moved[:, m] == dm) & (moved[:, n] == dn)]
-        if inside.size and stages is not None:
-            inside = inside[levels[inside, stages] == levels[inside, stages].max()]
-        picks.append(inside)
+        picks.append(_at_deepest_stages(levels, candidates[same & (moved[:, m] == dm) & (moved[:, n] == dn)], stages))
     return np.concatenate(picks)
 
 
