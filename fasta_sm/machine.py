@@ -8,9 +8,11 @@ Within a round the machine compiles the batch, benchmarks what compiled, then
 asks the policy to refine: a new R2 round, or DONE. Compile and benchmark work
 in chunks (compiles in parallel batches, timings a few at a time) so that a
 crash loses at most one chunk of work. A backend that can compile ahead
-(`prefetch`) is told, as an R2 batch starts compiling and again once it is
-compiled, which untried configs the next round is likeliest to pick, so its
-idle workers compile them while this one is compiled and timed.
+(`prefetch`) is told the rest of a batch too large for one chunk, and which
+untried configs the next round is likeliest to pick (as an R2 batch starts
+compiling and again once it is compiled, and while R1's last chunks are
+timed), so its idle workers compile them while this batch is compiled and
+timed.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ DEFAULT_CHUNK = 16
 DEFAULT_BENCHMARK_CHUNK = 4
 PREFETCH_MAX = 64
 """At most this many predicted-fastest configs are offered to a backend's `prefetch`."""
+R1_GUESS_UNTIMED = 8
+"""While R1 is timed, the first guided batch is guessed once at most this many of R1's configs are left to time."""
 
 STATES = ["R1", "R2", "DONE"]
 TRANSITIONS = [
@@ -130,7 +134,7 @@ class Tune:
         self.benchmark_chunk = benchmark_chunk
         self._on_checkpoint = checkpoint
         self._decision: Decision | None = None
-        self._lookahead: tuple[int, list[int]] = (-1, [])
+        self._lookahead: tuple[tuple[int, int], list[int]] = ((-1, 0), [])
         self._last_blob = pack_state(state)
         self._adopt(state)
         shared_machine().add_model(self, initial=state.phase)
@@ -237,7 +241,7 @@ class Tune:
         todo = [i for i in todo if i not in state.compiled and i not in state.failed]
         chunk = todo[: self.chunk_size]
         if chunk:
-            self._prefetch(reserve=len(chunk))
+            self._prefetch(reserve=len(chunk), rest=todo[len(chunk) :])
             outcomes = self.backend.compile([state.configs[i] for i in chunk])
             if len(outcomes) != len(chunk):
                 raise BackendError(
@@ -256,14 +260,16 @@ class Tune:
             state.rounds[-1].compile_s += spent
         if len(todo) <= len(chunk):
             state.step = "benchmark"
-            self._prefetch(reserve=0)
+            self._prefetch(reserve=0, rest=[])
 
-    def _prefetch(self, reserve: int) -> None:
-        """Offer a backend that compiles ahead the untried configs likeliest to come next.
+    def _prefetch(self, reserve: int, rest: list[int]) -> None:
+        """Offer a backend that compiles ahead the configs it will be asked for, then those likeliest to come next.
 
-        First what copies of the policy pick next in a few outcomes of this
-        round (`lookahead.likely_next`, once per round), then the rest by
-        predicted duration.
+        First `rest`, the batch's configs beyond the chunk about to compile:
+        certain work, which keeps workers busy across the chunk boundary
+        instead of idle while the chunk's slowest compile ends. Then guesses
+        (`_guesses`): in a guided round, as its batch starts compiling and once
+        it is compiled; in R1, while its last chunks are timed.
 
         `reserve` is how many compiles the backend is about to be asked for,
         so that guesses leave room for them. A hint only: the tune records
@@ -272,31 +278,47 @@ class Tune:
         """
         state = self.state
         prefetch = getattr(self.backend, "prefetch", None)
-        if prefetch is None or state.phase != "R2" or state.retime or not state.predicted_us:
+        if prefetch is None or state.retime:
             return
-        if self._lookahead[0] != state.round:
+        order = list(rest)
+        if state.predicted_us or (state.phase == "R1" and state.step == "benchmark"):
+            order += self._guesses()
+        if not order:
+            return
+        try:
+            prefetch([state.configs[i] for i in order[: len(rest) + PREFETCH_MAX]], reserve=reserve, certain=len(rest))
+        except Exception as exc:  # noqa: BLE001  a hint that fails must not fail the tune
+            log.warning("kernel %s: prefetch failed: %s: %s", state.kernel, type(exc).__name__, exc)
+
+    def _guesses(self) -> list[int]:
+        """Untried configs, likeliest next first: the lookahead's picks, then by prediction.
+
+        The lookahead runs once per guided round, and in R1 once per chunk
+        of timings (it has only those timings to go on).
+        """
+        state = self.state
+        moment = (state.round, len(state.round_done) if state.phase == "R1" else 0)
+        if self._lookahead[0] != moment:
             started = time.perf_counter()
             try:
                 likely = likely_next(state, self.policy, self._rng)
             except Exception as exc:  # noqa: BLE001  a guess must never fail the tune
                 log.warning("kernel %s: lookahead failed: %s: %s", state.kernel, type(exc).__name__, exc)
                 likely = []
-            self._lookahead = (state.round, likely)
+            self._lookahead = (moment, likely)
             elapsed = time.perf_counter() - started
             state.cost.policy_s += elapsed
             state.rounds[-1].policy_s += elapsed
+        likely = self._lookahead[1]
+        if not state.predicted_us:
+            return list(likely)
         predicted = np.asarray(state.predicted_us, dtype=float)
         tried = set(state.compiled) | set(state.failed) | set(state.pending)
-        likely = self._lookahead[1]
-        order = likely + [
+        return likely + [
             int(i)
             for i in np.argsort(predicted, kind="stable")
             if int(i) not in tried and math.isfinite(predicted[i]) and int(i) not in likely
         ]
-        try:
-            prefetch([state.configs[i] for i in order[:PREFETCH_MAX]], reserve=reserve)
-        except Exception as exc:  # noqa: BLE001  a hint that fails must not fail the tune
-            log.warning("kernel %s: prefetch failed: %s: %s", state.kernel, type(exc).__name__, exc)
 
     def _benchmark_chunk(self) -> None:
         state = self.state
@@ -332,6 +354,8 @@ class Tune:
             self._update_best()
         if len(todo) <= len(chunk):
             state.step = "refine"
+        elif state.phase == "R1" and len(todo) - len(chunk) <= R1_GUESS_UNTIMED:
+            self._prefetch(reserve=0, rest=[])
 
     def _reuse_compile(self, index: int) -> None:
         """Take a compile outcome carried over from the tune this one superseded: no new compile."""

@@ -146,6 +146,7 @@ class TritonBackend:
             return outcomes[position].error, outcomes[position].seconds
 
         for index, error, seconds in self.pool.run(jobs, started, in_process=compile_here):
+            self.prefetcher.release()
             if outcomes[index] is not None:  # compiled and loaded here already
                 continue
             if error is not None:
@@ -178,18 +179,19 @@ class TritonBackend:
         if self._prefetcher is not None:
             self._prefetcher.cancel()
 
-    def prefetch(self, configs: Sequence[Config], reserve: int = 0) -> None:
-        """Compile likely next configs (best first) in workers the current batch leaves idle.
+    def prefetch(self, configs: Sequence[Config], reserve: int = 0, certain: int = 0) -> None:
+        """Compile configs ahead (best first) in workers the current batch leaves idle.
 
-        The machine calls this as a batch starts compiling (`reserve`: its
-        size) and again while the batch is timed; see `prefetch.Prefetcher`.
-        A pool of one or two workers gets no guesses.
+        The machine calls this as a batch starts compiling (`reserve`: the
+        chunk's size; the first `certain` configs: the rest of the batch) and
+        again while the batch is timed; see `prefetch.Prefetcher`. A pool of
+        one or two workers gets no guesses.
         """
         if self.interpreting or self.pool.workers <= 2:
             return
         jobs = self._jobs(configs)
         if jobs:
-            self.prefetcher.offer([(c.identity, job) for c, job in zip(configs, jobs)], reserve)
+            self.prefetcher.offer([(c.identity, job) for c, job in zip(configs, jobs)], reserve, certain)
 
     @property
     def prefetcher(self) -> Prefetcher:

@@ -7,6 +7,11 @@ again while it is timed; between offers, every guess that finishes hands its
 worker the next config on the list, so the workers a batch does not need
 compile ahead the whole time, not just at the offers. A later `compile` of a
 guessed config waits on that work instead of starting it again.
+
+The same list also carries certain work: the configs of a large batch beyond
+the chunk being compiled. Those may take every idle worker, and each compile
+of the chunk that finishes frees one (`release`), so a batch of 150 compiles
+without a pause at each chunk's slowest config.
 """
 
 from __future__ import annotations
@@ -33,20 +38,34 @@ class Prefetcher:
         self._lock = threading.Lock()
         self._started: dict[str, Future] = {}
         self._wanted: deque[tuple[str, CompileJob]] = deque()
+        self._certain = 0
         self._reserve = 0
 
-    def offer(self, ranked: Sequence[tuple[str, CompileJob]], reserve: int = 0) -> None:
-        """Replace the list of guesses (best first) and start as many as idle workers allow.
+    def offer(self, ranked: Sequence[tuple[str, CompileJob]], reserve: int = 0, certain: int = 0) -> None:
+        """Replace the list (best first) and start as many as idle workers allow.
 
-        `reserve` workers are kept for compiles about to be asked for. A pool
-        still starting gets nothing: submitting to it would block the caller
-        until the fork server is up.
+        The first `certain` entries are compiles the tune will ask for: they
+        may use every worker not reserved. The others are guesses, which also
+        leave `SPARE` workers free. `reserve` workers are kept for compiles
+        about to be asked for; `release` frees them one by one. A pool still
+        starting gets nothing: submitting to it would block the caller until
+        the fork server is up.
         """
         if not self.pool.ready:
             return
         with self._lock:
-            self._wanted = deque(item for item in ranked if item[0] not in self._started)
+            fresh = [(position, item) for position, item in enumerate(ranked) if item[0] not in self._started]
+            self._wanted = deque(item for _, item in fresh)
+            self._certain = sum(position < certain for position, _ in fresh)
             self._reserve = reserve
+        self._top_up()
+
+    def release(self) -> None:
+        """One compile of those reserved finished: its worker may take the next entry."""
+        with self._lock:
+            if self._reserve == 0:
+                return
+            self._reserve -= 1
         self._top_up()
 
     def take(self, key: str) -> Future | None:
@@ -58,6 +77,7 @@ class Prefetcher:
         """Start no more guesses and drop those not yet running (a finished tune needs none)."""
         with self._lock:
             self._wanted.clear()
+            self._certain = 0
             started, self._started = self._started, {}
         for future in started.values():
             future.cancel()
@@ -66,9 +86,11 @@ class Prefetcher:
         with self._lock:
             workers = self.pool.workers
             busy = sum(not future.done() for future in self._started.values())
-            room = workers - max(self._reserve, min(SPARE, workers // 2)) - busy
-            while room > 0 and self._wanted:
+            idle = workers - self._reserve - busy
+            spare = max(0, min(SPARE, workers // 2) - self._reserve)
+            while self._wanted and idle > (0 if self._certain else spare):
                 key, job = self._wanted.popleft()
+                self._certain = max(0, self._certain - 1)
                 if key in self._started:
                     continue
                 try:
@@ -78,9 +100,10 @@ class Prefetcher:
                     future = None
                 if future is None:  # the pool is closed, broken, starting or isolating a crash
                     self._wanted.clear()
+                    self._certain = 0
                     return
                 self._started[key] = future
-                room -= 1
+                idle -= 1
                 future.add_done_callback(self._guess_done)
 
     def _guess_done(self, future: Future) -> None:

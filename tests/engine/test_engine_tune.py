@@ -339,12 +339,12 @@ class PrefetchingBackend(CountingBackend):
         self.offers: list[dict] = []
         self.tune_ref = tune_ref
 
-    def prefetch(self, configs, reserve=0):
+    def prefetch(self, configs, reserve=0, certain=0):
         tune = self.tune_ref[0]
         state = tune.state
         self.offers.append({
             "phase": state.phase, "round": state.round, "retime": state.retime, "step": state.step,
-            "reserve": reserve, "offered": [state.configs.index(c) for c in configs],
+            "reserve": reserve, "certain": certain, "offered": [state.configs.index(c) for c in configs],
             "untried": set(range(state.n_configs)) - set(state.compiled) - set(state.failed) - set(state.pending),
             "uncompiled": [i for i in state.pending if i not in state.compiled and i not in state.failed],
             "predicted": list(state.predicted_us),
@@ -372,11 +372,11 @@ def prefetch_offers(table, backend, chunk_size=16):
 
 def test_a_backend_that_prefetches_is_offered_the_lookahead_picks_then_the_fastest_predicted(table, backend):
     _, offers = prefetch_offers(table, backend)
-    offers = [o for o in offers if "offered" in o]
+    offers = [o for o in offers if "offered" in o and o["phase"] == "R2"]
     assert offers and any(o["likely"] for o in offers)
     for offer in offers:
         predicted, likely = offer["predicted"], offer["likely"]
-        assert (offer["phase"], offer["retime"]) == ("R2", False)
+        assert not offer["retime"]
         assert offer["offered"] and set(offer["offered"]) <= offer["untried"]
         assert len(set(offer["offered"])) == len(offer["offered"]) == min(len(offer["untried"]), 64)
         rest = sorted(offer["untried"] - set(likely), key=lambda i: (predicted[i], i))
@@ -384,10 +384,10 @@ def test_a_backend_that_prefetches_is_offered_the_lookahead_picks_then_the_faste
         assert likely == offer["likely_again"]  # the machine's own lookahead, as a fresh one finds it
 
 
-def test_the_lookahead_runs_once_per_round_for_both_offers(table, backend):
+def test_the_lookahead_runs_once_per_guided_round_for_both_offers(table, backend):
     _, offers = prefetch_offers(table, backend)
     by_round = {}
-    for offer in (o for o in offers if "offered" in o):
+    for offer in (o for o in offers if "offered" in o and o["phase"] == "R2"):
         by_round.setdefault(offer["round"], []).append(offer["likely"])
     assert by_round and all(len(lists) == 2 for lists in by_round.values())
     assert all(first is second for first, second in by_round.values())
@@ -424,16 +424,43 @@ def test_each_guided_batch_is_offered_before_it_compiles_and_again_while_it_is_t
         if "compile" in compile_call and "offered" in before:
             assert before["step"] == "compile"
             assert before["reserve"] == compile_call["compile"] == len(before["uncompiled"][:2])
-    timed = [o for o in offers if o.get("step") == "benchmark"]
-    assert all(o["reserve"] == 0 for o in timed)
+    timed = [o for o in offers if o.get("step") == "benchmark" and o["phase"] == "R2"]
+    assert all(o["reserve"] == 0 and o["certain"] == 0 for o in timed)
     r2_rounds = {r.round for r in state.rounds if r.phase == "R2" and not r.retime}
     assert {o["round"] for o in timed} == r2_rounds
-    assert {o["round"] for o in offers if o.get("step") == "compile"} == r2_rounds
+    guessed = {o["round"] for o in offers if o.get("step") == "compile" and len(o["offered"]) > o["certain"]}
+    assert guessed == r2_rounds
+
+
+def test_the_rest_of_a_batch_beyond_the_chunk_is_offered_first_as_certain_work(table, backend):
+    state, offers = prefetch_offers(table, backend, chunk_size=2)
+    compiling = [o for o in offers if o.get("step") == "compile"]
+    assert any(o["phase"] == "R1" and o["certain"] for o in compiling)
+    for offer in compiling:
+        rest = offer["uncompiled"][2:]
+        assert offer["certain"] == len(rest) and offer["offered"][: len(rest)] == rest
+        if offer["phase"] == "R1":
+            assert offer["offered"] == rest, "R1 has no model: nothing to guess"
+
+
+def test_a_batch_that_fits_one_chunk_offers_no_certain_work(table, backend):
+    _, offers = prefetch_offers(table, backend, chunk_size=len(table.configs))
+    assert all(o["certain"] == 0 for o in offers if "offered" in o)
+    assert all(o["phase"] == "R2" for o in offers if "offered" in o and o["step"] == "compile")
+
+
+def test_while_r1_is_timed_the_first_guided_batch_is_guessed_from_the_timings_so_far(table, backend):
+    state, offers = prefetch_offers(table, backend)
+    r1 = [o for o in offers if "offered" in o and o["phase"] == "R1"]
+    assert r1 and all(o["step"] == "benchmark" and o["certain"] == 0 for o in r1)
+    assert all(o["offered"] == o["likely"] == o["likely_again"] for o in r1)
+    first_guided = next(r.batch for r in state.rounds if r.phase == "R2")
+    assert set(first_guided) & {i for o in r1 for i in o["offered"]}
 
 
 def test_a_prefetch_that_raises_does_not_fail_the_tune(table, backend, caplog):
     class Broken(CountingBackend):
-        def prefetch(self, configs, reserve=0):
+        def prefetch(self, configs, reserve=0, certain=0):
             raise RuntimeError("pool is gone")
 
     t = Tune.start("k", "mm", table.configs, Broken(backend), make_policy("fasta", table.configs), seed=3)

@@ -50,6 +50,35 @@ def test_guesses_leave_room_for_the_batch_about_to_compile():
     assert pool.names() == ["a"]
 
 
+def test_certain_work_takes_every_idle_worker_the_guesses_after_it_leave_some_free():
+    pool = RecordingPool()
+    Prefetcher(pool).offer(ranked(*"abcdefgh"), certain=2)
+    assert pool.names() == ["a", "b", "c"], "2 certain, then guesses until 3 workers are left"
+    pool = RecordingPool()
+    Prefetcher(pool).offer(ranked(*"abcdefgh"), certain=5)
+    assert pool.names() == ["a", "b", "c", "d", "e"]
+
+
+def test_each_released_compile_of_the_chunk_frees_a_worker_for_certain_work():
+    pool = RecordingPool()
+    prefetcher = Prefetcher(pool)
+    prefetcher.offer(ranked(*"abcdefgh"), reserve=8, certain=8)
+    assert pool.names() == []
+    for _ in range(3):
+        prefetcher.release()
+    assert pool.names() == ["a"], "8 reserved, 3 released: 5 of 6 workers still busy with the chunk"
+    prefetcher.release()
+    assert pool.names() == ["a", "b"]
+
+
+def test_a_release_with_nothing_reserved_starts_no_guess_past_the_spare_workers():
+    pool = RecordingPool()
+    prefetcher = Prefetcher(pool)
+    prefetcher.offer(ranked(*"abcdefgh"))
+    prefetcher.release()
+    assert pool.names() == ["a", "b", "c"]
+
+
 def test_a_finished_guess_hands_its_worker_the_next_one_without_a_new_offer():
     pool = RecordingPool()
     Prefetcher(pool).offer(ranked(*"abcdefgh"))
