@@ -27,7 +27,7 @@ from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 from ..tuner import TuneResult, tune
 from .backend import TritonBackend, device_name
-from .compile_pool import shared_pool
+from .compile_pool import shared_pool, start_fork_server
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
 
@@ -106,6 +106,8 @@ class Autotuner(KernelInterface):
             base = base.fn
         self.base_fn = base
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
+        if len(self.configs) > 1:
+            start_fork_server()
 
     # ------------------------------------------------------------------ key
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,32 @@ def test_custom_do_bench_and_hooks_as_in_triton(tmp_path):
 def test_unknown_reset_argument_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="unknown arguments"):
         fasta_sm.autotune(CONFIGS, key=["n"], reset_to_zero=["nope"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
+def prewarm_child(*flags: str, **env: str) -> str:
+    """Run prewarm_child.py outside the interpreter (Triton can decorate without a GPU) and return its verdict."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "FASTA_PREWARM")}
+    environ["PYTHONPATH"] = os.pathsep.join([str(HERE), *sys.path])
+    done = subprocess.run([sys.executable, str(HERE / "prewarm_child.py"), *flags], capture_output=True, text=True,
+                          timeout=300, env={**environ, **env}, cwd=HERE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+def test_decorating_a_kernel_starts_the_compile_workers_fork_server():
+    assert prewarm_child() == "started"
+
+
+def test_fasta_prewarm_0_leaves_the_fork_server_to_the_first_tune():
+    assert prewarm_child(FASTA_PREWARM="0") == "not started"
+
+
+def test_no_fork_server_is_started_ahead_under_the_interpreter():
+    assert prewarm_child(TRITON_INTERPRET="1") == "not started"
+
+
+def test_a_child_process_that_imports_the_kernel_starts_no_fork_server():
+    assert prewarm_child("--nested") == "not started"
 
 
 def run_child(state_dir: Path, log: Path, kill_after: int) -> subprocess.CompletedProcess:
