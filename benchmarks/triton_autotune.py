@@ -6,6 +6,9 @@ For each zoo kernel, in one process:
   fasta      `fasta_sm.autotune(policy="fasta")`,
   exhaustive-pool-up, fasta-pool-up (only if asked for): the same two with the compile pool
              already running, as every tune after a process's first finds it,
+  exhaustive-imported, fasta-imported (only if asked for): the same two decorated
+             `--import-lead` seconds before the first call, untimed, as in a program that imports
+             its kernels and then builds a model (the decorator starts the fork server),
 each from cold caches (a fresh Triton cache dir, a fresh state dir, a fresh compile pool, the
 kernel's in-memory JIT cache cleared), then warm: a second launch of the same object, and for
 fasta-sm a new decorator over the same state dir (what a second process sees). Then each
@@ -159,13 +162,16 @@ def run_kernel(name: str, opts) -> dict:
 
     methods = {"triton": triton_decorator, "exhaustive": fasta_decorator("exhaustive"),
                "fasta": fasta_decorator("fasta"), "exhaustive-pool-up": fasta_decorator("exhaustive"),
-               "fasta-pool-up": fasta_decorator("fasta")}
+               "fasta-pool-up": fasta_decorator("fasta"), "exhaustive-imported": fasta_decorator("exhaustive"),
+               "fasta-imported": fasta_decorator("fasta")}
     methods.update({name: fasta_decorator("fasta", params) for name, params in opts.variants.items()})
     for method in [*opts.methods, *opts.variants]:
         decorate = methods[method]
         cold(spec.fn, pool_up=method.endswith("-pool-up"))
         state_dir = tempfile.mkdtemp(prefix="fasta-states-")
         kernel = decorate(state_dir)
+        if method.endswith("-imported"):
+            time.sleep(opts.import_lead)
         cold_s = timed_launch(kernel, spec, args)
         warm_s = timed_launch(kernel, spec, args)
         entry = {"cold_s": round(cold_s, 3), "warm_s": round(warm_s, 6), "config": str(kernel.best_config)}
@@ -197,7 +203,8 @@ def run_kernel(name: str, opts) -> dict:
         row[method]["chosen_us"] = round(us, 3)
         row[method]["regret_pct"] = round(100 * (us - best) / best, 2)
     pairs = [("fasta", "triton"), ("fasta", "exhaustive"), ("fasta-pool-up", "triton"),
-             ("fasta-pool-up", "exhaustive-pool-up")]
+             ("fasta-pool-up", "exhaustive-pool-up"), ("fasta-imported", "triton"),
+             ("fasta-imported", "exhaustive-imported")]
     for variant in opts.variants:
         pool_up = variant.endswith("-pool-up")
         pairs += [(variant, "triton"), (variant, "exhaustive-pool-up" if pool_up else "exhaustive")]
@@ -280,8 +287,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", nargs="+", default=DEFAULT_KERNELS)
     parser.add_argument("--methods", nargs="+", default=["triton", "exhaustive", "fasta"],
-                        choices=["triton", "exhaustive", "fasta", "exhaustive-pool-up", "fasta-pool-up"],
-                        help="*-pool-up: cold caches, but the compile pool already running (a process's later tunes)")
+                        choices=list(METHODS),
+                        help="*-pool-up: cold caches, but the compile pool already running (a process's later "
+                        "tunes); *-imported: cold, decorated --import-lead seconds before the first call")
+    parser.add_argument("--import-lead", type=float, default=6.0,
+                        help="seconds between decorating and calling, for the *-imported methods")
     parser.add_argument("--small", type=int, nargs="?", const=12, default=0,
                         help="tiny shapes and at most N configs (default 12) per kernel, for the CPU interpreter")
     parser.add_argument("--warmup-ms", type=float, default=25.0)
@@ -344,8 +354,10 @@ def main() -> None:
     print_table(results["kernels"])
 
 
-METHODS = ("triton", "exhaustive", "fasta", "exhaustive-pool-up", "fasta-pool-up")
-SHORT = {"triton": "t", "exhaustive": "e", "fasta": "f", "exhaustive-pool-up": "e+", "fasta-pool-up": "f+"}
+METHODS = ("triton", "exhaustive", "fasta", "exhaustive-pool-up", "fasta-pool-up", "exhaustive-imported",
+           "fasta-imported")
+SHORT = {"triton": "t", "exhaustive": "e", "fasta": "f", "exhaustive-pool-up": "e+", "fasta-pool-up": "f+",
+         "exhaustive-imported": "ei", "fasta-imported": "fi"}
 
 
 def print_table(rows: list[dict]) -> None:
