@@ -511,5 +511,24 @@ def shared_pool() -> CompilePool:
     global _shared
     if _shared is None:
         _shared = CompilePool()
-        atexit.register(_shared.close)
+        _close_at_exit(_shared)
     return _shared
+
+
+def _close_at_exit(pool: CompilePool) -> None:
+    """Close `pool` at exit before `concurrent.futures` joins its executors.
+
+    That join waits for every job still running, and at exit those are
+    guesses no tune will ask for: a matmul's take seconds. Closing the pool
+    first ends its workers (they watch the pipe `close` shuts). The hook is
+    private to `threading`; where it is missing, `atexit` runs the close
+    after the join instead.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        try:
+            register(pool.close)
+            return
+        except RuntimeError:  # the interpreter is already shutting down
+            pass
+    atexit.register(pool.close)

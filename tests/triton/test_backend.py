@@ -162,6 +162,20 @@ def test_workers_die_with_a_killed_parent():
     assert not alive
 
 
+def test_a_process_exits_without_waiting_for_the_guesses_still_compiling():
+    """At exit the shared pool is closed before concurrent.futures joins it, which would wait for running jobs."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    child = subprocess.run([sys.executable, str(Path(__file__).parent / "exit_child.py")],
+                           capture_output=True, text=True, timeout=120)
+    ended = time.time()
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert ended - float(child.stdout) < 10, "exit waited for the 60 s guess"
+
+
 def _state(pid: int) -> str:
     try:
         return open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0]
