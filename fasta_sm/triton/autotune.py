@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import triton
-from triton.runtime.jit import KernelInterface
+from triton.runtime.jit import JITFunction, KernelInterface
 
 from ..config import Config
 from ..policies.fasta.params import LIVE_DEFAULTS
@@ -32,6 +32,11 @@ from .compile_pool import shared_pool, start_fork_server
 logger = logging.getLogger("fasta_sm.triton.autotune")
 
 _LAUNCH_OPTIONS = ("num_ctas", "maxnreg")
+
+
+def _compiles_in_pool(fn: Any) -> bool:
+    """Whether the compile workers can compile `fn`: a bare jit function importable by its module path."""
+    return isinstance(fn, JITFunction) and "<locals>" not in fn.fn.__qualname__
 
 
 def to_fasta_config(config: Any) -> Config:
@@ -106,7 +111,7 @@ class Autotuner(KernelInterface):
             base = base.fn
         self.base_fn = base
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
-        if len(self.configs) > 1:
+        if len(self.configs) > 1 and _compiles_in_pool(fn):
             start_fork_server()
 
     # ------------------------------------------------------------------ key

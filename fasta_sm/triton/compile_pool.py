@@ -100,14 +100,22 @@ def _exit_with_parent(alive: Connection) -> None:
     os._exit(0)
 
 
-def _init_worker(alive: Connection) -> None:
-    """Make the worker die with the tuning process, then warm it.
+def _init_worker(alive: Connection, environ: Mapping[str, str]) -> None:
+    """Make the worker die with the tuning process, give it that process's environment, then warm it.
 
     A tune killed with SIGKILL must not leave its workers behind: they would
     hold a CUDA context each, and the pipes of whoever waits on the process.
     The worker's parent is the fork server, which lives as long as any worker
     does, so the worker watches the tuning process itself, through `alive`.
+
+    A forked worker inherits the fork server's environment, which is the
+    tuning process's as it was when the server started, often at import
+    (`start_fork_server`). `environ` is the tuning process's as the pool
+    starts, so that a `TRITON_CACHE_DIR` set in between is where the worker
+    writes, and the parent finds what it compiled.
     """
+    os.environ.clear()
+    os.environ.update(environ)
     threading.Thread(target=_exit_with_parent, args=(alive,), daemon=True).start()
     _warm_worker()
 
@@ -179,8 +187,9 @@ def start_fork_server() -> bool:
     costs this process one process spawn. Nothing is started in a child
     process (a compile worker importing the kernel's module, a data loader),
     under Triton's interpreter, where there is no fork server, or when
-    `FASTA_PREWARM` is 0. Returns whether a server is now running or
-    starting.
+    `FASTA_PREWARM` is 0. The workers it forks later take this process's
+    environment as of the pool's start, not the server's (`_init_worker`).
+    Returns whether a server is now running or starting.
     """
     if os.environ.get("FASTA_PREWARM", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
@@ -190,10 +199,10 @@ def start_fork_server() -> bool:
         return False
     from multiprocessing import forkserver
 
-    worker_context()  # sets the server's preload
     try:
+        worker_context()  # sets the server's preload
         forkserver.ensure_running()
-    except OSError as error:  # the first tune starts it, or compiles in process
+    except Exception as error:  # noqa: BLE001  decorating must not fail: the first tune starts it, or compiles here
         logger.debug("the fork server did not start ahead: %s", describe_error(error))
         return False
     return True
@@ -228,7 +237,10 @@ class CompilePool:
                 self._alive = context.Pipe(duplex=False)
                 self._generation += 1
                 self._executor = ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=(self._alive[0],)
+                    max_workers=self.workers,
+                    mp_context=context,
+                    initializer=_init_worker,
+                    initargs=(self._alive[0], dict(os.environ)),
                 )
             return self._executor, self._generation
 

@@ -69,8 +69,17 @@ class Prefetcher:
         self._top_up()
 
     def take(self, key: str) -> Future | None:
-        """The guess for `key`, if one was started; the caller awaits it from now on."""
+        """The guess for `key`, if one was started; the caller awaits it, or compiles `key` itself, from now on.
+
+        Either way `key` leaves the list, so that no later top-up starts it a
+        second time.
+        """
         with self._lock:
+            for position, (wanted, _) in enumerate(self._wanted):
+                if wanted == key:
+                    del self._wanted[position]
+                    self._certain -= position < self._certain
+                    break
             return self._started.pop(key, None)
 
     def cancel(self) -> None:

@@ -1,27 +1,22 @@
-"""Starts the shared compile pool, leaves a long guess running in it, and exits normally (the exit test).
-
-A worker compiles a job by importing its module and calling `warmup` on the
-named object: here `slow`, which only sleeps, standing in for a matmul guess.
-"""
+"""Starts the shared compile pool, leaves a long guess running in it, and exits normally (the exit test)."""
 
 from __future__ import annotations
 
+import sys
+import tempfile
 import time
-
-
-class _Sleeper:
-    def warmup(self, *args, seconds: float = 0.0, **kwargs) -> None:
-        time.sleep(seconds)
-
-
-slow = _Sleeper()
+from pathlib import Path
 
 if __name__ == "__main__":
     from fasta_sm.triton.compile_pool import CompileJob, shared_pool
 
+    started = Path(tempfile.mkdtemp()) / "started"
     pool = shared_pool()
     pool.start()
-    guess = pool.try_submit(CompileJob("exit_child", "slow", (), {"seconds": 60.0}))
-    assert guess is not None
-    time.sleep(0.5)  # the guess is running
+    guess = pool.try_submit(CompileJob("worker_probe", "slow", (), {"started": str(started), "seconds": 60.0}))
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        if time.monotonic() > deadline:
+            sys.exit("the guess never started")
+        time.sleep(0.05)
     print(time.time(), flush=True)

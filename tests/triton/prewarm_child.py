@@ -1,18 +1,35 @@
-"""Decorates a kernel and prints whether a fork server is running (`--nested`: in a spawned child process)."""
+"""Decorates a kernel and prints whether a fork server is running.
+
+`--nested`: in a spawned child process; `--wrapped`: a `triton.heuristics`
+wrapper, which the compile workers do not compile. A server started here is
+killed before exit, so that its torch import does not outlive the test.
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.forkserver
+import os
+import signal
 import sys
 import tempfile
 
 
-def decorate_and_report() -> bool:
-    from kernels import make_tuned
+def decorate_and_report(wrapped: bool = False) -> bool:
+    import triton
+    from kernels import CONFIGS, accumulate_kernel, make_tuned
 
-    make_tuned(tempfile.mkdtemp())
-    return multiprocessing.forkserver._forkserver._forkserver_pid is not None
+    import fasta_sm
+
+    if wrapped:
+        kernel = triton.heuristics({"scale": lambda args: 2.0})(accumulate_kernel)
+        fasta_sm.autotune(CONFIGS, key=["n"], state_dir=tempfile.mkdtemp())(kernel)
+    else:
+        make_tuned(tempfile.mkdtemp())
+    pid = multiprocessing.forkserver._forkserver._forkserver_pid
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)
+    return pid is not None
 
 
 def _report_to(queue) -> None:
@@ -28,5 +45,5 @@ if __name__ == "__main__":
         started = queue.get(timeout=300)
         child.join()
     else:
-        started = decorate_and_report()
+        started = decorate_and_report(wrapped="--wrapped" in sys.argv)
     print("started" if started else "not started", flush=True)

@@ -148,6 +148,10 @@ def test_a_child_process_that_imports_the_kernel_starts_no_fork_server():
     assert prewarm_child("--nested") == "not started"
 
 
+def test_a_kernel_the_workers_cannot_compile_starts_no_fork_server():
+    assert prewarm_child("--wrapped") == "not started"
+
+
 def run_child(state_dir: Path, log: Path, kill_after: int) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(HERE / "tune_child.py"), str(state_dir), str(log), str(kill_after)],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import multiprocessing.forkserver
 
 import pytest
 import torch
@@ -160,6 +161,23 @@ def test_workers_die_with_a_killed_parent():
         time.sleep(0.2)
         alive = [pid for pid in pids if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)]
     assert not alive
+
+
+def test_workers_take_the_environment_of_the_tuning_process_as_the_pool_starts(monkeypatch):
+    """Not the fork server's, which may have started at import, before the program set TRITON_CACHE_DIR."""
+    from fasta_sm.triton.compile_pool import worker_context
+
+    monkeypatch.setenv("FASTA_TEST_PROBE", "at the server's start")
+    worker_context()
+    multiprocessing.forkserver.ensure_running()
+    monkeypatch.setenv("FASTA_TEST_PROBE", "at the pool's start")
+    pool = CompilePool(1)
+    try:
+        pool.start()
+        error, _ = pool.submit(CompileJob("worker_probe", "env_probe", (), {"name": "FASTA_TEST_PROBE"})).result(60)
+    finally:
+        pool.close()
+    assert error == "RuntimeError: FASTA_TEST_PROBE=at the pool's start"
 
 
 def test_a_process_exits_without_waiting_for_the_guesses_still_compiling():

@@ -71,6 +71,18 @@ def test_each_released_compile_of_the_chunk_frees_a_worker_for_certain_work():
     assert pool.names() == ["a", "b"]
 
 
+def test_a_config_taken_by_its_compile_is_never_started_again_from_the_list():
+    pool = RecordingPool()
+    prefetcher = Prefetcher(pool)
+    prefetcher.offer(ranked(*"abcdefgh"), reserve=6, certain=8)
+    assert pool.names() == []
+    for key in "abcd":  # the next chunk compiles these itself
+        assert prefetcher.take(key) is None
+    for _ in range(6):
+        prefetcher.release()
+    assert pool.names() == ["e", "f", "g", "h"]
+
+
 def test_a_release_with_nothing_reserved_starts_no_guess_past_the_spare_workers():
     pool = RecordingPool()
     prefetcher = Prefetcher(pool)

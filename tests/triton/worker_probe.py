@@ -1,0 +1,30 @@
+"""Objects a compile worker can import and "compile" (call `warmup` on) to report on itself.
+
+A worker compiles a job by importing its module and calling `warmup` on the
+named object; these stand in for kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+class _Sleeper:
+    """Touches `started` (a path), then sleeps: a long guess whose start can be waited for."""
+
+    def warmup(self, *args, started: str = "", seconds: float = 0.0, **kwargs) -> None:
+        Path(started).touch()
+        time.sleep(seconds)
+
+
+class _EnvReporter:
+    """Fails with the value of the environment variable `name`, which the pool reports as the error."""
+
+    def warmup(self, *args, name: str = "", **kwargs) -> None:
+        raise RuntimeError(f"{name}={os.environ.get(name)}")
+
+
+slow = _Sleeper()
+env_probe = _EnvReporter()
