@@ -303,6 +303,40 @@ def test_a_contender_still_within_its_window_is_retimed_though_the_best_has_sett
     assert policy._retime_candidates(durations, samples) == [0, 1]
 
 
+def _after_one_retime_round(**params):
+    """Config 0 timed 16 times, 1 and 2 just behind it 15 times each, 3 slower on 2 timings; noise 5 %."""
+    policy = FastaPolicy(MATMUL.configs, retime_z=2.5, retime_resolution=0.01, **params)
+    policy._retimes = 1
+    policy._timings = {"0": [95.0, 105.0] * 8}
+    durations = np.full(len(MATMUL.configs), np.nan)
+    samples = np.zeros(len(MATMUL.configs), dtype=np.int64)
+    durations[[0, 1, 2, 3]], samples[[0, 1, 2, 3]] = [100.0, 101.0, 102.0, 103.0], [16, 15, 15, 2]
+    return policy._retime_candidates(durations, samples)
+
+
+def test_later_retime_rounds_take_the_contenders_whose_window_reaches_lowest():
+    """Config 3's mean is the fourth fastest, but on 2 timings it could be the fastest of all."""
+    assert _after_one_retime_round() == [0, 3, 1]
+
+
+def test_retime_rank_mean_keeps_to_the_fastest_means():
+    assert _after_one_retime_round(retime_rank="mean") == [0, 1, 2]
+
+
+def test_a_state_from_before_the_window_ranking_resumes_re_timing_the_fastest_means():
+    policy = FastaPolicy(MATMUL.configs)
+    state = policy.state_dict()
+    del state["params"]["retime_rank"]
+    resumed = FastaPolicy(MATMUL.configs)
+    resumed.load_state_dict(state)
+    assert resumed.params.retime_rank == "mean"
+
+
+def test_an_unknown_retime_rank_is_an_error():
+    with pytest.raises(PolicyError, match="retime_rank"):
+        FastaPolicy(MATMUL.configs, retime_rank="median")
+
+
 def test_a_state_from_before_the_noise_window_resumes_with_the_fixed_tolerance():
     policy = FastaPolicy(MATMUL.configs)
     state = policy.state_dict()

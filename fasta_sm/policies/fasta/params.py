@@ -85,6 +85,7 @@ class FastaParams:
     retime_cost: float = 0.1
     retime_z: float = 2.5
     retime_resolution: float = 0.01
+    retime_rank: str = "lower"
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
 
@@ -121,6 +122,8 @@ class FastaParams:
             raise PolicyError(f"fasta: retime_decay={self.retime_decay!r} must be in (0, 1]")
         if self.retime_z < 0 or self.retime_resolution < 0:
             raise PolicyError("fasta: retime_z and retime_resolution must not be negative")
+        if self.retime_rank not in ("lower", "mean"):
+            raise PolicyError(f"fasta: retime_rank={self.retime_rank!r} must be 'lower' or 'mean'")
         if not 0.0 < self.cap_quantile <= 1.0:
             raise PolicyError(f"fasta: cap_quantile={self.cap_quantile!r} must be in (0, 1]")
         from .surrogates import BASIS_NAMES
@@ -226,6 +229,8 @@ DESCRIPTIONS: dict[str, str] = {
     "(noise from the re-timings; 0: narrow by `retime_decay` instead)",
     "retime_resolution": "with `retime_z`: a contender whose window is narrower than this share of the best is "
     "settled (gaps that small do not matter)",
+    "retime_rank": "after the first re-time round, the contenders are the configs within the noise window of "
+    "the best, lowest window bound first (`lower`), or only the fastest means (`mean`)",
     "optimize_configs": "prune the list with the config optimizer first",
 }
 

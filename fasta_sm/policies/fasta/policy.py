@@ -461,19 +461,22 @@ class FastaPolicy:
         finite = np.flatnonzero(np.isfinite(durations))
         if finite.size == 0:
             return []
-        order = finite[np.argsort(durations[finite], kind="stable")][: self.params.retime_top]
+        ranked = finite[np.argsort(durations[finite], kind="stable")]
+        order = ranked[: self.params.retime_top]
         best = order[0]
         if self._retimes == 0 or self.params.retime_z <= 0:
             tol = self.params.retime_tol * self.params.retime_decay**self._retimes
             return [int(i) for i in order if durations[i] <= durations[best] * (1 + tol)]
-        contenders = order[1:]
+        contenders = ranked[1:] if self.params.retime_rank == "lower" else order[1:]
         window = self.params.retime_z * self._noise() * np.sqrt(1.0 / samples[contenders] + 1.0 / samples[best])
         still_open = [
-            int(i)
+            (float(durations[i] / (1 + w)), int(i))
             for i, w in zip(contenders, window)
             if w >= self.params.retime_resolution and durations[i] <= durations[best] * (1 + w)
         ]
-        return [int(best), *still_open] if still_open else []
+        if self.params.retime_rank == "lower":
+            still_open = sorted(still_open)[: self.params.retime_top - 1]
+        return [int(best), *(i for _, i in still_open)] if still_open else []
 
     def _record_timings(self, batch: list[int], durations: np.ndarray, samples: np.ndarray) -> None:
         """Recover each re-timed config's newest timing from its mean and count (the engine reports means only)."""
@@ -551,6 +554,7 @@ class FastaPolicy:
         stored.setdefault("polish_transpose", False)  # written before the transposed-tile polish pick
         stored.setdefault("transpose_centers", 1)  # written when only the best's tile was transposed
         stored.setdefault("polish_scale_up", False)  # written before the scaled-up tile polish pick
+        stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
         stored["bases"] = tuple(stored["bases"])
         if "cell_columns" in stored:
             stored["cell_columns"] = tuple(stored["cell_columns"])
