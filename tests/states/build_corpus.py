@@ -45,7 +45,7 @@ class FailingAfter(ReplayBackend):
 
 def snapshot(table: ReplayTable, out: Path, name: str, *, stop: Stop | None = None, policy: str = "fasta",
              backend: ReplayBackend | None = None, configs=None,
-             prepare: Callable[[StateStore, str], None] | None = None, chunk_size: int = 16) -> None:
+             prepare: Callable[[StateStore, str], None] | None = None, chunk_size: int = 16, seed: int = 0) -> None:
     """Tune `table` in a scratch store until `stop` (or DONE), then keep the file and its rendering."""
     target = out / f"{name}.fsm"
     if target.exists():
@@ -57,7 +57,7 @@ def snapshot(table: ReplayTable, out: Path, name: str, *, stop: Stop | None = No
         if prepare is not None:
             prepare(store, key)
         tune = open_tune(store, key, table.kernel, configs or table.configs,
-                         backend or ReplayBackend(table, noise=True, seed=0), policy=policy, seed=0,
+                         backend or ReplayBackend(table, noise=True, seed=seed), policy=policy, seed=seed,
                           chunk_size=chunk_size)
         assert tune is not None
         try:
@@ -92,6 +92,7 @@ def build(tables: Path | None, out: Path) -> None:
     small = load("softmax_fp32")
     snapshot(small, out, "v1-coverage-done", configs=small.configs[:: max(1, len(small.configs) // 10)][:10])
     snapshot(load("attention_fwd_fp16_d64"), out, "v1-done-polish-rules")
+    snapshot(matmul, out, "v1-done-retime-contenders", seed=36)
 
 
 def main() -> None:
