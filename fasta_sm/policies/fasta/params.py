@@ -219,7 +219,7 @@ DESCRIPTIONS: dict[str, str] = {
     "l1_conv": "histogram test: L1 change below which results have settled (0: off)",
     "hist_bins": "histogram test: bins",
     "hist_span": "histogram test: log-duration span above the R1 best",
-    "retime_top": "re-time at most this many of the fastest configs (0: off)",
+    "retime_top": "re-time at most this many configs per round, the first round of the fastest (0: off)",
     "retime_tol": "re-time only configs within this share of the best",
     "retime_rounds": "re-time rounds before DONE",
     "retime_min": "re-time only when at least this many configs are near the best (1: confirm a lone best too)",
