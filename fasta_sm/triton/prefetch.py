@@ -78,7 +78,8 @@ class Prefetcher:
             for position, (wanted, _) in enumerate(self._wanted):
                 if wanted == key:
                     del self._wanted[position]
-                    self._certain -= position < self._certain
+                    if position < self._certain:
+                        self._certain -= 1
                     break
             return self._started.pop(key, None)
 
