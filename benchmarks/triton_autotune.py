@@ -25,6 +25,8 @@ On a CPU:      TRITON_INTERPRET=1 python benchmarks/triton_autotune.py --small -
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import shutil
@@ -127,6 +129,32 @@ def cold(fn, pool_up: bool = False) -> Path:
     return cache
 
 
+@contextlib.contextmanager
+def first_launch_probe(kernel):
+    """Where a second process's first launch spends its time: the lookup (`_tune`), and garbage collections."""
+    probe = {"lookup_s": 0.0, "gc": [0, 0, 0]}
+    tune = kernel._tune
+
+    def timed_tune(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return tune(*args, **kwargs)
+        finally:
+            probe["lookup_s"] += time.perf_counter() - start
+
+    def count(phase, info):
+        if phase == "start":
+            probe["gc"][info["generation"]] += 1
+
+    kernel._tune = timed_tune
+    gc.callbacks.append(count)
+    try:
+        yield probe
+    finally:
+        gc.callbacks.remove(count)
+        del kernel._tune
+
+
 def timed_launch(kernel, spec, args) -> float:
     sync()
     start = time.perf_counter()
@@ -178,10 +206,13 @@ def run_kernel(name: str, opts) -> dict:
         if method != "triton":
             close_pool()  # a second process has no compile workers busy with the first one's guesses
             fresh = decorate(state_dir)  # what a second process builds: reads the DONE state
-            first = timed_launch(fresh, spec, args)
+            with first_launch_probe(fresh) as probe:
+                first = timed_launch(fresh, spec, args)
             launch = float(np.median([timed_launch(fresh, spec, args) for _ in range(20)]))
             entry["second_process_first_launch_s"] = round(first, 6)
             entry["second_process_before_launch_s"] = round(first - launch, 6)
+            entry["second_process_lookup_s"] = round(probe["lookup_s"], 6)  # key and DONE state, in _tune
+            entry["second_process_gc"] = probe["gc"]  # collections by generation during the first launch
             result = next(iter(kernel.results.values()))
             entry["evaluated"] = result.state.evaluations()
             entry["measured"] = result.state.measured_count()
