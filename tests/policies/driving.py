@@ -101,3 +101,14 @@ def decide_and_resume(
     rng_again = np.random.default_rng()
     rng_again.bit_generator.state = rng_state
     return expected, resumed.refine(observed, rng_again), resumed
+
+
+def resumed_from_before(knob: str, configs: list) -> Any:
+    """A FastaPolicy resumed from a state written before `knob` existed (its stored params lack it)."""
+    from fasta_sm.policies.fasta.policy import FastaPolicy
+
+    state = FastaPolicy(configs).state_dict()
+    del state["params"][knob]
+    resumed = FastaPolicy(configs)
+    resumed.load_state_dict(state)
+    return resumed

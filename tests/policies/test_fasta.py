@@ -15,7 +15,7 @@ import landscapes
 import msgpack
 import numpy as np
 import pytest
-from driving import Simulator, decide_and_resume, drive
+from driving import Simulator, decide_and_resume, drive, resumed_from_before
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -324,12 +324,7 @@ def test_retime_rank_mean_keeps_to_the_fastest_means():
 
 
 def test_a_state_from_before_the_window_ranking_resumes_re_timing_the_fastest_means():
-    policy = FastaPolicy(MATMUL.configs)
-    state = policy.state_dict()
-    del state["params"]["retime_rank"]
-    resumed = FastaPolicy(MATMUL.configs)
-    resumed.load_state_dict(state)
-    assert resumed.params.retime_rank == "mean"
+    assert resumed_from_before("retime_rank", MATMUL.configs).params.retime_rank == "mean"
 
 
 def test_an_unknown_retime_rank_is_an_error():
@@ -338,12 +333,7 @@ def test_an_unknown_retime_rank_is_an_error():
 
 
 def test_a_state_from_before_the_noise_window_resumes_with_the_fixed_tolerance():
-    policy = FastaPolicy(MATMUL.configs)
-    state = policy.state_dict()
-    del state["params"]["retime_z"]
-    resumed = FastaPolicy(MATMUL.configs)
-    resumed.load_state_dict(state)
-    assert resumed.params.retime_z == 0.0
+    assert resumed_from_before("retime_z", MATMUL.configs).params.retime_z == 0.0
 
 
 def test_state_round_trip_through_msgpack_mid_retime_gives_the_same_next_decision():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgpack
 import numpy as np
+from driving import resumed_from_before
 
 from fasta_sm.config import Config
 from fasta_sm.policies import make_policy
@@ -183,18 +184,9 @@ def test_polish_tries_the_spilled_tile_at_more_warps_first():
     assert plain is not None and plain.batch[0] not in twin
 
 
-def _resumed_from_before(knob, configs):
-    """A policy resumed from a state written before `knob` existed (its params lack it)."""
-    state = FastaPolicy(configs).state_dict()
-    del state["params"][knob]
-    resumed = FastaPolicy(configs)
-    resumed.load_state_dict(state)
-    return resumed
-
-
 def test_a_state_from_before_the_spill_twins_resumes_without_them():
     configs, _ = _space()
-    assert _resumed_from_before("cell_spill", configs).params.cell_spill == 0.0
+    assert resumed_from_before("cell_spill", configs).params.cell_spill == 0.0
 
 
 def test_a_spill_twin_is_tried_at_the_deepest_stages_that_run():
@@ -222,7 +214,7 @@ def test_a_spill_twin_is_tried_at_the_deepest_stages_that_run():
 
 def test_a_state_from_before_the_deepest_stage_twin_resumes_without_it():
     configs, _ = _space(stages=(2, 3))
-    resumed = _resumed_from_before("twin_deep", configs)
+    resumed = resumed_from_before("twin_deep", configs)
     assert resumed.params.twin_deep is False and resumed._twin_stages is None
 
 
@@ -258,7 +250,7 @@ def test_polish_tries_the_best_configs_transposed_tile_first():
     transposed = _index(configs, 128, 64, 64, 8, 2)
     assert _polish_pick(configs, best) == [transposed]
     assert _polish_pick(configs, best, polish_transpose=False) != [transposed]
-    resumed = _resumed_from_before("polish_transpose", configs)
+    resumed = resumed_from_before("polish_transpose", configs)
     assert resumed.params.polish_transpose is False and resumed._tile_pair is None
 
 
@@ -272,7 +264,7 @@ def test_polish_transposes_the_second_fastest_tile_when_the_best_is_square():
 
 def test_a_state_from_before_the_second_centres_transpose_resumes_with_the_best_only():
     configs, _ = _space()
-    assert _resumed_from_before("transpose_centers", configs).params.transpose_centers == 1
+    assert resumed_from_before("transpose_centers", configs).params.transpose_centers == 1
 
 
 def test_a_scaled_up_tile_doubles_one_side_and_the_warps_at_the_deepest_stages():
@@ -301,7 +293,7 @@ def test_polish_tries_the_best_tile_scaled_up_before_the_transposed_tiles():
 
 def test_a_state_from_before_the_scaled_up_tile_resumes_without_it():
     configs, _ = _space()
-    assert _resumed_from_before("polish_scale_up", configs).params.polish_scale_up is False
+    assert resumed_from_before("polish_scale_up", configs).params.polish_scale_up is False
 
 
 def test_a_polish_decision_names_the_rule_that_picked_it():
