@@ -40,10 +40,10 @@ def likely_next(state: TuneState, policy: Policy, rng: np.random.Generator) -> l
     which that config becomes the best. Expected is the policy's prediction
     in a guided round; in R1, which has no model yet, it is the median of
     the R1 timings taken so far, so the first guided batch can be guessed
-    while R1 is still being timed. Empty
-    when there is nothing to expect from (no prediction, nothing timed), when
-    a prediction for the batch is not finite, or when a copy of the policy
-    raises (a guess must never fail the tune).
+    while R1 is still being timed. Empty when there is nothing to expect
+    from (no prediction, nothing timed), when a prediction for the batch is
+    not finite, or when a copy of the policy raises (a guess must never fail
+    the tune).
     """
     base = _expected_observations(state)
     if base is None or state.best_us is None:
