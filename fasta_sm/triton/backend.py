@@ -23,7 +23,7 @@ from typing import Any
 
 from ..config import Config
 from ..protocols import BenchmarkOutcome, CompileOutcome
-from .compile_pool import CompileJob, CompilePool, describe_error, resolve, shared_pool
+from .compile_pool import CompileJob, CompilePool, TensorArg, describe_error, resolve, shared_pool
 from .prefetch import Prefetcher
 
 logger = logging.getLogger("fasta_sm.triton.backend")
@@ -291,12 +291,13 @@ class TritonBackend:
             if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
                 if arg.data_ptr() % 16:
                     return None  # specialized differently from the workers' aligned stand-ins
-                abstract.append(arg.dtype)
+                abstract.append(TensorArg(str(arg.dtype)))
             elif arg is None or isinstance(arg, (bool, int, float, str)):
                 abstract.append(arg)
             else:
                 return None
-        return [CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c)) for c in configs]
+        target = _compile_target()
+        return [CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target) for c in configs]
 
     def _load(self, config: Config, worker_seconds: float) -> CompileOutcome:
         """Load the binary in this process (a disk-cache hit after a worker compiled it).
@@ -313,6 +314,17 @@ class TritonBackend:
         except Exception as error:
             return CompileOutcome(error=describe_error(error), seconds=worker_seconds + time.perf_counter() - start)
         return CompileOutcome(error=None, seconds=worker_seconds + time.perf_counter() - start)
+
+
+def _compile_target() -> Any:
+    """This process's Triton target (the workers compile for it), or None where there is no driver."""
+    try:
+        from triton.runtime import driver
+
+        return driver.active.get_current_target()
+    except Exception as error:  # noqa: BLE001  the workers then ask their own driver
+        logger.debug("no compile target: %s", describe_error(error))
+        return None
 
 
 def _unwrap(fn: Any) -> Any:

@@ -3,12 +3,16 @@
 Compiling one config of a large matmul takes seconds of CPU in LLVM and ptxas;
 a tune that compiles its batch one config at a time spends most of its wall
 time there. Workers are never forked from the parent (it holds a CUDA
-context): they fork from a fork server that imported torch and Triton once,
-so starting fourteen of them costs one import, not fourteen (spawn where the
+context): they fork from a fork server that imported Triton once, so
+starting fourteen of them costs one import, not fourteen (spawn where the
 platform has no fork server). They compile through the kernel's own
-`JITFunction.warmup`, with tensors replaced by their dtypes, so the binary
-lands in the cache under the very key the parent's launch computes; the
-parent's first launch of that config then loads it from disk in milliseconds.
+`JITFunction.warmup`, with tensors replaced by their dtypes' names and
+Triton's driver by one that answers with the tuning process's target, so the
+binary lands in the cache under the very key the parent's launch computes;
+the parent's first launch of that config then loads it from disk in
+milliseconds. Compiling needs neither torch nor a device, so a worker loads
+torch only if the kernel's module uses it on import (`defer_import`):
+importing torch took 4.5-5.5 s on the H200 machine, most of a cold tune.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import importlib.util
 import logging
 import multiprocessing
 import os
 import sys
 import threading
 import time
+import types
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,8 +41,8 @@ from typing import Any
 logger = logging.getLogger("fasta_sm.triton.compile_pool")
 
 _ERROR_CHARS = 400
-PRELOAD = ("torch", "triton", "fasta_sm.triton.worker_preload")
-"""Imported once by the fork server, inherited by every worker it forks."""
+PRELOAD = ("fasta_sm.triton.worker_preload",)
+"""Imported once by the fork server, inherited by every worker it forks (it imports Triton, not torch)."""
 LOCAL_THREADS = 8
 """Threads that compile in this process while the pool starts (Triton releases the GIL in LLVM and ptxas)."""
 POLL_S = 0.01
@@ -82,13 +88,31 @@ def resolve(module: str, qualname: str) -> Any:
 
 
 @dataclass(frozen=True)
+class TensorArg:
+    """A tensor argument as a worker compiles for it: its dtype's name (`str(tensor.dtype)`).
+
+    That name is all Triton reads of a tensor it compiles for (a worker's
+    stand-ins are 16-byte aligned, as the parent checks its tensors are), and
+    unlike a torch dtype it unpickles without importing torch.
+    """
+
+    dtype: str
+
+
+@dataclass(frozen=True)
 class CompileJob:
-    """What a worker needs to compile one config: no tensors, no CUDA objects."""
+    """What a worker needs to compile one config: no tensors, no CUDA objects.
+
+    `target` is Triton's `GPUTarget` of the tuning process's device; with it
+    a worker compiles without a driver of its own, hence without torch or a
+    CUDA context. Without it (None) the worker asks its own driver.
+    """
 
     module: str
     qualname: str
     args: tuple
     kwargs: dict[str, Any]
+    target: Any = None
 
 
 def _exit_with_parent(alive: Connection) -> None:
@@ -101,12 +125,12 @@ def _exit_with_parent(alive: Connection) -> None:
 
 
 def _init_worker(alive: Connection, environ: Mapping[str, str]) -> None:
-    """Make the worker die with the tuning process, give it that process's environment, then warm it.
+    """Make the worker die with the tuning process and give it that process's environment.
 
     A tune killed with SIGKILL must not leave its workers behind: they would
-    hold a CUDA context each, and the pipes of whoever waits on the process.
-    The worker's parent is the fork server, which lives as long as any worker
-    does, so the worker watches the tuning process itself, through `alive`.
+    hold the pipes of whoever waits on the process. The worker's parent is
+    the fork server, which lives as long as any worker does, so the worker
+    watches the tuning process itself, through `alive`.
 
     A forked worker inherits the fork server's environment, which is the
     tuning process's as it was when the server started, often at import
@@ -117,29 +141,128 @@ def _init_worker(alive: Connection, environ: Mapping[str, str]) -> None:
     os.environ.clear()
     os.environ.update(environ)
     threading.Thread(target=_exit_with_parent, args=(alive,), daemon=True).start()
-    _warm_worker()
 
 
-def _warm_worker() -> None:
-    """Import torch and Triton and pick the target, so that this is not charged to the first config.
+def _started() -> None:
+    """A job that does nothing: one per worker makes the executor start them all."""
 
-    A worker only compiles, so it answers Triton's request for the current
-    stream (made on every `run`, warm-ups included) with the null stream:
-    the real request creates a CUDA context, which on an H200 took 1.2-1.5 s
-    of each worker's first compile and holds device memory for nothing.
+
+class CompileOnlyDriver:
+    """Triton's active driver in a compile worker: the tuning process's target, and no device.
+
+    Triton's launch path asks the driver for the target, which is all a
+    compile needs, and for the current device and stream, which a real
+    driver answers through torch and a CUDA context (the context took
+    1.2-1.5 s of a worker's first compile on the H200, and held device
+    memory for nothing). Anything else, such as a kernel module asking for
+    its torch device on import, goes to the real driver, made on first use.
     """
-    try:
-        import torch  # noqa: F401
-        from triton.runtime import driver
 
-        driver.active.get_current_target()
-        driver.active.get_current_stream = _null_stream
-    except Exception:  # no driver (CPU): each job reports its own error
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def get_current_target(self) -> Any:
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: Any = None) -> int:
+        return 0
+
+    def set_current_device(self, device: Any) -> None:
         pass
+
+    def __getattr__(self, name: str) -> Any:
+        from triton.runtime.driver import driver
+
+        return getattr(driver.default, name)
+
+
+_driver_target: list[Any] = []
+"""The target this worker's driver was set up for (one entry, once a job has set it)."""
+
+
+def _use_driver_for(target: Any) -> None:
+    """Compile for `target` without a device; with no target, use the real driver but not its streams."""
+    if _driver_target and _driver_target[0] == target:
+        return
+    from triton.runtime.driver import driver
+
+    if target is not None:
+        driver.set_active(CompileOnlyDriver(target))
+    else:
+        try:
+            driver.active.get_current_stream = _null_stream
+        except Exception:  # noqa: BLE001  no driver (CPU): each job reports its own error
+            return
+    _driver_target[:] = [target]
 
 
 def _null_stream(device: Any = None) -> int:
     return 0
+
+
+class DeferredModule(types.ModuleType):
+    """Stands in `sys.modules` for a module not imported yet, and imports it on first use.
+
+    `import torch` then binds this stand-in at no cost; the first attribute
+    read (`torch.float16`, or `import torch.nn`, which reads `__path__`)
+    imports the real module, to which every read is then forwarded.
+    `importlib.util.LazyLoader` would not do: its module loads as soon as the
+    import system reads its `__spec__`, that is at the next `import torch`.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        real = sys.modules.get(self.__name__)
+        if real is self or real is None:
+            with _DEFERRED_LOCK:
+                if sys.modules.get(self.__name__) is self:
+                    del sys.modules[self.__name__]
+                real = importlib.import_module(self.__name__)
+        return getattr(real, name)
+
+
+_DEFERRED_LOCK = threading.Lock()
+
+
+def set_up_specializer_without_torch() -> None:
+    """Run Triton's one-time argument-specializer setup against a torch that has only a dummy `Tensor`.
+
+    Since Triton 3.4 that setup, done at a process's first launch or
+    warm-up, looks up `torch.Tensor` to recognise tensors quickly, and so
+    would load a deferred torch. Done in the fork server against this dummy,
+    it is inherited by every worker; tensors, which a worker never sees,
+    would still be recognised by their `data_ptr`. Where the setup differs,
+    it runs later, as before, and the worker loads torch then.
+    """
+    previous = sys.modules.get("torch")
+    dummy = types.ModuleType("torch")
+    dummy.Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
+    sys.modules["torch"] = dummy
+    try:
+        from triton.runtime.jit import mangle_type
+
+        mangle_type(1)
+    except Exception as error:  # noqa: BLE001  an older or newer Triton: the setup happens later
+        logger.debug("Triton's specializer was not set up ahead: %s", describe_error(error))
+    finally:
+        if previous is None:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = previous
+
+
+def defer_import(name: str) -> None:
+    """Make `import name` free until the module is used (torch, in the compile workers' fork server)."""
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return
+    stand_in = DeferredModule(name)
+    stand_in.__spec__ = spec
+    sys.modules[name] = stand_in
 
 
 def warm_triton_key() -> None:
@@ -160,15 +283,24 @@ def warm_triton_key() -> None:
 def _compile_in_worker(job: CompileJob) -> tuple[str | None, float]:
     start = time.perf_counter()
     try:
+        _use_driver_for(job.target)
         fn = resolve(job.module, job.qualname)
-        fn.warmup(*job.args, grid=(1,), **job.kwargs)
+        fn.warmup(*[_stand_in(arg) for arg in job.args], grid=(1,), **job.kwargs)
     except Exception as error:  # every compiler failure is data, not a crash
         return describe_error(error), time.perf_counter() - start
     return None, time.perf_counter() - start
 
 
+def _stand_in(arg: Any) -> Any:
+    if isinstance(arg, TensorArg):
+        from triton.runtime.jit import MockTensor
+
+        return MockTensor(arg.dtype)
+    return arg
+
+
 def worker_context() -> multiprocessing.context.BaseContext:
-    """A fork server that has imported torch and Triton, else spawn: never a fork of this process."""
+    """A fork server that has imported Triton, else spawn: never a fork of this process."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
@@ -179,8 +311,8 @@ def worker_context() -> multiprocessing.context.BaseContext:
 def start_fork_server() -> bool:
     """Start the workers' fork server now, so that the first tune of this process finds it ready.
 
-    The server imports torch and Triton in a process of its own (4.5-5.5 s
-    on the H200 machine), and until it has, a tune compiles in threads of
+    The server imports Triton and hashes its library in a process of its
+    own (about a second), and until it has, a tune compiles in threads of
     this process, which Triton's front end serializes on the GIL. Started
     when a kernel is decorated, usually at import, it is ready by the time a
     program that first builds a model or loads data calls the kernel. It
@@ -267,13 +399,13 @@ class CompilePool:
 
     @property
     def ready(self) -> bool:
-        """Whether every worker has started and warmed (see `start`)."""
+        """Whether every worker has started (see `start`)."""
         return self._ready.is_set()
 
     def start(self) -> None:
-        """Spawn and warm the workers now rather than at the first compile."""
+        """Start the workers now rather than at the first compile."""
         executor, generation = self._get()
-        for future in [executor.submit(_warm_worker) for _ in range(self.workers)]:
+        for future in [executor.submit(_started) for _ in range(self.workers)]:
             future.result()
         with self._lock:
             if generation == self._generation and self._executor is executor:
@@ -344,8 +476,8 @@ class CompilePool:
         cancelled or belongs to a replaced executor is simply done again.
 
         `in_process(position)`, when given, compiles a job in this process.
-        Until the workers are up (a cold pool takes seconds to start: the fork
-        server imports torch), threads here take jobs from the same queue, so
+        Until the workers are up (a cold pool takes a second or more to start:
+        the fork server imports Triton), threads here take jobs from the same queue, so
         a tune's first batch does not wait for the pool; once it is ready,
         they stop taking jobs and the pool takes the rest. A compiler crash
         in process is not isolated: it ends the process, as it would under

@@ -26,7 +26,8 @@ import triton.language as tl
 from ..config import Config
 from .spec import KernelSpec
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+"""Names, not torch dtypes: a compile worker imports this module without loading torch."""
 
 
 def _space(
@@ -112,7 +113,7 @@ def matmul_kernel(
 
 
 def _matmul_spec(name, M, N, K, dtype, activation, configs) -> KernelSpec:
-    torch_dtype = _DTYPES[dtype]
+    torch_dtype = getattr(torch, _DTYPES[dtype])
 
     def make_args(device: str) -> tuple:
         a = torch.randn((M, K), device=device, dtype=torch_dtype)
@@ -366,7 +367,7 @@ def spec_attention(
 
     def make_args(device: str) -> tuple:
         shape = (Z * H, N_CTX, HEAD_DIM)
-        q, k, v = (torch.randn(shape, device=device, dtype=_DTYPES[dtype]) for _ in range(3))
+        q, k, v = (torch.randn(shape, device=device, dtype=getattr(torch, _DTYPES[dtype])) for _ in range(3))
         return (q, k, v, torch.empty_like(q), HEAD_DIM**-0.5, N_CTX)
 
     def reference(args: tuple):

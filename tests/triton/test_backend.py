@@ -13,7 +13,7 @@ from kernels import accumulate_kernel, grid
 from fasta_sm.config import Config
 from fasta_sm.protocols import Backend
 from fasta_sm.triton.backend import TritonBackend
-from fasta_sm.triton.compile_pool import CompileJob, CompilePool, describe_error, pool_size
+from fasta_sm.triton.compile_pool import CompileJob, CompilePool, TensorArg, describe_error, pool_size
 
 N = 1000
 
@@ -107,10 +107,10 @@ def test_pool_size_follows_the_environment(monkeypatch):
 def test_spawn_workers_report_every_job():
     """Workers import the kernel by module path; a failure comes back as data, in any order."""
     pool = CompilePool(2)
+    f32 = TensorArg("torch.float32")
     try:
         jobs = [
-            CompileJob("kernels", "accumulate_kernel", (torch.float32, torch.float32, N, 2.0),
-                       {"BLOCK": b, "num_warps": 1, "num_stages": 1})
+            CompileJob("kernels", "accumulate_kernel", (f32, f32, N, 2.0), {"BLOCK": b, "num_warps": 1})
             for b in (64, 128)
         ] + [CompileJob("kernels", "no_such_kernel", (), {})]
         results = sorted(pool.run(jobs))

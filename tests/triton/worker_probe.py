@@ -28,3 +28,15 @@ class _EnvReporter:
 
 slow = _Sleeper()
 env_probe = _EnvReporter()
+
+
+class _TorchReporter:
+    """Fails with what `torch` is in the worker's modules: absent, the deferred stand-in, or loaded."""
+
+    def warmup(self, *args, **kwargs) -> None:
+        import sys
+
+        raise RuntimeError(f"torch is {type(sys.modules.get('torch')).__name__}")
+
+
+torch_probe = _TorchReporter()

@@ -1,0 +1,49 @@
+"""Compiles an sm_90 kernel in a compile worker, then in this process, and prints what each did (JSON).
+
+Run without TRITON_INTERPRET, with TRITON_CACHE_DIR set to an empty folder:
+the worker compiles for the target it is given, with no driver, torch or
+GPU of its own; this process then compiles the same launch with torch
+dtypes, which must find the worker's binary in the cache under the same key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    from triton.backends.compiler import GPUTarget
+
+    from fasta_sm.triton.compile_pool import CompileJob, CompileOnlyDriver, CompilePool, TensorArg
+
+    target = GPUTarget("cuda", 90, 32)
+    launch = {"BLOCK": 256, "num_warps": 4, "num_stages": 1}
+    bf16 = TensorArg("torch.bfloat16")
+    pool = CompilePool(1)
+    try:
+        pool.start()
+        error, _ = pool.submit(CompileJob("sm90_kernels", "scaled_add_kernel", (bf16, bf16, bf16, 4096), launch,
+                                          target)).result(120)
+        torch_in_worker, _ = pool.submit(CompileJob("worker_probe", "torch_probe", (), {}, target)).result(60)
+    finally:
+        pool.close()
+    cache = Path(os.environ["TRITON_CACHE_DIR"])
+    compiled = sorted(path.name for path in cache.rglob("*.cubin"))
+    entries_before = sorted(path.name for path in cache.iterdir())
+
+    import torch
+    from sm90_kernels import scaled_add_kernel
+    from triton.runtime.driver import driver
+
+    driver.set_active(CompileOnlyDriver(target))
+    kernel = scaled_add_kernel.warmup(torch.bfloat16, torch.bfloat16, torch.bfloat16, 4096, grid=(1,), **launch)
+    print(json.dumps({
+        "worker_error": error,
+        "torch_in_worker": torch_in_worker,
+        "cubins": compiled,
+        "new_cache_entries": sorted(set(path.name for path in cache.iterdir()) - set(entries_before)),
+        "parent_hash": kernel.hash,
+    }))

@@ -1,0 +1,80 @@
+"""Compile workers need neither torch nor a GPU: they compile for the tuning process's target."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fasta_sm.triton.compile_pool import DeferredModule, defer_import
+
+HERE = Path(__file__).parent
+
+
+def _nvidia_backend() -> bool:
+    from triton.backends import backends
+
+    return "nvidia" in backends
+
+
+@pytest.fixture(scope="module")
+def compile_only(tmp_path_factory):
+    """What compile_only_child.py saw: a worker compiling an sm_90 kernel, then this process the same launch."""
+    if not _nvidia_backend():
+        pytest.skip("this Triton has no NVIDIA backend to compile for sm_90")
+    cache = tmp_path_factory.mktemp("triton_cache")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(cache)}
+    child = subprocess.run([sys.executable, str(HERE / "compile_only_child.py")], capture_output=True, text=True,
+                           timeout=300, env=env, cwd=HERE)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_compiles_for_the_target_it_is_given_without_a_gpu(compile_only):
+    assert compile_only["worker_error"] is None
+    assert compile_only["cubins"] == ["scaled_add_kernel.cubin"]
+
+
+def test_a_worker_compiles_without_loading_the_torch_its_kernel_module_imports(compile_only):
+    assert compile_only["torch_in_worker"] == "RuntimeError: torch is DeferredModule"
+
+
+def test_the_tuning_process_finds_the_workers_binary_under_its_own_key(compile_only):
+    """Compiled here with torch dtypes, the same launch is a cache hit: nothing new is written."""
+    assert compile_only["new_cache_entries"] == []
+
+
+def _write_module(tmp_path, monkeypatch, name: str) -> None:
+    (tmp_path / f"{name}.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_a_deferred_import_binds_a_stand_in_without_running_the_module(tmp_path, monkeypatch):
+    _write_module(tmp_path, monkeypatch, "fasta_deferred_a")
+    defer_import("fasta_deferred_a")
+    import fasta_deferred_a
+
+    assert isinstance(fasta_deferred_a, DeferredModule)
+    assert isinstance(sys.modules["fasta_deferred_a"], DeferredModule)
+
+
+def test_a_deferred_module_is_imported_on_first_use_and_read_through_after(tmp_path, monkeypatch):
+    _write_module(tmp_path, monkeypatch, "fasta_deferred_b")
+    defer_import("fasta_deferred_b")
+    import fasta_deferred_b
+
+    assert fasta_deferred_b.VALUE == 42
+    real = sys.modules["fasta_deferred_b"]
+    assert not isinstance(real, DeferredModule)
+    real.VALUE = 43
+    assert fasta_deferred_b.VALUE == 43
+
+
+def test_a_module_already_imported_is_not_deferred():
+    defer_import("json")
+    assert not isinstance(sys.modules["json"], DeferredModule)
