@@ -43,8 +43,12 @@ logger = logging.getLogger("fasta_sm.triton.compile_pool")
 _ERROR_CHARS = 400
 PRELOAD = ("fasta_sm.triton.worker_preload",)
 """Imported once by the fork server, inherited by every worker it forks (it imports Triton, not torch)."""
-LOCAL_THREADS = 8
-"""Threads that compile in this process while the pool starts (Triton releases the GIL in LLVM and ptxas)."""
+LOCAL_THREADS = (2, 8)
+"""Threads that compile in this process while the pool starts: the first count, then the second once
+`SLOW_POOL_S` have passed. Triton's front end holds the GIL, so each thread added slows the others'
+compiles; a pool that starts in about a second should find few of them to wait for, and one that
+fails to start leaves the work to eight (Triton releases the GIL in LLVM and ptxas)."""
+SLOW_POOL_S = 2.0
 POLL_S = 0.01
 
 
@@ -518,6 +522,7 @@ class _Run:
         self.lock = threading.Lock()
         self.done_here: SimpleQueue[tuple[int, str | None, float]] = SimpleQueue()
         self.threads: list[threading.Thread] = []
+        self.started = time.perf_counter()
         self.in_flight: dict[Future, int] = {}
         self.suspects: deque[int] = deque()
         self.isolated: Future | None = None
@@ -540,18 +545,17 @@ class _Run:
                 self.done_here.put((index, describe_error(error), 0.0))
 
     def local_threads(self) -> None:
-        """While the pool is not ready, keep threads of this process on the queue."""
+        """While the pool is not ready, keep threads of this process on the queue (more once it is slow)."""
         if self.in_process is None or self.pool.ready or not self.queue:
             return
-        if any(thread.is_alive() for thread in self.threads):
-            return
         self.pool.start_in_background()
-        count = min(LOCAL_THREADS, len(self.queue))
-        self.threads = [
-            threading.Thread(target=self.compile_here, name="fasta-compile", daemon=True) for _ in range(count)
-        ]
-        for thread in self.threads:
+        first, slow = LOCAL_THREADS
+        wanted = slow if time.perf_counter() - self.started > SLOW_POOL_S else first
+        alive = sum(thread.is_alive() for thread in self.threads)
+        for _ in range(min(wanted - alive, len(self.queue))):
+            thread = threading.Thread(target=self.compile_here, name="fasta-compile", daemon=True)
             thread.start()
+            self.threads.append(thread)
 
     def busy(self) -> bool:
         return bool(

@@ -267,6 +267,40 @@ def test_while_the_pool_starts_jobs_are_compiled_in_process():
     assert sorted(here) == list(range(6)) and all(error is None for _, error, _ in results)
 
 
+def test_a_starting_pool_gets_two_compile_threads_here_and_a_slow_one_eight(monkeypatch):
+    """Each thread here slows the others (the GIL); a pool that takes long to start leaves more work to this process."""
+    import threading
+    import time
+
+    from fasta_sm.triton import compile_pool
+
+    monkeypatch.setattr(compile_pool, "SLOW_POOL_S", 0.5)
+    never_ready = threading.Event()
+    pool = CompilePool(2)
+    pool.start = never_ready.wait
+    lock, running, seen = threading.Lock(), [0], []
+
+    def compile_here(index):
+        with lock:
+            running[0] += 1
+            seen.append((time.perf_counter() - began, running[0]))
+        time.sleep(0.1)
+        with lock:
+            running[0] -= 1
+        return None, 0.1
+
+    jobs = [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in range(40)]
+    began = time.perf_counter()
+    try:
+        results = list(pool.run(jobs, in_process=compile_here))
+    finally:
+        never_ready.set()
+        pool.close()
+    assert len(results) == 40
+    assert max(count for at, count in seen if at < 0.5) == 2
+    assert max(count for _, count in seen) == 8
+
+
 def test_once_the_pool_is_ready_jobs_go_to_the_workers():
     pool = CompilePool(2)
     here = []
