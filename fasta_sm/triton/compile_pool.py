@@ -36,7 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import Any, NamedTuple
 
 logger = logging.getLogger("fasta_sm.triton.compile_pool")
 
@@ -284,15 +284,49 @@ def warm_triton_key() -> None:
         logger.debug("triton_key() failed ahead of time: %s", error)
 
 
-def _compile_in_worker(job: CompileJob) -> tuple[str | None, float]:
+class WorkerResult(NamedTuple):
+    """A compile job's outcome, and whether the job made its worker import torch (the kernel's module used it)."""
+
+    error: str | None
+    seconds: float
+    loaded_torch: bool = False
+
+
+def _compile_in_worker(job: CompileJob) -> WorkerResult:
     start = time.perf_counter()
+    torch_deferred = isinstance(sys.modules.get("torch"), DeferredModule)
+    error = None
     try:
         _use_driver_for(job.target)
         fn = resolve(job.module, job.qualname)
         fn.warmup(*[_stand_in(arg) for arg in job.args], grid=(1,), **job.kwargs)
-    except Exception as error:  # every compiler failure is data, not a crash
-        return describe_error(error), time.perf_counter() - start
-    return None, time.perf_counter() - start
+    except Exception as failure:  # every compiler failure is data, not a crash
+        error = describe_error(failure)
+    loaded_torch = torch_deferred and not isinstance(sys.modules.get("torch"), DeferredModule)
+    return WorkerResult(error, time.perf_counter() - start, loaded_torch)
+
+
+_warned_torch_modules: set[str] = set()
+
+
+def _warn_torch_in_workers(module: str) -> None:
+    """Say once per kernel module that it makes every compile worker import torch, and how to avoid it."""
+    if module in _warned_torch_modules:
+        return
+    _warned_torch_modules.add(module)
+    logger.warning(
+        "%s uses torch when imported, so each compile worker imports torch (seconds) before its first "
+        "compile; set FASTA_WORKER_TORCH=1 before the first kernel is decorated to import it once, "
+        "in the workers' fork server",
+        module,
+    )
+
+
+def worker_preload() -> list[str]:
+    """What the fork server imports: `PRELOAD`, after torch where `FASTA_WORKER_TORCH` is 1."""
+    if os.environ.get("FASTA_WORKER_TORCH", "0").strip().lower() in ("1", "true", "yes", "on"):
+        return ["torch", *PRELOAD]
+    return list(PRELOAD)
 
 
 def _stand_in(arg: Any) -> Any:
@@ -308,7 +342,7 @@ def worker_context() -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(PRELOAD))
+    context.set_forkserver_preload(worker_preload())
     return context
 
 
@@ -601,7 +635,7 @@ class _Run:
                 if alone:
                     self.isolated = None
                 try:
-                    error, seconds = future.result()
+                    result = future.result()
                 except CancelledError:
                     self.requeue(index)
                     continue
@@ -615,7 +649,9 @@ class _Run:
                     else:
                         lost.append(index)
                     continue
-                yield index, error, seconds
+                if getattr(result, "loaded_torch", False):
+                    _warn_torch_in_workers(self.jobs[index].module)
+                yield index, result[0], result[1]
             if broken:
                 self.restart(lost)
 

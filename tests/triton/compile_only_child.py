@@ -25,9 +25,9 @@ if __name__ == "__main__":
     pool = CompilePool(1)
     try:
         pool.start()
-        error, _ = pool.submit(CompileJob("sm90_kernels", "scaled_add_kernel", (bf16, bf16, bf16, 4096), launch,
-                                          target)).result(120)
-        torch_in_worker, _ = pool.submit(CompileJob("worker_probe", "torch_probe", (), {}, target)).result(60)
+        error = pool.submit(CompileJob("sm90_kernels", "scaled_add_kernel", (bf16, bf16, bf16, 4096), launch,
+                                       target)).result(120).error
+        torch_in_worker = pool.submit(CompileJob("worker_probe", "torch_probe", (), {}, target)).result(60).error
     finally:
         pool.close()
     cache = Path(os.environ["TRITON_CACHE_DIR"])

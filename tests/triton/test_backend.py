@@ -174,7 +174,7 @@ def test_workers_take_the_environment_of_the_tuning_process_as_the_pool_starts(m
     pool = CompilePool(1)
     try:
         pool.start()
-        error, _ = pool.submit(CompileJob("worker_probe", "env_probe", (), {"name": "FASTA_TEST_PROBE"})).result(60)
+        error = pool.submit(CompileJob("worker_probe", "env_probe", (), {"name": "FASTA_TEST_PROBE"})).result(60).error
     finally:
         pool.close()
     assert error == "RuntimeError: FASTA_TEST_PROBE=at the pool's start"

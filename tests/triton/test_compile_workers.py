@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fasta_sm.triton.compile_pool import DeferredModule, defer_import
+from fasta_sm.triton.compile_pool import CompileJob, CompilePool, DeferredModule, defer_import, worker_preload
 
 HERE = Path(__file__).parent
 
@@ -78,3 +78,23 @@ def test_a_deferred_module_is_imported_on_first_use_and_read_through_after(tmp_p
 def test_a_module_already_imported_is_not_deferred():
     defer_import("json")
     assert not isinstance(sys.modules["json"], DeferredModule)
+
+
+def test_a_kernel_module_that_uses_torch_on_import_is_named_once_with_the_remedy(caplog):
+    jobs = [CompileJob("torch_at_import", "noop", (), {}), CompileJob("worker_probe", "torch_probe", (), {})]
+    pool = CompilePool(1)
+    try:
+        pool.start()
+        results = list(pool.run(jobs))
+    finally:
+        pool.close()
+    assert sorted(error for _, error, _ in results if error) == ["RuntimeError: torch is module"]
+    warnings = [r.getMessage() for r in caplog.records if "uses torch when imported" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("torch_at_import") and "FASTA_WORKER_TORCH=1" in warnings[0]
+
+
+def test_fasta_worker_torch_makes_the_fork_server_import_torch_first(monkeypatch):
+    monkeypatch.setenv("FASTA_WORKER_TORCH", "1")
+    assert worker_preload()[0] == "torch"
+    monkeypatch.setenv("FASTA_WORKER_TORCH", "0")
+    assert "torch" not in worker_preload()

@@ -167,7 +167,7 @@ def test_with_real_workers_each_finished_guess_starts_the_next_until_the_list_is
         outcomes = [prefetcher.take(str(i)).result(timeout=60) for i in range(6)]
     finally:
         pool.close()
-    assert all(error.startswith("AttributeError") for error, _ in outcomes)
+    assert all(outcome.error.startswith("AttributeError") for outcome in outcomes)
 
 
 def test_a_guess_never_brings_a_closed_pool_back():
