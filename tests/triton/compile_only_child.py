@@ -21,11 +21,11 @@ if __name__ == "__main__":
 
     target = GPUTarget("cuda", 90, 32)
     launch = {"BLOCK": 256, "num_warps": 4, "num_stages": 1}
-    bf16 = TensorArg("torch.bfloat16")
+    f32 = TensorArg("torch.float32")
     pool = CompilePool(1)
     try:
         pool.start()
-        error = pool.submit(CompileJob("sm90_kernels", "scaled_add_kernel", (bf16, bf16, bf16, 4096), launch,
+        error = pool.submit(CompileJob("sm90_kernels", "accumulate_kernel", (f32, f32, 4096, 2.0), launch,
                                        target)).result(120).error
         torch_in_worker = pool.submit(CompileJob("worker_probe", "torch_probe", (), {}, target)).result(60).error
     finally:
@@ -35,11 +35,11 @@ if __name__ == "__main__":
     entries_before = sorted(path.name for path in cache.iterdir())
 
     import torch
-    from sm90_kernels import scaled_add_kernel
+    from sm90_kernels import accumulate_kernel
     from triton.runtime.driver import driver
 
     driver.set_active(CompileOnlyDriver(target))
-    kernel = scaled_add_kernel.warmup(torch.bfloat16, torch.bfloat16, torch.bfloat16, 4096, grid=(1,), **launch)
+    kernel = accumulate_kernel.warmup(torch.float32, torch.float32, 4096, 2.0, grid=(1,), **launch)
     print(json.dumps({
         "worker_error": error,
         "torch_in_worker": torch_in_worker,

@@ -36,7 +36,7 @@ def compile_only(tmp_path_factory):
 
 def test_a_worker_compiles_for_the_target_it_is_given_without_a_gpu(compile_only):
     assert compile_only["worker_error"] is None
-    assert compile_only["cubins"] == ["scaled_add_kernel.cubin"]
+    assert compile_only["cubins"] == ["accumulate_kernel.cubin"]
 
 
 def test_a_worker_compiles_without_loading_the_torch_its_kernel_module_imports(compile_only):
