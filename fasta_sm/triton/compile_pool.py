@@ -12,7 +12,7 @@ binary lands in the cache under the very key the parent's launch computes;
 the parent's first launch of that config then loads it from disk in
 milliseconds. Compiling needs neither torch nor a device, so a worker loads
 torch only if the kernel's module uses it on import (`defer_import`):
-importing torch took 4.5-5.5 s on the H200 machine, most of a cold tune.
+importing torch took 4.2-5.5 s on the H200 machine, most of a cold tune.
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ def _warn_torch_in_workers(module: str) -> None:
     )
 
 
-def worker_preload() -> list[str]:
+def preload_modules() -> list[str]:
     """What the fork server imports: `PRELOAD`, after torch where `FASTA_WORKER_TORCH` is 1."""
     if os.environ.get("FASTA_WORKER_TORCH", "0").strip().lower() in ("1", "true", "yes", "on"):
         return ["torch", *PRELOAD]
@@ -342,7 +342,7 @@ def worker_context() -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(worker_preload())
+    context.set_forkserver_preload(preload_modules())
     return context
 
 

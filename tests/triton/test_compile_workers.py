@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fasta_sm.triton.compile_pool import CompileJob, CompilePool, DeferredModule, defer_import, worker_preload
+from fasta_sm.triton.compile_pool import CompileJob, CompilePool, DeferredModule, defer_import, preload_modules
 
 HERE = Path(__file__).parent
 
@@ -51,7 +51,8 @@ def test_the_tuning_process_finds_the_workers_binary_under_its_own_key(compile_o
 def _write_module(tmp_path, monkeypatch, name: str) -> None:
     (tmp_path / f"{name}.py").write_text("VALUE = 42\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setitem(sys.modules, name, None)  # undone last: the module, stand-in or real, is gone after the test
+    monkeypatch.delitem(sys.modules, name)
 
 
 def test_a_deferred_import_binds_a_stand_in_without_running_the_module(tmp_path, monkeypatch):
@@ -95,6 +96,6 @@ def test_a_kernel_module_that_uses_torch_on_import_is_named_once_with_the_remedy
 
 def test_fasta_worker_torch_makes_the_fork_server_import_torch_first(monkeypatch):
     monkeypatch.setenv("FASTA_WORKER_TORCH", "1")
-    assert worker_preload()[0] == "torch"
+    assert preload_modules()[0] == "torch"
     monkeypatch.setenv("FASTA_WORKER_TORCH", "0")
-    assert "torch" not in worker_preload()
+    assert "torch" not in preload_modules()
