@@ -23,7 +23,15 @@ from typing import Any
 
 from ..config import Config
 from ..protocols import BenchmarkOutcome, CompileOutcome
-from .compile_pool import CompileJob, CompilePool, TensorArg, describe_error, resolve, shared_pool
+from .compile_pool import (
+    CompileJob,
+    CompilePool,
+    TensorArg,
+    describe_error,
+    resolve,
+    shared_pool,
+    tuning_triton_key,
+)
 from .prefetch import Prefetcher
 
 logger = logging.getLogger("fasta_sm.triton.backend")
@@ -296,8 +304,8 @@ class TritonBackend:
                 abstract.append(arg)
             else:
                 return None
-        target = _compile_target()
-        return [CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target) for c in configs]
+        target, key = _compile_target(), tuning_triton_key()
+        return [CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key) for c in configs]
 
     def _load(self, config: Config, worker_seconds: float) -> CompileOutcome:
         """Load the binary in this process (a disk-cache hit after a worker compiled it).

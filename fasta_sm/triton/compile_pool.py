@@ -110,6 +110,8 @@ class CompileJob:
     `target` is Triton's `GPUTarget` of the tuning process's device; with it
     a worker compiles without a driver of its own, hence without torch or a
     CUDA context. Without it (None) the worker asks its own driver.
+    `triton_key` is the tuning process's `tuning_triton_key()`; without it
+    each worker hashes Triton's library itself before its first compile.
     """
 
     module: str
@@ -117,6 +119,7 @@ class CompileJob:
     args: tuple
     kwargs: dict[str, Any]
     target: Any = None
+    triton_key: str | None = None
 
 
 def _exit_with_parent(alive: Connection) -> None:
@@ -269,19 +272,75 @@ def defer_import(name: str) -> None:
     sys.modules[name] = stand_in
 
 
-def warm_triton_key() -> None:
-    """Compute Triton's cache-key prefix (a hash of its library, cached per process) now, off the critical path."""
+def _triton_key_function() -> Callable[[], str] | None:
     try:
         from triton.runtime.cache import triton_key
     except ImportError:  # Triton before 3.2 kept it in the compiler
         try:
             from triton.compiler.compiler import triton_key
         except ImportError:
+            return None
+    return triton_key
+
+
+_TRITON_KEY_LOCK = threading.Lock()
+
+
+def tuning_triton_key() -> str | None:
+    """Triton's cache-key prefix in this process: a hash of its library (0.4 s), computed once.
+
+    Callers at the same time wait for one hash rather than each computing
+    it (Triton caches the result, but does not make a second caller wait).
+    None where this Triton has no such key, or computing it failed; the
+    compile that needs it will then raise the error properly.
+    """
+    function = _triton_key_function()
+    if function is None:
+        return None
+    with _TRITON_KEY_LOCK:
+        try:
+            return function()
+        except Exception as error:  # noqa: BLE001
+            logger.debug("triton_key() failed ahead of time: %s", describe_error(error))
+            return None
+
+
+_key_thread: list[threading.Thread] = []
+
+
+def warm_triton_key() -> None:
+    """`tuning_triton_key` in a daemon thread, once per process: hashed off the critical path, ready when asked."""
+    with _TRITON_KEY_LOCK:
+        if _key_thread:
             return
-    try:
-        triton_key()
-    except Exception as error:  # noqa: BLE001  the compile that needs it will raise it properly
-        logger.debug("triton_key() failed ahead of time: %s", error)
+        _key_thread.append(threading.Thread(target=tuning_triton_key, name="fasta-triton-key", daemon=True))
+    _key_thread[0].start()
+
+
+_worker_triton_key: list[str] = []
+"""The key this worker's Triton was given (one entry, once a job has given it)."""
+
+
+def _use_triton_key(key: str | None) -> None:
+    """Give this worker's Triton the tuning process's cache-key prefix, so that it never hashes its library.
+
+    The key is the same Triton's, so this changes no cache key, only who
+    computes it; Triton's own warm-up pool does the same. Every Triton
+    module that imported the key function by name gets the answer.
+    """
+    if key is None or _worker_triton_key == [key]:
+        return
+    original = _triton_key_function()
+    if original is None:
+        return
+
+    def given() -> str:
+        return key
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("triton") and getattr(module, "triton_key", None) is original:
+            module.triton_key = given
+    _worker_triton_key[:] = [key]
 
 
 class WorkerResult(NamedTuple):
@@ -298,6 +357,7 @@ def _compile_in_worker(job: CompileJob) -> WorkerResult:
     error = None
     try:
         _use_driver_for(job.target)
+        _use_triton_key(job.triton_key)
         fn = resolve(job.module, job.qualname)
         fn.warmup(*[_stand_in(arg) for arg in job.args], grid=(1,), **job.kwargs)
     except Exception as failure:  # every compiler failure is data, not a crash
@@ -349,9 +409,11 @@ def worker_context() -> multiprocessing.context.BaseContext:
 def start_fork_server() -> bool:
     """Start the workers' fork server now, so that the first tune of this process finds it ready.
 
-    The server imports Triton and hashes its library in a process of its
-    own (about a second), and until it has, a tune compiles in threads of
-    this process, which Triton's front end serializes on the GIL. Started
+    The server imports Triton in a process of its own (under a second),
+    and until it has, a tune compiles in threads of this process, which
+    Triton's front end serializes on the GIL. This process hashes Triton's
+    library meanwhile (`warm_triton_key`), for its own loads and for the
+    workers, which are given the key with each job. Started
     when a kernel is decorated, usually at import, it is ready by the time a
     program that first builds a model or loads data calls the kernel. It
     costs this process one process spawn. Nothing is started in a child
@@ -375,6 +437,7 @@ def start_fork_server() -> bool:
     except Exception as error:  # noqa: BLE001  decorating must not fail: the first tune starts it, or compiles here
         logger.debug("the fork server did not start ahead: %s", describe_error(error))
         return False
+    warm_triton_key()
     return True
 
 
@@ -402,7 +465,7 @@ class CompilePool:
         """The executor, started if need be, and its generation, read together under the lock."""
         with self._lock:
             if self._executor is None:
-                threading.Thread(target=warm_triton_key, name="fasta-triton-key", daemon=True).start()
+                warm_triton_key()
                 context = worker_context()
                 self._alive = context.Pipe(duplex=False)
                 self._generation += 1

@@ -1,9 +1,10 @@
 """Compiles an sm_90 kernel in a compile worker, then in this process, and prints what each did (JSON).
 
 Run without TRITON_INTERPRET, with TRITON_CACHE_DIR set to an empty folder:
-the worker compiles for the target it is given, with no driver, torch or
-GPU of its own; this process then compiles the same launch with torch
-dtypes, which must find the worker's binary in the cache under the same key.
+the worker compiles for the target and with the cache-key prefix it is
+given, with no driver, torch or GPU of its own; this process then compiles
+the same launch with torch dtypes, which must find the worker's binary in
+the cache under the same key.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
     from triton.backends.compiler import GPUTarget
 
-    from fasta_sm.triton.compile_pool import CompileJob, CompileOnlyDriver, CompilePool, TensorArg
+    from fasta_sm.triton.compile_pool import CompileJob, CompileOnlyDriver, CompilePool, TensorArg, tuning_triton_key
 
     target = GPUTarget("cuda", 90, 32)
     launch = {"BLOCK": 256, "num_warps": 4, "num_stages": 1}
@@ -25,8 +26,9 @@ if __name__ == "__main__":
     pool = CompilePool(1)
     try:
         pool.start()
-        error = pool.submit(CompileJob("sm90_kernels", "accumulate_kernel", (f32, f32, 4096, 2.0), launch,
-                                       target)).result(120).error
+        job = CompileJob("sm90_kernels", "accumulate_kernel", (f32, f32, 4096, 2.0), launch, target,
+                         tuning_triton_key())
+        error = pool.submit(job).result(120).error
         torch_in_worker = pool.submit(CompileJob("worker_probe", "torch_probe", (), {}, target)).result(60).error
     finally:
         pool.close()

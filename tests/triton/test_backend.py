@@ -219,19 +219,15 @@ def test_a_prefetched_job_is_collected_not_compiled_again():
     assert results == [(0, "ValueError: from the prefetch", 1.25)]
 
 
-def test_the_worker_preload_leaves_tritons_cache_key_computed():
-    """The fork server imports it, so each forked worker starts with the 500 MB library already hashed."""
-    import importlib
-
-    from triton.runtime.cache import triton_key
-
-    import fasta_sm.triton.worker_preload as preload
-    from fasta_sm.triton.compile_pool import PRELOAD
-
-    assert "fasta_sm.triton.worker_preload" in PRELOAD
-    triton_key.cache_clear()
-    importlib.reload(preload)
-    assert triton_key.cache_info().currsize == 1
+def test_a_worker_uses_the_cache_key_prefix_the_tuning_process_gives_it():
+    """So that no worker hashes Triton's 500 MB library before its first compile."""
+    pool = CompilePool(1)
+    try:
+        pool.start()
+        error = pool.submit(CompileJob("worker_probe", "key_probe", (), {}, None, "fasta-test-key")).result(60).error
+    finally:
+        pool.close()
+    assert error == "RuntimeError: key=fasta-test-key"
 
 
 def test_a_backend_starts_no_guesses_while_its_pool_is_starting():

@@ -40,3 +40,15 @@ class _TorchReporter:
 
 
 torch_probe = _TorchReporter()
+
+
+class _KeyReporter:
+    """Fails with the cache-key prefix the worker's Triton answers with."""
+
+    def warmup(self, *args, **kwargs) -> None:
+        import triton.runtime.cache
+
+        raise RuntimeError(f"key={triton.runtime.cache.triton_key()}")
+
+
+key_probe = _KeyReporter()
