@@ -186,13 +186,13 @@ class CompileOnlyDriver:
         return getattr(driver.default, name)
 
 
-_driver_target: list[Any] = []
-"""The target this worker's driver was set up for (one entry, once a job has set it)."""
+_given: dict[str, Any] = {}
+"""What earlier jobs set this worker's Triton up with: "target", "triton_key"."""
 
 
 def _use_driver_for(target: Any) -> None:
     """Compile for `target` without a device; with no target, use the real driver but not its streams."""
-    if _driver_target and _driver_target[0] == target:
+    if "target" in _given and _given["target"] == target:
         return
     from triton.runtime.driver import driver
 
@@ -203,7 +203,7 @@ def _use_driver_for(target: Any) -> None:
             driver.active.get_current_stream = _null_stream
         except Exception:  # noqa: BLE001  no driver (CPU): each job reports its own error
             return
-    _driver_target[:] = [target]
+    _given["target"] = target
 
 
 def _null_stream(device: Any = None) -> int:
@@ -305,20 +305,17 @@ def tuning_triton_key() -> str | None:
             return None
 
 
-_key_thread: list[threading.Thread] = []
+_key_warming = threading.Event()
+_KEY_WARMING_LOCK = threading.Lock()
 
 
 def warm_triton_key() -> None:
     """`tuning_triton_key` in a daemon thread, once per process: hashed off the critical path, ready when asked."""
-    with _TRITON_KEY_LOCK:
-        if _key_thread:
+    with _KEY_WARMING_LOCK:
+        if _key_warming.is_set():
             return
-        _key_thread.append(threading.Thread(target=tuning_triton_key, name="fasta-triton-key", daemon=True))
-    _key_thread[0].start()
-
-
-_worker_triton_key: list[str] = []
-"""The key this worker's Triton was given (one entry, once a job has given it)."""
+        _key_warming.set()
+    threading.Thread(target=tuning_triton_key, name="fasta-triton-key", daemon=True).start()
 
 
 def _use_triton_key(key: str | None) -> None:
@@ -328,7 +325,7 @@ def _use_triton_key(key: str | None) -> None:
     computes it; Triton's own warm-up pool does the same. Every Triton
     module that imported the key function by name gets the answer.
     """
-    if key is None or _worker_triton_key == [key]:
+    if key is None or _given.get("triton_key") == key:
         return
     original = _triton_key_function()
     if original is None:
@@ -340,7 +337,7 @@ def _use_triton_key(key: str | None) -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith("triton") and getattr(module, "triton_key", None) is original:
             module.triton_key = given
-    _worker_triton_key[:] = [key]
+    _given["triton_key"] = key
 
 
 class WorkerResult(NamedTuple):
