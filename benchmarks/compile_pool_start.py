@@ -10,8 +10,10 @@ with a CUDA context, as a tuning process has:
 With `--torch-at-import` every worker's first job imports
 `tests/triton/torch_at_import.py`, a module that uses torch when imported,
 and the time until all of them are done is printed: what the first compile
-on each worker waits for, with torch imported per worker (the default) or
-once by the fork server (`FASTA_WORKER_TORCH=1`).
+on each worker waits for, with torch imported per worker
+(`FASTA_WORKER_TORCH=0`; unset, this script decorates no kernel, so torch
+is deferred too) or once by the fork server (`FASTA_WORKER_TORCH=1`, as
+when a decorated kernel's module is seen to use torch on import).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 from ..tuner import TuneResult, tune
 from .backend import TritonBackend, device_name
-from .compile_pool import shared_pool, start_fork_server
+from .compile_pool import note_kernel_module, shared_pool, start_fork_server
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
 
@@ -114,6 +114,7 @@ class Autotuner(KernelInterface):
         self.base_fn = base
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
         if len(self.configs) > 1 and _compiles_in_pool(fn):
+            note_kernel_module(base.__module__, getattr(base, "__globals__", {}))
             start_fork_server()
 
     # ------------------------------------------------------------------ key

@@ -379,9 +379,51 @@ def _warn_torch_in_workers(module: str) -> None:
     )
 
 
+_torch_on_import: set[str] = set()
+"""Decorated kernels' modules that hold torch objects made when they were imported (`note_kernel_module`)."""
+
+
+def uses_torch_on_import(namespace: Mapping[str, Any]) -> bool:
+    """Whether a module's globals hold what only a loaded torch makes: a dtype, a device, a torch function or submodule.
+
+    A compile worker importing such a module must load torch; one whose
+    globals hold only the `torch` module itself need not. Containers are
+    looked into one level deep (a dtype table).
+    """
+    for value in namespace.values():
+        items = [value]
+        if isinstance(value, dict):
+            items += [*value.keys(), *value.values()]
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            items += list(value)
+        for item in items:
+            if isinstance(item, types.ModuleType):
+                origin = item.__name__ if item.__name__ != "torch" else ""
+            elif isinstance(item, (type, types.FunctionType, types.BuiltinFunctionType)):
+                origin = getattr(item, "__module__", None) or ""
+            else:
+                origin = type(item).__module__
+            if origin == "torch" or origin.startswith("torch."):
+                return True
+    return False
+
+
+def note_kernel_module(name: str, namespace: Mapping[str, Any]) -> None:
+    """Remember a decorated kernel's module that uses torch on import: the fork server then imports torch itself."""
+    if uses_torch_on_import(namespace):
+        _torch_on_import.add(name)
+
+
 def preload_modules() -> list[str]:
-    """What the fork server imports: `PRELOAD`, after torch where `FASTA_WORKER_TORCH` is 1."""
-    if os.environ.get("FASTA_WORKER_TORCH", "0").strip().lower() in ("1", "true", "yes", "on"):
+    """What the fork server imports: `PRELOAD`, after torch where a kernel module needs it.
+
+    `FASTA_WORKER_TORCH` 1 or 0 forces torch in or out; unset, torch is
+    imported by the server once a decorated kernel's module uses torch on
+    import (one import, shared by every worker it forks, instead of one per
+    worker), and deferred otherwise.
+    """
+    setting = os.environ.get("FASTA_WORKER_TORCH", "").strip().lower()
+    if setting in ("1", "true", "yes", "on") or (setting in ("", "auto") and _torch_on_import):
         return ["torch", *PRELOAD]
     return list(PRELOAD)
 

@@ -1,8 +1,10 @@
 """Decorates a kernel and prints whether a fork server is running.
 
 `--nested`: in a spawned child process; `--wrapped`: a `triton.heuristics`
-wrapper, which the compile workers do not compile. A server started here is
-killed before exit, so that its torch import does not outlive the test.
+wrapper, which the compile workers do not compile; `--torch-table`: a kernel
+whose module holds a torch dtype table, after which the server's preload is
+printed too. A server started here is killed before exit, so that it does not
+outlive the test.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ import sys
 import tempfile
 
 
-def decorate_and_report(wrapped: bool = False) -> bool:
+def decorate_and_report(wrapped: bool = False, torch_table: bool = False) -> bool:
     import triton
     from kernels import CONFIGS, accumulate_kernel, make_tuned
 
     import fasta_sm
 
-    if wrapped:
+    if torch_table:
+        from torch_at_import import copy_kernel
+
+        fasta_sm.autotune(CONFIGS, key=["n"], state_dir=tempfile.mkdtemp())(copy_kernel)
+    elif wrapped:
         kernel = triton.heuristics({"scale": lambda args: 2.0})(accumulate_kernel)
         fasta_sm.autotune(CONFIGS, key=["n"], state_dir=tempfile.mkdtemp())(kernel)
     else:
@@ -45,5 +51,9 @@ if __name__ == "__main__":
         started = queue.get(timeout=300)
         child.join()
     else:
-        started = decorate_and_report(wrapped="--wrapped" in sys.argv)
+        started = decorate_and_report(wrapped="--wrapped" in sys.argv, torch_table="--torch-table" in sys.argv)
     print("started" if started else "not started", flush=True)
+    if "--torch-table" in sys.argv:
+        from fasta_sm.triton.compile_pool import preload_modules
+
+        print(" ".join(preload_modules()), flush=True)
