@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import importlib
 import importlib.util
+import itertools
 import logging
 import multiprocessing
 import os
@@ -379,6 +380,7 @@ def _warn_torch_in_workers(module: str) -> None:
     )
 
 
+_LOOK_INTO = 64
 _torch_on_import: set[str] = set()
 """Decorated kernels' modules that hold torch objects made when they were imported (`note_kernel_module`)."""
 
@@ -388,14 +390,16 @@ def uses_torch_on_import(namespace: Mapping[str, Any]) -> bool:
 
     A compile worker importing such a module must load torch; one whose
     globals hold only the `torch` module itself need not. Containers are
-    looked into one level deep (a dtype table).
+    looked into one level deep (a dtype table), their first
+    `_LOOK_INTO` entries only: this runs when a kernel is decorated.
     """
-    for value in namespace.values():
+    for value in list(namespace.values()):
         items = [value]
         if isinstance(value, dict):
-            items += [*value.keys(), *value.values()]
+            for key, entry in itertools.islice(value.items(), _LOOK_INTO):
+                items += [key, entry]
         elif isinstance(value, (list, tuple, set, frozenset)):
-            items += list(value)
+            items += itertools.islice(value, _LOOK_INTO)
         for item in items:
             if isinstance(item, types.ModuleType):
                 origin = item.__name__ if item.__name__ != "torch" else ""
