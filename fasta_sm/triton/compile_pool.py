@@ -237,9 +237,9 @@ _DEFERRED_LOCK = threading.Lock()
 def set_up_specializer_without_torch() -> None:
     """Run Triton's one-time argument-specializer setup against a torch that has only a dummy `Tensor`.
 
-    Since Triton 3.4 that setup, done at a process's first launch or
-    warm-up, looks up `torch.Tensor` to recognise tensors quickly, and so
-    would load a deferred torch. Done in the fork server against this dummy,
+    That setup, done at a process's first launch or warm-up, looks up
+    `torch.Tensor` to recognise tensors quickly (Triton 3.9 does; seen on
+    this project's CPU box), and so would load a deferred torch. Done in the fork server against this dummy,
     it is inherited by every worker; tensors, which a worker never sees,
     would still be recognised by their `data_ptr`. Where the setup differs,
     it runs later, as before, and the worker loads torch then.
