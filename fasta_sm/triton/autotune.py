@@ -24,6 +24,7 @@ from triton.runtime.jit import JITFunction, KernelInterface
 
 from ..config import Config
 from ..policies.fasta.params import LIVE_DEFAULTS
+from ..state import remember_configs
 from ..store import StateStore
 from ..tuner import TuneResult, tune
 from .backend import TritonBackend, device_name
@@ -83,10 +84,10 @@ class Autotuner(KernelInterface):
         self.configs = [c if isinstance(c, triton.Config) else to_triton_config(c) for c in configs]
         if not self.configs:
             raise ValueError("fasta_sm.autotune: the config list is empty")
-        # Converted and hashed once, here: a warm start must not pay for it before its first launch.
+        # Converted, hashed and handed to the state reader once, here: a warm start must not
+        # pay for it before its first launch.
         self._as_fasta = {id(c): to_fasta_config(c) for c in self.configs}
-        for config in self._as_fasta.values():
-            _ = config.identity
+        remember_configs(list(self._as_fasta.values()))
         self.keys = _names("key", key, self.arg_names)
         self.reset_to_zero = _names("reset_to_zero", reset_to_zero or [], self.arg_names)
         self.restore_value = _names("restore_value", restore_value or [], self.arg_names)

@@ -19,6 +19,7 @@ from fasta_sm.state import (
     TuneState,
     encode_rng,
     pack_state,
+    remember_configs,
     unpack_state,
 )
 
@@ -238,3 +239,19 @@ def test_reloading_a_state_over_the_same_config_list_gives_equal_but_unshared_li
     blob = pack_state(sample_state())
     a, b = unpack_state(blob), unpack_state(blob)
     assert a.configs == b.configs and a.configs is not b.configs
+
+
+def test_a_state_over_a_remembered_config_list_is_read_with_that_list_not_a_decoded_copy():
+    """A warm start reads a DONE state over the list its caller holds; decoding it again is most of the read."""
+    blob = pack_state(sample_state())
+    held = [Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64) for w in (2, 4)]
+    remember_configs(held)
+    read = unpack_state(blob)
+    assert read.configs == held and all(a is b for a, b in zip(read.configs, held))
+
+
+def test_a_state_whose_list_differs_from_the_remembered_one_is_decoded_and_checked_as_before():
+    remember_configs([Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 128) for w in (2, 4)])
+    read = unpack_state(pack_state(sample_state()))
+    assert [c.kwargs["BLOCK"] for c in read.configs] == [16, 16, 32, 32, 64, 64]
+    assert read.configs_hash == configs_hash(read.configs)
