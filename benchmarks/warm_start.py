@@ -1,0 +1,66 @@
+"""A warm start in a fresh process: the seconds `fasta_sm.autotune` spends before the first launch.
+
+A child process tunes the tests' kernel over 150 configs (exhaustive, under
+Triton's interpreter, no GPU needed) into a state dir; then each of `--runs`
+fresh processes decorates the same kernel and times the lookup of its first
+call (`Autotuner._tune`: the tuning key, the DONE state, the config list),
+which is what fasta-sm adds before Triton's own first launch. The benchmark
+in `triton_autotune.py` times a second decorator in the same process, which
+has every module already imported; this one does not.
+
+    python benchmarks/warm_start.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import os, sys, time
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, sys.argv[3])
+import torch, triton, fasta_sm
+from kernels import accumulate_kernel, grid
+configs = [triton.Config({"BLOCK": b}, num_warps=w, num_stages=s)
+           for b in (16, 32, 64, 128, 256, 512) for w in (1, 2, 4, 8, 16) for s in (1, 2, 3, 4, 5)]
+kernel = fasta_sm.autotune(configs, key=["n"], reset_to_zero=["out_ptr"], state_dir=sys.argv[1],
+                           policy="exhaustive")(accumulate_kernel)
+x, out = torch.randn(1000), torch.zeros(1000)
+if sys.argv[2] == "lookup":
+    tune, seconds = kernel._tune, []
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return tune(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+    kernel._tune = timed
+kernel[grid](x, out, 1000, 2.0)
+if sys.argv[2] == "lookup":
+    print(seconds[0] * 1e3)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    opts = parser.parse_args()
+    kernels = str(Path(__file__).resolve().parent.parent / "tests" / "triton")
+    state_dir = tempfile.mkdtemp(prefix="fasta-warm-")
+    subprocess.run([sys.executable, "-c", CHILD, state_dir, "tune", kernels], check=True, capture_output=True)
+    times = []
+    for _ in range(opts.runs):
+        done = subprocess.run([sys.executable, "-c", CHILD, state_dir, "lookup", kernels], check=True,
+                              capture_output=True, text=True)
+        times.append(float(done.stdout.split()[-1]))
+    print(f"fresh-process lookup before the first launch, 150 configs, {opts.runs} processes: "
+          f"median {statistics.median(times):.2f} ms, min {min(times):.2f}, max {max(times):.2f}")
+
+
+if __name__ == "__main__":
+    main()
