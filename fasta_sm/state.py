@@ -182,6 +182,11 @@ _packed_configs: dict[str, tuple[list, int, bytes]] = {}
 _decoded_configs: dict[bytes, tuple[list, str]] = {}
 
 
+def _pack_configs(configs: Sequence[Config]) -> bytes:
+    """A config list's msgpack: what a state file holds, and what `remember_configs` must match byte for byte."""
+    return msgpack.packb([config.to_dict() for config in configs], use_bin_type=True)
+
+
 def _configs_bytes(state: TuneState) -> bytes:
     """The msgpack of a state's config list, packed once per list object.
 
@@ -192,7 +197,7 @@ def _configs_bytes(state: TuneState) -> bytes:
     hit = _packed_configs.get(state.configs_hash)
     if hit is not None and hit[0] is state.configs and hit[1] == len(state.configs):
         return hit[2]
-    blob = msgpack.packb([config.to_dict() for config in state.configs], use_bin_type=True)
+    blob = _pack_configs(state.configs)
     if len(_packed_configs) >= _CACHE_SIZE:
         _packed_configs.clear()
     _packed_configs[state.configs_hash] = (state.configs, len(state.configs), blob)
@@ -235,8 +240,7 @@ def remember_configs(configs: Sequence[Config]) -> None:
     has the same bytes (it is keyed by their hash); any other list is
     decoded and checked as before.
     """
-    blob = msgpack.packb([config.to_dict() for config in configs], use_bin_type=True)
-    key = hashlib.blake2b(blob, digest_size=32).digest()
+    key = hashlib.blake2b(_pack_configs(configs), digest_size=32).digest()
     if key not in _decoded_configs and len(_decoded_configs) >= _CACHE_SIZE:
         _decoded_configs.clear()
     _decoded_configs[key] = (list(configs), configs_hash(configs))

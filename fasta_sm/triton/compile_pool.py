@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import importlib
 import importlib.util
 import itertools
@@ -306,16 +307,9 @@ def tuning_triton_key() -> str | None:
             return None
 
 
-_key_warming = threading.Event()
-_KEY_WARMING_LOCK = threading.Lock()
-
-
+@functools.cache
 def warm_triton_key() -> None:
     """`tuning_triton_key` in a daemon thread, once per process: hashed off the critical path, ready when asked."""
-    with _KEY_WARMING_LOCK:
-        if _key_warming.is_set():
-            return
-        _key_warming.set()
     threading.Thread(target=tuning_triton_key, name="fasta-triton-key", daemon=True).start()
 
 
