@@ -6,6 +6,7 @@ with a CUDA context, as a tuning process has:
     python3 benchmarks/compile_pool_start.py                    # server up, first worker, all workers
     FASTA_WORKER_TORCH=0 python3 benchmarks/compile_pool_start.py --torch-at-import
     FASTA_WORKER_TORCH=1 python3 benchmarks/compile_pool_start.py --torch-at-import
+    python3 benchmarks/compile_pool_start.py --user-script
 
 With `--torch-at-import` every worker's first job imports
 `tests/triton/torch_at_import.py`, a module that uses torch when imported,
@@ -14,21 +15,51 @@ on each worker waits for, with torch imported per worker
 (`FASTA_WORKER_TORCH=0`; unset, this script decorates no kernel, so torch
 is deferred too) or once by the fork server (`FASTA_WORKER_TORCH=1`, as
 when a decorated kernel's module is seen to use torch on import).
+
+With `--user-script` the pool is started from a script that begins as
+training scripts do, with `import torch.nn`, run as the main program: a
+worker that ran the main script again before its first job (as
+multiprocessing's children do) would import torch there.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import wait
 from pathlib import Path
 
+USER_SCRIPT = """
+import time
+
+import torch.nn
+
+from fasta_sm.triton import compile_pool
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    pool = compile_pool.CompilePool()
+    pool.start()
+    print(f"main script imports torch.nn: all {pool.workers} workers ready {time.perf_counter() - start:.2f} s")
+    pool.close()
+"""
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torch-at-import", action="store_true")
+    parser.add_argument("--user-script", action="store_true")
     opts = parser.parse_args()
+    if opts.user_script:
+        with tempfile.TemporaryDirectory() as folder:  # a folder of its own: the script's folder leads sys.path
+            script = Path(folder) / "train.py"
+            script.write_text(USER_SCRIPT)
+            done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+        print(done.stdout.strip() or done.stderr[-2000:])
+        sys.exit(done.returncode)
 
     import torch
 

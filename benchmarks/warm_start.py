@@ -1,14 +1,14 @@
 """A warm start in a fresh process: the seconds `fasta_sm.autotune` spends before the first launch.
 
-A child process tunes the tests' kernel over 150 configs (exhaustive, under
-Triton's interpreter, no GPU needed) into a state dir; then each of `--runs`
+A child process tunes the tests' kernel over 150 configs (exhaustive; on the
+GPU when there is one, else under Triton's interpreter) into a state dir; then each of `--runs`
 fresh processes decorates the same kernel and times the lookup of its first
 call (`Autotuner._tune`: the tuning key, the DONE state, the config list),
 which is what fasta-sm adds before Triton's own first launch. The benchmark
 in `triton_autotune.py` times a second decorator in the same process, which
 has every module already imported; this one does not.
 
-    python benchmarks/warm_start.py [--runs 7]
+    python benchmarks/warm_start.py [--runs 7] [--device auto|cpu|cuda]
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 
 CHILD = r"""
 import os, sys, time
-os.environ["TRITON_INTERPRET"] = "1"
+if sys.argv[4] == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, sys.argv[3])
 import torch, triton, fasta_sm
 from kernels import accumulate_kernel, grid
@@ -30,7 +31,7 @@ configs = [triton.Config({"BLOCK": b}, num_warps=w, num_stages=s)
            for b in (16, 32, 64, 128, 256, 512) for w in (1, 2, 4, 8, 16) for s in (1, 2, 3, 4, 5)]
 kernel = fasta_sm.autotune(configs, key=["n"], reset_to_zero=["out_ptr"], state_dir=sys.argv[1],
                            policy="exhaustive")(accumulate_kernel)
-x, out = torch.randn(1000), torch.zeros(1000)
+x, out = torch.randn(1000, device=sys.argv[4]), torch.zeros(1000, device=sys.argv[4])
 if sys.argv[2] == "lookup":
     tune, seconds = kernel._tune, []
     def timed(*args, **kwargs):
@@ -46,19 +47,31 @@ if sys.argv[2] == "lookup":
 """
 
 
+def child(state_dir: str, step: str, kernels: str, device: str) -> str:
+    """Run one step in a fresh interpreter; its stdout, or its stderr in the error."""
+    done = subprocess.run([sys.executable, "-c", CHILD, state_dir, step, kernels, device], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the {step} process failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto: the GPU if torch sees one, else the interpreter")
     opts = parser.parse_args()
+    device = opts.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     kernels = str(Path(__file__).resolve().parent.parent / "tests" / "triton")
     state_dir = tempfile.mkdtemp(prefix="fasta-warm-")
-    subprocess.run([sys.executable, "-c", CHILD, state_dir, "tune", kernels], check=True, capture_output=True)
-    times = []
-    for _ in range(opts.runs):
-        done = subprocess.run([sys.executable, "-c", CHILD, state_dir, "lookup", kernels], check=True,
-                              capture_output=True, text=True)
-        times.append(float(done.stdout.split()[-1]))
-    print(f"fresh-process lookup before the first launch, 150 configs, {opts.runs} processes: "
+    child(state_dir, "tune", kernels, device)
+    times = [float(child(state_dir, "lookup", kernels, device).split()[-1]) for _ in range(opts.runs)]
+    print(f"fresh-process lookup before the first launch, 150 configs, {device}, {opts.runs} processes: "
           f"median {statistics.median(times):.2f} ms, min {min(times):.2f}, max {max(times):.2f}")
 
 

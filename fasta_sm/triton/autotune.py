@@ -36,8 +36,9 @@ _LAUNCH_OPTIONS = ("num_ctas", "maxnreg")
 
 
 def _compiles_in_pool(fn: Any) -> bool:
-    """Whether the compile workers can compile `fn`: a bare jit function importable by its module path."""
-    return isinstance(fn, JITFunction) and "<locals>" not in fn.fn.__qualname__
+    """Whether the compile workers can compile `fn`: a bare jit function importable by its module path,
+    outside the main script (workers do not run it)."""
+    return isinstance(fn, JITFunction) and "<locals>" not in fn.fn.__qualname__ and fn.fn.__module__ != "__main__"
 
 
 def to_fasta_config(config: Any) -> Config:

@@ -19,11 +19,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..config import Config
 from ..protocols import BenchmarkOutcome, CompileOutcome
 from .compile_pool import (
+    LOCAL_THREADS,
     CompileJob,
     CompilePool,
     TensorArg,
@@ -139,18 +141,14 @@ class TritonBackend:
             return [CompileOutcome(error=None, seconds=0.0) for _ in configs]
         jobs = self._jobs(configs)
         if jobs is None:
-            return [self._load(config, 0.0) for config in configs]
+            return self._compile_here(configs)
         guesses = [self.prefetcher.take(config.identity) for config in configs]
         started = {position: future for position, future in enumerate(guesses) if future is not None}
         outcomes: list[CompileOutcome | None] = [None] * len(configs)
-        device = self._current_device()
+        load_here = self._loader_for_threads()
 
         def compile_here(position: int) -> tuple[str | None, float]:
-            if device is not None:
-                from triton.runtime import driver
-
-                driver.active.set_current_device(device)  # the current device is per thread
-            outcomes[position] = self._load(configs[position], 0.0)
+            outcomes[position] = load_here(configs[position])
             return outcomes[position].error, outcomes[position].seconds
 
         for index, error, seconds in self.pool.run(jobs, started, in_process=compile_here):
@@ -162,6 +160,31 @@ class TritonBackend:
             else:
                 outcomes[index] = self._load(configs[index], seconds)
         return [outcome for outcome in outcomes if outcome is not None]
+
+    def _compile_here(self, configs: Sequence[Config]) -> list[CompileOutcome]:
+        """Compile in threads of this process, for a kernel the workers cannot import.
+
+        Triton releases the GIL in LLVM and ptxas, so eight threads overlap
+        most of a batch's compiles, where one at a time would not.
+        """
+        threads = min(LOCAL_THREADS[1], len(configs))
+        if threads <= 1:
+            return [self._load(config, 0.0) for config in configs]
+        with ThreadPoolExecutor(threads, thread_name_prefix="fasta-compile") as executor:
+            return list(executor.map(self._loader_for_threads(), configs))
+
+    def _loader_for_threads(self) -> Callable[[Config], CompileOutcome]:
+        """`_load` for a thread of this process: on the caller's device, which is per thread."""
+        device = self._current_device()
+
+        def load(config: Config) -> CompileOutcome:
+            if device is not None:
+                from triton.runtime import driver
+
+                driver.active.set_current_device(device)
+            return self._load(config, 0.0)
+
+        return load
 
     def _current_device(self) -> int | None:
         """The caller's device, with the kernel's per-device cache created here, before any compile thread.
@@ -284,10 +307,14 @@ class TritonBackend:
         }
 
     def _jobs(self, configs: Sequence[Config]) -> list[CompileJob] | None:
-        """Worker jobs, or None when the kernel or its arguments cannot travel to a worker."""
+        """Worker jobs, or None when the kernel or its arguments cannot travel to a worker.
+
+        A kernel defined in the main script stays here: workers do not run
+        `__main__` (`compile_pool.skip_main_in_workers`).
+        """
         module = getattr(self.fn, "module", None) or getattr(self.fn.fn, "__module__", None)
         qualname = self.fn.fn.__qualname__
-        if self.launcher is not self.fn or "<locals>" in qualname:
+        if self.launcher is not self.fn or "<locals>" in qualname or module in (None, "__main__"):
             return None
         try:
             if resolve(module, qualname) is not self.fn:

@@ -83,11 +83,7 @@ def unwrap_jit(obj: Any) -> Any:
 
 def resolve(module: str, qualname: str) -> Any:
     """Import a kernel by module path, as a worker must."""
-    if module == "__main__" and "__mp_main__" in sys.modules:
-        mod = sys.modules["__mp_main__"]
-    else:
-        mod = importlib.import_module(module)
-    obj: Any = mod
+    obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return unwrap_jit(obj)
@@ -434,13 +430,67 @@ def _stand_in(arg: Any) -> Any:
     return arg
 
 
+WORKER_NAME = "fasta-compile-worker"
+"""The name of every compile worker process; the fork server runs no `__main__` for those (`skip_main_in_workers`)."""
+
+
 def worker_context() -> multiprocessing.context.BaseContext:
     """A fork server that has imported Triton, else spawn: never a fork of this process."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
+    context = _named_worker_context()
     context.set_forkserver_preload(preload_modules())
     return context
+
+
+@functools.cache
+def _named_worker_context() -> multiprocessing.context.BaseContext:
+    """The fork-server context, with every process it makes named `WORKER_NAME`."""
+    return _NamedProcesses(multiprocessing.get_context("forkserver"))  # type: ignore[return-value]
+
+
+class _NamedProcesses:
+    """A multiprocessing context whose processes carry one name (multiprocessing numbers them otherwise)."""
+
+    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    def Process(self, *args: Any, **kwargs: Any) -> multiprocessing.process.BaseProcess:  # noqa: N802  multiprocessing's name
+        return self._context.Process(*args, **kwargs, name=WORKER_NAME)
+
+
+def skip_main_in_workers() -> None:
+    """Make the fork server's compile workers skip re-running the tuning process's `__main__`.
+
+    A fork-server or spawned child runs the parent's main script again (as
+    `__mp_main__`) before its first job; hence the multiprocessing rule that
+    a script guard its top level with `if __name__ == "__main__":`. Kernel
+    authors' scripts often have no guard, and `triton.autotune` never needed
+    one: run again in each worker, such a script would allocate, tune and
+    launch there, and even a guarded one that starts with `import torch.nn`
+    makes every worker import torch before its first compile. Workers need
+    no `__main__`: a kernel defined there is compiled in the tuning process
+    (`TritonBackend._jobs`). Runs in the fork server (`worker_preload`);
+    other children of that server, which multiprocessing shares within a
+    process, still run `__main__` as usual.
+    """
+    from multiprocessing import process, spawn
+
+    for name in ("_fixup_main_from_path", "_fixup_main_from_name"):
+        original = getattr(spawn, name, None)
+        if original is None or getattr(original, "skips_compile_workers", False):
+            continue
+
+        @functools.wraps(original)
+        def fixup(main: str, original: Callable[[str], None] = original) -> None:
+            if process.current_process().name != WORKER_NAME:
+                original(main)
+
+        fixup.skips_compile_workers = True  # type: ignore[attr-defined]
+        setattr(spawn, name, fixup)
 
 
 def start_fork_server() -> bool:

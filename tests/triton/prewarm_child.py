@@ -1,7 +1,8 @@
 """Decorates a kernel and prints whether a fork server is running.
 
 `--nested`: in a spawned child process; `--wrapped`: a `triton.heuristics`
-wrapper, which the compile workers do not compile; `--torch-table`: a kernel
+wrapper, which the compile workers do not compile; `--in-main`: a kernel
+defined in this script, which they do not import; `--torch-table`: a kernel
 whose module holds a torch dtype table, after which the server's preload is
 printed too. A server started here is killed before exit, so that it does not
 outlive the test.
@@ -16,9 +17,17 @@ import signal
 import sys
 import tempfile
 
+import triton
+import triton.language as tl
 
-def decorate_and_report(wrapped: bool = False, torch_table: bool = False) -> bool:
-    import triton
+
+@triton.jit
+def main_script_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, 1.0, mask=offs < n)
+
+
+def decorate_and_report(wrapped: bool = False, torch_table: bool = False, in_main: bool = False) -> bool:
     from kernels import CONFIGS, accumulate_kernel, make_tuned
 
     import fasta_sm
@@ -27,6 +36,8 @@ def decorate_and_report(wrapped: bool = False, torch_table: bool = False) -> boo
         from torch_at_import import copy_kernel
 
         fasta_sm.autotune(CONFIGS, key=["n"], state_dir=tempfile.mkdtemp())(copy_kernel)
+    elif in_main:
+        fasta_sm.autotune(CONFIGS, key=["n"], state_dir=tempfile.mkdtemp())(main_script_kernel)
     elif wrapped:
         kernel = triton.heuristics({"scale": lambda args: 2.0})(accumulate_kernel)
         fasta_sm.autotune(CONFIGS, key=["n"], state_dir=tempfile.mkdtemp())(kernel)
@@ -51,7 +62,8 @@ if __name__ == "__main__":
         started = queue.get(timeout=300)
         child.join()
     else:
-        started = decorate_and_report(wrapped="--wrapped" in sys.argv, torch_table="--torch-table" in sys.argv)
+        started = decorate_and_report(wrapped="--wrapped" in sys.argv, torch_table="--torch-table" in sys.argv,
+                                      in_main="--in-main" in sys.argv)
     print("started" if started else "not started", flush=True)
     if "--torch-table" in sys.argv:
         from fasta_sm.triton.compile_pool import preload_modules

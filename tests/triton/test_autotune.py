@@ -152,6 +152,11 @@ def test_a_kernel_the_workers_cannot_compile_starts_no_fork_server():
     assert prewarm_child("--wrapped") == "not started"
 
 
+def test_a_kernel_defined_in_the_main_script_starts_no_fork_server():
+    """The workers do not run the main script, so they cannot import its kernels: those compile in process."""
+    assert prewarm_child("--in-main") == "not started"
+
+
 def test_a_kernel_whose_module_uses_torch_on_import_has_the_fork_server_import_torch():
     """Once, in the server, rather than once per compile worker."""
     assert prewarm_child("--torch-table").splitlines() == ["started", "torch fasta_sm.triton.worker_preload"]

@@ -11,7 +11,7 @@ from conftest import DEVICE, HAS_CUDA
 from kernels import accumulate_kernel, grid
 
 from fasta_sm.config import Config
-from fasta_sm.protocols import Backend
+from fasta_sm.protocols import Backend, CompileOutcome
 from fasta_sm.triton.backend import TritonBackend
 from fasta_sm.triton.compile_pool import CompileJob, CompilePool, TensorArg, describe_error, pool_size
 
@@ -248,6 +248,26 @@ def test_a_backend_starts_no_guesses_while_its_pool_is_starting():
     backend._jobs = lambda cs: [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in cs]
     backend.prefetch(configs(1, 2, 3))
     assert pool.calls == 0
+
+
+def test_a_kernel_the_workers_cannot_compile_is_compiled_in_threads_here_in_order():
+    import threading
+    import time
+
+    backend, _, _ = make_backend(pool=CompilePool(2))
+    backend.interpreting = False  # compiles are no-ops in the interpreter; pretend a device
+    backend._jobs = lambda cs: None
+    threads = set()
+
+    def load(config, worker_seconds):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.05)
+        return CompileOutcome(error="even" if config.kwargs["BLOCK"] % 2 == 0 else None, seconds=0.05)
+
+    backend._load = load
+    outcomes = backend.compile(configs(*range(1, 17)))
+    assert [o.error for o in outcomes] == ["even" if b % 2 == 0 else None for b in range(1, 17)]
+    assert len(threads) > 1 and all(name.startswith("fasta-compile") for name in threads)
 
 
 def test_while_the_pool_starts_jobs_are_compiled_in_process():

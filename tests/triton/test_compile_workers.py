@@ -130,3 +130,41 @@ def test_the_torch_module_alone_does_not_mean_it_uses_torch_on_import():
 
     namespace = {"torch": torch, "triton": triton, "N": 3, "CONFIGS": [triton.Config({"BLOCK": 16})], "f": len}
     assert not compile_pool.uses_torch_on_import(namespace)
+
+
+@pytest.fixture(scope="module")
+def guardless(tmp_path_factory):
+    """What guardless_child.py saw: its top-level runs, and its workers' reports."""
+    if not _nvidia_backend():
+        pytest.skip("this Triton has no NVIDIA backend to stand in for the tuning process's target")
+    runs = tmp_path_factory.mktemp("guardless") / "runs.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "FASTA_WORKER_TORCH")}
+    child = subprocess.run([sys.executable, str(HERE / "guardless_child.py"), str(runs)], capture_output=True,
+                           text=True, timeout=300, env=env, cwd=HERE)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return {"runs": runs.read_text().split(), **json.loads(child.stdout.strip().splitlines()[-1])}
+
+
+def test_a_script_without_a_main_guard_runs_once_not_again_in_each_worker(guardless):
+    assert len(guardless["runs"]) == 1
+    assert guardless["main_probe"] == "RuntimeError: __main__ file=None"
+
+
+def test_a_script_that_imports_torch_nn_leaves_torch_deferred_in_the_workers(guardless):
+    assert guardless["torch_probe"] == "RuntimeError: torch is DeferredModule"
+
+
+def test_a_kernel_defined_in_the_main_script_compiles_in_this_process(monkeypatch):
+    """Workers do not run `__main__`, so they could not import it; without the rule it would go to them."""
+    from kernels import accumulate_kernel
+    from triton.runtime.jit import JITFunction
+
+    from fasta_sm.triton.backend import TritonBackend
+
+    kernel = JITFunction(getattr(accumulate_kernel, "fn", accumulate_kernel))  # compiled, even beside the interpreter
+    monkeypatch.setattr(kernel, "module", "__main__")
+    for main in ("__main__", "__mp_main__"):
+        if main in sys.modules:
+            monkeypatch.setattr(sys.modules[main], kernel.fn.__qualname__, kernel, raising=False)
+    backend = TritonBackend(kernel, (None, None, 8, 2.0), lambda meta: (1,), rep_ms=0.0)
+    assert backend._jobs([]) is None

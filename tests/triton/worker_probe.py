@@ -52,3 +52,15 @@ class _KeyReporter:
 
 
 key_probe = _KeyReporter()
+
+
+class _MainReporter:
+    """Fails with the file of the worker's `__main__`: None unless the tuning process's script ran there again."""
+
+    def warmup(self, *args, **kwargs) -> None:
+        import sys
+
+        raise RuntimeError(f"__main__ file={getattr(sys.modules['__main__'], '__file__', None)}")
+
+
+main_probe = _MainReporter()
