@@ -3,9 +3,9 @@
 It imports Triton, and defers torch rather than importing it: a worker
 compiles without it, and loads it only if a kernel's module uses it on
 import. Workers forked from it do not run the tuning process's main script
-again (`skip_main_in_workers`). It does not hash Triton's library for the cache key (0.4 s): each
-job brings the tuning process's key. Nothing here touches a device:
-forking after CUDA is initialised is unsafe.
+again (`skip_main_in_workers`). It does not hash Triton's library for the
+cache key (0.4 s): each job brings the tuning process's key. Nothing here
+touches a device: forking after CUDA is initialised is unsafe.
 """
 
 import sys
