@@ -84,8 +84,7 @@ def main() -> None:
     backend.TritonBackend.compile = wrap_compile(backend.TritonBackend.compile)
     backend.TritonBackend._load = wrap_load(backend.TritonBackend._load)
     backend.TritonBackend.benchmark = wrap_benchmark(backend.TritonBackend.benchmark)
-    opts = argparse.Namespace(small=args.small, max_configs=150, warmup_ms=10.0, rep_ms=40.0, budget=None, seed=0,
-                              methods=args.methods, variants={}, keep_states=None, import_lead=6.0)
+    opts = triton_autotune.run_options(args.methods, small=args.small)
     results = []
     for kernel in args.kernels:
         LOG.clear()

@@ -51,8 +51,7 @@ def main() -> None:
             compile_pool.LOCAL_THREADS = tuple(int(x) for x in variant.split(","))
             for kernel in args.kernels:
                 methods = ["fasta"] + (["exhaustive"] if rep == 0 and variant in args.exhaustive else [])
-                opts = argparse.Namespace(small=args.small, max_configs=150, warmup_ms=10.0, rep_ms=40.0, budget=None,
-                                          seed=0, methods=methods, variants={}, keep_states=None, import_lead=6.0)
+                opts = triton_autotune.run_options(methods, small=args.small)
                 READY.clear()
                 FIRST_COMPILE.clear()
                 row = triton_autotune.run_kernel(kernel, opts)

@@ -28,7 +28,7 @@ from ..state import remember_configs
 from ..store import StateStore
 from ..tuner import TuneResult, tune
 from .backend import TritonBackend, device_name
-from .compile_pool import note_kernel_module, shared_pool, start_fork_server
+from .compile_pool import kernel_path, note_kernel_module, shared_pool, start_fork_server
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
 
@@ -36,9 +36,8 @@ _LAUNCH_OPTIONS = ("num_ctas", "maxnreg")
 
 
 def _compiles_in_pool(fn: Any) -> bool:
-    """Whether the compile workers can compile `fn`: a bare jit function importable by its module path,
-    outside the main script (workers do not run it)."""
-    return isinstance(fn, JITFunction) and "<locals>" not in fn.fn.__qualname__ and fn.fn.__module__ != "__main__"
+    """Whether the compile workers can compile `fn`: a bare jit function with a path they import it by."""
+    return isinstance(fn, JITFunction) and kernel_path(fn) is not None
 
 
 def to_fasta_config(config: Any) -> Config:

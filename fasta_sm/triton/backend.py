@@ -30,6 +30,7 @@ from .compile_pool import (
     CompilePool,
     TensorArg,
     describe_error,
+    kernel_path,
     resolve,
     shared_pool,
     tuning_triton_key,
@@ -307,15 +308,11 @@ class TritonBackend:
         }
 
     def _jobs(self, configs: Sequence[Config]) -> list[CompileJob] | None:
-        """Worker jobs, or None when the kernel or its arguments cannot travel to a worker.
-
-        A kernel defined in the main script stays here: workers do not run
-        `__main__` (`compile_pool.skip_main_in_workers`).
-        """
-        module = getattr(self.fn, "module", None) or getattr(self.fn.fn, "__module__", None)
-        qualname = self.fn.fn.__qualname__
-        if self.launcher is not self.fn or "<locals>" in qualname or module in (None, "__main__"):
+        """Worker jobs, or None when the kernel or its arguments cannot travel to a worker (`kernel_path`)."""
+        path = kernel_path(self.fn) if self.launcher is self.fn else None
+        if path is None:
             return None
+        module, qualname = path
         try:
             if resolve(module, qualname) is not self.fn:
                 return None

@@ -81,6 +81,20 @@ def unwrap_jit(obj: Any) -> Any:
     return obj
 
 
+def kernel_path(fn: Any) -> tuple[str, str] | None:
+    """The module and qualified name a worker imports a jit function by, or None when no worker can.
+
+    A kernel defined inside a function has no such path, and one defined in
+    the main script has none that a worker sees: workers do not run
+    `__main__` (`skip_main_in_workers`).
+    """
+    module = getattr(fn, "module", None) or getattr(fn.fn, "__module__", None)
+    qualname = fn.fn.__qualname__
+    if "<locals>" in qualname or module in (None, "__main__"):
+        return None
+    return module, qualname
+
+
 def resolve(module: str, qualname: str) -> Any:
     """Import a kernel by module path, as a worker must."""
     obj: Any = importlib.import_module(module)
