@@ -361,6 +361,8 @@ def main() -> None:
                         help="one more fasta method, NAME, with these policy params (a JSON object); "
                         "a NAME ending in -pool-up runs with the compile pool already up")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--spare", type=int, default=None,
+                        help="compile workers the guesses leave free (fasta_sm.triton.prefetch.SPARE) for this run")
     parser.add_argument("--pick-repeats", type=int, default=7,
                         help="each method's chosen config is timed this many times, the picks in turn (median)")
     parser.add_argument("--json", default=None, help="write the results here")
@@ -392,6 +394,10 @@ def main() -> None:
     if opts.child:
         crash_child(opts)
         return
+    from fasta_sm.triton import prefetch
+
+    if opts.spare is not None:
+        prefetch.SPARE = opts.spare
     if opts.keep_states:
         Path(opts.keep_states).mkdir(parents=True, exist_ok=True)
     results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv, "kernels": []}
@@ -400,7 +406,8 @@ def main() -> None:
 
     from fasta_sm.triton.backend import device_name
 
-    results.update(device=device_name(), torch=torch.__version__, triton=triton.__version__)
+    results.update(device=device_name(), torch=torch.__version__, triton=triton.__version__,
+                   prefetch_spare=prefetch.SPARE)
     if not opts.no_tune:
         for name in opts.kernels:
             row = run_kernel(name, opts)

@@ -1,0 +1,207 @@
+"""Wall time of a live tune, simulated on a recorded table: the machine, the policy and its lookahead run
+for real; the compile pool, the prefetcher and the device are a virtual clock.
+
+A live fasta tune on the H200 spends most of its wall time in guided rounds
+waiting for compiles the lookahead did not start in time (benchmarks/compile_waits.py).
+Each change to the lookahead or the prefetcher would need a device call to
+judge; this replays the same decisions against the table's recorded compile
+seconds instead: `WORKERS` workers, the prefetcher's rules (`SPARE`, reserve,
+top-up as each guess ends), a timing of `--timing-ms` per config, and the
+tuning process's own seconds (policy and lookahead) added as they are spent.
+It reports wall seconds per tune, the seconds spent waiting on compiles in
+guided rounds, and how each guided batch's configs stood when asked for
+(done, running, never started), over seeds; also the same for the
+exhaustive policy, the baseline of the live target (fasta ≤ 0.3× its wall time).
+
+    python benchmarks/live_sim.py --kernels mm_skinny_bf16_m16 add_gelu_bf16 --configs 150 --seeds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fasta_sm import machine
+from fasta_sm.backends.replay import ReplayBackend, ReplayTable, load_table
+from fasta_sm.config import Config
+from fasta_sm.data import tables_dir
+from fasta_sm.policies.fasta.params import LIVE_DEFAULTS
+from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome
+from fasta_sm.store import StateStore
+from fasta_sm.triton import prefetch
+from fasta_sm.triton.record import spread
+from fasta_sm.tuner import tune
+
+
+class SimulatedLive(ReplayBackend):
+    """A replay backend on a virtual clock, with a pool of workers and a prefetcher like the live backend's."""
+
+    def __init__(self, table: ReplayTable, workers: int, timing_s: float, seed: int) -> None:
+        super().__init__(table, noise=True, seed=seed)
+        self.workers = workers
+        self.timing_s = timing_s
+        self.now = 0.0
+        self._real = time.perf_counter()
+        self._free = [0.0] * workers  # when each worker is next free
+        self._guesses: dict[str, float] = {}  # started guess -> when it is compiled
+        self._wanted: list[str] = []
+        self._certain = 0
+        self._reserve = 0
+        self.waits: list[tuple[str, float]] = []  # per compile call: d/r/n per config, wait seconds
+        self.guided = False
+
+    # the tuning process's own seconds count as they pass
+    def _enter(self) -> None:
+        self.now += time.perf_counter() - self._real
+
+    def _leave(self) -> None:
+        self._real = time.perf_counter()
+
+    def _run_until(self, moment: float) -> None:
+        """Advance the clock to `moment`, letting each finished guess hand its worker the next one."""
+        while True:
+            done = sorted(t for t in self._guesses.values() if self.now < t <= moment)
+            if not done:
+                break
+            self.now = done[0]
+            self._top_up()
+        self.now = max(self.now, moment)
+
+    def _submit(self, at: float, seconds: float) -> float:
+        start = max(at, heapq.heappop(self._free))
+        heapq.heappush(self._free, start + seconds)
+        return start + seconds
+
+    def _busy_guesses(self) -> int:
+        return sum(t > self.now for t in self._guesses.values())
+
+    def _top_up(self) -> None:
+        idle = self.workers - self._reserve - self._busy_guesses()
+        spare = max(0, min(prefetch.SPARE, self.workers // 2) - self._reserve)
+        while self._wanted and idle > (0 if self._certain else spare):
+            key = self._wanted.pop(0)
+            self._certain = max(0, self._certain - 1)
+            if key in self._guesses:
+                continue
+            index = self.table.index_of(self._by_key[key])
+            self._guesses[key] = self._submit(self.now, float(self.table.compile_s[index]))
+            idle -= 1
+
+    def prefetch(self, configs: Sequence[Config], reserve: int = 0, certain: int = 0) -> None:
+        self._enter()
+        self._by_key = {c.identity: c for c in configs} | getattr(self, "_by_key", {})
+        fresh = [(position, c.identity) for position, c in enumerate(configs) if c.identity not in self._guesses]
+        self._wanted = [key for _, key in fresh]
+        self._certain = sum(position < certain for position, _ in fresh)
+        self._reserve = reserve
+        self._top_up()
+        self._leave()
+
+    def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
+        self._enter()
+        start = self.now
+        ready, states = [], []
+        for config in configs:
+            key = config.identity
+            if key in self._wanted:
+                position = self._wanted.index(key)
+                self._wanted.pop(position)
+                if position < self._certain:
+                    self._certain -= 1
+            if key in self._guesses:
+                end = self._guesses.pop(key)
+                states.append("d" if end <= self.now else "r")
+            else:
+                end = self._submit(self.now, float(self.table.compile_s[self.table.index_of(config)]))
+                states.append("n")
+            ready.append(end)
+        for end in sorted(ready):
+            self._run_until(end)
+            self._reserve = max(0, self._reserve - 1)
+            self._top_up()
+        self.waits.append(("".join(states), self.now - start))
+        outcomes = super().compile(configs)
+        self._leave()
+        return outcomes
+
+    def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
+        self._enter()
+        self._run_until(self.now + self.timing_s * len(configs))
+        outcome = super().benchmark(configs, repeat)
+        self._leave()
+        return outcome
+
+
+def simulate(table: ReplayTable, policy: str, seed: int, opts) -> dict:
+    backend = SimulatedLive(table, opts.workers, opts.timing_ms / 1e3, seed)
+    store = StateStore(opts.scratch / f"{table.kernel}-{policy}-{seed}-{time.monotonic_ns()}")
+    params = dict(LIVE_DEFAULTS) if policy == "fasta" else {}
+    params.update(opts.params if policy == "fasta" else {})
+    result = tune(f"sim-{seed}", table.kernel, table.configs, backend, policy=policy, policy_params=params,
+                  seed=seed, store=store)
+    rounds = result.state.rounds
+    waits = backend.waits[1:] if policy == "fasta" else []  # the first compile call is R1's
+    picked = table.mean_us[result.best_index]
+    return {
+        "wall_s": backend.now + opts.pool_start_s,
+        "guided_wait_s": sum(wait for _, wait in waits),
+        "takes": "".join(states for states, _ in waits),
+        "rounds": len(rounds),
+        "regret_pct": 100 * (picked - table.true_best_us) / table.true_best_us,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", default=["mm_skinny_bf16_m16", "add_gelu_bf16", "rmsnorm_bf16",
+                                                          "row_sum_fp32"])
+    parser.add_argument("--configs", type=int, default=150, help="an evenly spread subset, as the live benchmark")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=14)
+    parser.add_argument("--timing-ms", type=float, default=46.0, help="one do_bench (10 + 40 ms on the H200)")
+    parser.add_argument("--pool-start-s", type=float, default=0.0, help="added to every tune (0: pool up)")
+    parser.add_argument("--params", default="{}", help="fasta policy params (JSON), over the live defaults")
+    parser.add_argument("--spare", type=int, default=None, help="prefetch.SPARE for this run")
+    parser.add_argument("--r1-guess-untimed", type=int, default=None, help="machine.R1_GUESS_UNTIMED for this run")
+    parser.add_argument("--json", default=None)
+    opts = parser.parse_args()
+    opts.params = json.loads(opts.params)
+    opts.scratch = Path("/tmp/fasta-live-sim")
+    if opts.spare is not None:
+        prefetch.SPARE = opts.spare
+    if opts.r1_guess_untimed is not None:
+        machine.R1_GUESS_UNTIMED = opts.r1_guess_untimed
+    out = {"argv": vars(opts) | {"scratch": str(opts.scratch)}, "kernels": {}}
+    print(f"{'kernel':22s} {'fasta s':>8s} {'exh s':>7s} {'f/e':>6s} {'wait s':>7s} {'d/r/n %':>12s} "
+          f"{'rounds':>6s} {'catch2':>6s}")
+    for name in opts.kernels:
+        full = load_table(tables_dir() / f"{name}.json")
+        keep = [full.index_of(c) for c in spread(full.configs, opts.configs)]
+        table = ReplayTable(full.kernel, [full.configs[i] for i in keep], full.compile_s[keep],
+                            [full.samples_us[i] for i in keep], [full.errors[i] for i in keep], full.meta, full.source)
+        runs = [simulate(table, "fasta", seed, opts) for seed in range(opts.seeds)]
+        exhaustive = simulate(table, "exhaustive", 0, opts)
+        takes = "".join(run["takes"] for run in runs)
+        shares = "/".join(f"{100 * takes.count(s) / max(1, len(takes)):.0f}" for s in "drn")
+        wall = statistics.median(run["wall_s"] for run in runs)
+        row = {"fasta_wall_s": wall, "exhaustive_wall_s": exhaustive["wall_s"],
+               "ratio": wall / exhaustive["wall_s"],
+               "guided_wait_s": statistics.median(run["guided_wait_s"] for run in runs),
+               "takes_drn_pct": shares, "rounds": statistics.median(run["rounds"] for run in runs),
+               "catch2": float(np.mean([run["regret_pct"] <= 2 for run in runs])), "runs": runs}
+        out["kernels"][name] = row
+        print(f"{name:22s} {wall:8.2f} {exhaustive['wall_s']:7.2f} {row['ratio']:6.3f} {row['guided_wait_s']:7.2f} "
+              f"{shares:>12s} {row['rounds']:6.0f} {row['catch2']:6.2f}")
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
