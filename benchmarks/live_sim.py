@@ -13,6 +13,11 @@ guided rounds, and how each guided batch's configs stood when asked for
 (done, running, never started), over seeds; also the same for the
 exhaustive policy, the baseline of the live target (fasta ≤ 0.3× its wall time).
 
+A model, not a measurement: it says which change is worth a device call,
+and only the device says what a change is worth (docs/benchmarks.md, run aa).
+It leaves out the pool's start, Triton's loads in the tuning process and
+any contention between compiles and timings.
+
     python benchmarks/live_sim.py --kernels mm_skinny_bf16_m16 add_gelu_bf16 --configs 150 --seeds 20
 """
 
