@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .backends.replay import ReplayBackend, ReplayTable, load_table
-from .errors import TuneFailed
+from .errors import TableError, TuneFailed
 from .machine import Tune
 from .policies import make_policy
 
@@ -78,13 +78,24 @@ def run_policy(
     )
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """numpy's percentile, except that a run with no pick (regret inf) in the way gives inf, not NaN.
+
+    Interpolating between a finite regret and inf is inf − inf for numpy.
+    """
+    array = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore"):
+        result = float(np.percentile(array, q))
+    return math.inf if math.isnan(result) and np.isinf(array).any() else result
+
+
 def _summary(runs: list[Run], n: int, exhaustive: float) -> dict[str, float]:
     regret = np.array([r.regret_pct for r in runs])
     return {
         "catch2": float(np.mean(regret <= 2.0)),
         "catch5": float(np.mean(regret <= 5.0)),
-        "median_regret_pct": float(np.median(regret)),
-        "p95_regret_pct": float(np.percentile(regret, 95)),
+        "median_regret_pct": percentile(regret, 50),
+        "p95_regret_pct": percentile(regret, 95),
         "evals_pct": float(100.0 * np.mean([r.benchmarked for r in runs]) / n),
         "cost_pct": float(100.0 * np.mean([r.cost_s for r in runs]) / exhaustive),
     }
@@ -107,9 +118,15 @@ def bench(
     constructor arguments. A `seed_start` past the seeds a change was tuned
     on gives a held-out check. Returns the JSON shape of `fasta-sm bench --json`.
     """
+    if seeds < 1:
+        raise ValueError(f"seeds={seeds!r}: a bench needs at least one seed")
+    if not policies or len(set(policies)) != len(policies):
+        raise ValueError(f"policies {list(policies)!r}: name each policy once, at least one")
+    if not Path(tables_dir).is_dir():
+        raise TableError(f"{tables_dir}: not a directory of replay tables")
     paths = sorted(Path(tables_dir).glob("*.json"))
     if not paths:
-        raise FileNotFoundError(f"{tables_dir}: no *.json replay tables")
+        raise TableError(f"{tables_dir}: no *.json replay tables in it")
     tables = [load_table(p) for p in paths]
     params = params or {}
     total = len(tables) * seeds * len(policies)
@@ -146,8 +163,8 @@ def bench(
             key: float(np.mean([r[key] for r in rows]))
             for key in ("catch2", "catch5", "median_regret_pct", "evals_pct", "cost_pct")
         }
-        overall[policy]["median_regret_pct"] = float(np.median(regrets[policy]))
-        overall[policy]["p95_regret_pct"] = float(np.percentile(regrets[policy], 95))
+        overall[policy]["median_regret_pct"] = percentile(regrets[policy], 50)
+        overall[policy]["p95_regret_pct"] = percentile(regrets[policy], 95)
     ordered = {
         p: {
             k: overall[p][k]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from .store import StateStore
 from .triton.cli import record_command
 
 console = Console()
+notes = Console(stderr=True)
+"""Where a command says what it wrote, so that its standard output stays what it prints (JSON, say)."""
 state_dir_option = click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -59,7 +62,9 @@ def main(verbose: bool) -> None:
     help=f"Replay table: a path, or the name of a shipped table (default: {DEFAULT_TABLE}).",
 )
 @click.option("--policy", default="fasta", show_default=True, help="Search policy.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for the policy and the replay noise.")
+@click.option(
+    "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for the policy and the replay noise."
+)
 @click.option("--budget", default=None, type=float, help="Budget as a fraction of the space (policy default if unset).")
 @click.option(
     "--noise/--no-noise", default=True, show_default=True, help="Replay with seeded noise matching the recorded spread."
@@ -73,7 +78,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     replay = load_table(table_path(table or DEFAULT_TABLE))
     store = StateStore(state_dir)
     params = {} if budget is None else {"budget": budget}
-    key = f"replay/{replay.kernel}/{policy}/seed={seed}/budget={budget}/noise={noise}"
+    key = f"replay/{replay.kernel}/{replay.fingerprint}/{policy}/seed={seed}/budget={budget}/noise={noise}"
     n = len(replay.configs)
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -179,12 +184,17 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
     try:
         state = store.read(path)
     except FileNotFoundError:
-        raise click.ClickException(f"no state file for {key_or_file!r} (looked for {path})") from None
+        if key_or_file.endswith(".fsm") or "/" in key_or_file:
+            raise click.ClickException(f"no state file {key_or_file!r}") from None
+        raise click.ClickException(f"no state file for the key {key_or_file!r} (looked for {path})") from None
     if plot is not None:
         from .plot import plot_tune
 
-        plot_tune(state, plot)
-        console.print(f"wrote {plot}")
+        try:
+            plot_tune(state, plot)
+        except (ImportError, ValueError) as exc:
+            raise click.ClickException(f"--plot {plot}: {exc}") from None
+        notes.print(f"wrote {plot}")
     if as_json:
         click.echo(json.dumps(state_to_json(state), indent=2, sort_keys=True))
         return
@@ -271,6 +281,8 @@ def graph(fmt: str, out: Path | None) -> None:
     """Draw the tuning machine: mermaid text always, PNG or SVG where graphviz is installed."""
     from .diagram import draw_machine
 
+    if fmt != "mermaid" and out is None:
+        raise click.UsageError(f"--format {fmt} needs --out FILE")
     try:
         result = draw_machine(fmt, out)
     except ImportError as exc:
@@ -308,6 +320,17 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
         console.print(f"wrote {csv_out}")
 
 
+def _finite_or_null(value: object) -> object:
+    """JSON has no infinity: a regret of a kernel whose runs found no config that ran is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(item) for item in value]
+    return value
+
+
 def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.2f}"
@@ -322,7 +345,7 @@ def _cell(value: object) -> str:
     default=None,
     help="Directory of replay tables (default: the shipped H200 tables).",
 )
-@click.option("--seeds", default=50, show_default=True, help="Seeds per kernel and policy.")
+@click.option("--seeds", default=50, show_default=True, type=click.IntRange(min=1), help="Seeds per kernel and policy.")
 @click.option(
     "--seed-start",
     default=0,
@@ -357,6 +380,8 @@ def bench_command(
     from .data import tables_dir as shipped_tables
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names or len(set(names)) != len(names):
+        raise click.BadParameter(f"{policies!r}: name each policy once, at least one", param_hint="--policies")
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -383,7 +408,7 @@ def bench_command(
         overall.add_row(policy, *(f"{row[c]:.3f}" for c in columns))
     console.print(overall)
     if json_out is not None:
-        json_out.write_text(json.dumps(result, indent=2))
+        json_out.write_text(json.dumps(_finite_or_null(result), indent=2, allow_nan=False))
         console.print(f"wrote {json_out}")
 
 
@@ -398,7 +423,7 @@ def list_tables() -> None:
 
 
 def run() -> None:
-    """Entry point with fasta-sm's errors shown as one clear line, not a traceback."""
+    """Entry point: fasta-sm's errors, and a file it cannot read or write, shown as one line on stderr."""
     try:
         main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -406,6 +431,6 @@ def run() -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except FastaError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except (FastaError, OSError) as exc:
+        notes.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)
         sys.exit(1)

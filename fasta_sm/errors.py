@@ -35,3 +35,7 @@ class LockTimeout(FastaError, TimeoutError):
 
 class StateDirError(FastaError, OSError):
     """The state directory is missing, not a directory, or not writable."""
+
+
+class MissingDependency(FastaError, ImportError):
+    """An optional package a feature needs is not installed; the message names the extra to install."""

@@ -2,7 +2,10 @@
 
 Exhaustive cost is estimated from what the tune itself measured: its compile
 seconds per config tried (failed compiles cost time too), and its benchmark
-seconds per timing, scaled to the whole space. On replay the recorded compile times give it exactly.
+seconds per timing, scaled to the whole space. An estimate even on replay,
+where the configs a tune picked are no average sample of the space (the
+guided rounds favour large, slow-compiling tiles): `fasta-sm tune` prints
+the table's exact figure beside it.
 """
 
 from __future__ import annotations

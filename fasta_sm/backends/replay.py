@@ -8,6 +8,8 @@ resumed in another process sees exactly what an uninterrupted one would.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -60,6 +62,19 @@ class ReplayTable:
     def true_best(self) -> int:
         return int(np.nanargmin(self.mean_us))
 
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """12 hex digits of a hash of everything a replay reads: two tables of one kernel name tell apart."""
+        content = [
+            self.kernel,
+            str(self.meta.get("device", "")),
+            [c.identity for c in self.configs],
+            [float(x) for x in self.compile_s],
+            self.samples_us,
+            self.errors,
+        ]
+        return hashlib.sha256(json.dumps(content).encode()).hexdigest()[:12]
+
     def index_of(self, config: Config) -> int:
         return self._index[config.identity]
 
@@ -109,8 +124,8 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
             raise TableError(f"{where}: compile_s={seconds!r} must be a number ≥ 0")
         if error is not None and not isinstance(error, str):
             raise TableError(f"{where}: error={error!r} must be a string or null")
-        if not isinstance(durations, list) or not all(_is_number(d) and d >= 0 for d in durations):
-            raise TableError(f"{where}: duration_us={durations!r} must be a list of numbers ≥ 0")
+        if not isinstance(durations, list) or not all(_is_number(d) and d > 0 for d in durations):
+            raise TableError(f"{where}: duration_us={durations!r} must be a list of numbers > 0")
         if error is None and not durations:
             raise TableError(f"{where}: no durations and no error")
         configs.append(config)

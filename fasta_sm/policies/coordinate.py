@@ -66,7 +66,9 @@ class CoordinateDescent:
         tried = int(np.sum(~np.isnan(durations)))
         left = self._count - tried
         finite = np.flatnonzero(np.isfinite(durations))
-        if left <= 0 or finite.size == 0:
+        if finite.size == 0:
+            return Decision(batch=[], reason="coordesc: the default config failed; no config to step from")
+        if left <= 0:
             return Decision(batch=[], reason=f"coordesc: budget of {self._count} configs spent")
         best = int(finite[np.argmin(durations[finite])])
         fresh = [i for i in self._neighbours(best) if np.isnan(durations[i])]

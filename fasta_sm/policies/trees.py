@@ -2,12 +2,13 @@
 
 Fit an extra-trees forest on log2 features and log durations, pick the
 unmeasured configs with the lowest mean minus one spread across trees, repeat
-until the budget is spent. scikit-learn is imported lazily: only the bench
+until the budget is spent. scikit-learn (the `bench` extra) is imported lazily: only the bench
 uses this policy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Config
+from ..errors import MissingDependency
 from ..protocols import Decision, Observations
 from . import register
 from .baseline import budget_count
@@ -30,6 +32,8 @@ class ExtraTreesLCB:
     def __init__(
         self, configs: Sequence[Config], budget: float = 0.2, r1_frac: float = 0.4, rounds: int = 4, kappa: float = 1.0
     ) -> None:
+        if importlib.util.find_spec("sklearn") is None:
+            raise MissingDependency("the trees policy needs scikit-learn: pip install 'fasta-sm[bench]'")
         self._n = len(configs)
         self._count = budget_count(self._n, budget)
         self._r1 = max(1, min(self._count, math.ceil(r1_frac * self._count)))

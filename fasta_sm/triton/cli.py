@@ -29,7 +29,16 @@ def _parse_params(items: tuple[str, ...]) -> dict[str, object]:
 
 def _spec_path(spec: str) -> str:
     """A zoo short name (`mm_fp16`) or a `module:function` path."""
-    return spec if ":" in spec else f"fasta_sm.triton.zoo:spec_{spec}"
+    if ":" in spec:
+        return spec
+    from .zoo import ZOO
+
+    if spec not in ZOO:
+        raise click.BadParameter(
+            f"{spec!r} is neither 'package.module:function' nor a zoo kernel ({', '.join(sorted(ZOO))})",
+            param_hint="SPECS",
+        )
+    return f"fasta_sm.triton.zoo:spec_{spec}"
 
 
 @click.command("record")

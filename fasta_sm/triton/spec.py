@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Config
+from ..errors import ConfigError
 
 
 @dataclass
@@ -44,9 +45,18 @@ def load_spec(spec: str, **params: Any) -> KernelSpec:
     """Resolve `module:function` and call the function with `params`."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise ValueError(f"spec {spec!r} must look like 'package.module:function'")
-    factory = getattr(importlib.import_module(module_name), attr)
-    result = factory(**params)
+        raise ConfigError(f"spec {spec!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"spec {spec!r}: cannot import {module_name!r}: {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"spec {spec!r}: {module_name} has no function {attr!r}")
+    try:
+        result = factory(**params)
+    except TypeError as exc:
+        raise ConfigError(f"spec {spec!r} called with {params!r}: {exc}") from None
     if not isinstance(result, KernelSpec):
-        raise TypeError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
+        raise ConfigError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
     return result

@@ -106,3 +106,97 @@ def test_import_and_help_load_neither_torch_nor_triton():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def fasta_sm(*args: str) -> subprocess.CompletedProcess:
+    """The installed entry point, as a user runs it: errors handled by `run`, not by the test runner."""
+    return subprocess.run([sys.executable, "-c", "from fasta_sm.cli import run; run()", *args],
+                          capture_output=True, text=True)
+
+
+def refused(*args: str):
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 2, result.output
+    return result.output
+
+
+def test_bench_needs_at_least_one_seed(table_file):
+    assert "--seeds" in refused("bench", "--tables", str(table_file.parent), "--seeds", "0")
+
+
+def test_bench_refuses_a_policy_named_twice(table_file):
+    assert "--policies" in refused("bench", "--tables", str(table_file.parent), "--policies", "random,random")
+
+
+def test_tune_refuses_a_negative_seed(table_file, state_dir):
+    assert "--seed" in refused("tune", "--replay", str(table_file), "--seed", "-3", "--state-dir", str(state_dir))
+
+
+def test_bench_on_a_missing_tables_dir_is_one_line_naming_it(tmp_path):
+    done = fasta_sm("bench", "--tables", str(tmp_path / "nowhere"), "--seeds", "1")
+    assert done.returncode == 1 and "nowhere" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bench_on_a_dir_without_tables_is_one_line_naming_it(tmp_path):
+    done = fasta_sm("bench", "--tables", str(tmp_path), "--seeds", "1")
+    assert done.returncode == 1 and "no *.json replay tables" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bench_json_writes_null_for_a_regret_no_run_could_measure(tmp_path):
+    from conftest import write_table
+
+    table = json.loads(write_table(tmp_path / "t.json").read_text())
+    for row in table["configs"][1:]:
+        row["duration_us"], row["error"] = [], "OutOfResources: shared memory"
+    (tmp_path / "t.json").write_text(json.dumps(table))
+    out = tmp_path / "bench.json"
+    invoke("bench", "--tables", str(tmp_path), "--seeds", "4", "--policies", "random", "--budget", "0.05",
+           "--json", str(out))
+    text = out.read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    assert json.loads(text)["kernels"][0]["p95_regret_pct"] is None
+
+
+def test_two_tables_of_one_kernel_name_are_two_tunes(tmp_path, state_dir):
+    from conftest import write_table
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    first = write_table(tmp_path / "a" / "toy_mm.json")
+    table = json.loads(first.read_text())
+    table["device"] = "another GPU"
+    second = tmp_path / "b" / "toy_mm.json"
+    second.write_text(json.dumps(table))
+    tune(first, state_dir)
+    assert "reused" not in tune(second, state_dir)
+
+
+def test_show_plot_in_an_unknown_format_is_a_clear_error(table_file, state_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    tune(table_file, state_dir)
+    state_file = next(state_dir.glob("*.fsm"))
+    result = CliRunner().invoke(main, ["show", str(state_file), "--plot", str(tmp_path / "p.txt")])
+    assert result.exit_code == 1 and "--plot" in result.output and "txt" in result.output
+
+
+def test_show_json_with_a_plot_keeps_standard_output_json(table_file, state_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    tune(table_file, state_dir)
+    state_file = next(state_dir.glob("*.fsm"))
+    done = fasta_sm("show", str(state_file), "--json", "--plot", str(tmp_path / "p.png"))
+    assert json.loads(done.stdout)["format"] == "fasta-sm.show/1" and "wrote" in done.stderr
+
+
+def test_show_a_missing_file_names_that_file(state_dir, tmp_path):
+    result = CliRunner().invoke(main, ["show", str(tmp_path / "gone.fsm"), "--state-dir", str(state_dir)])
+    assert result.exit_code == 1 and "gone.fsm" in result.output and "looked for" not in result.output
+
+
+def test_graph_as_a_picture_needs_an_output_file():
+    assert "--out" in refused("graph", "--format", "png")
+
+
+def test_report_to_a_missing_dir_is_one_line_naming_the_file(table_file, state_dir, tmp_path):
+    tune(table_file, state_dir)
+    done = fasta_sm("report", "--state-dir", str(state_dir), "--csv", str(tmp_path / "no" / "r.csv"))
+    assert done.returncode == 1 and "r.csv" in done.stderr and "Traceback" not in done.stderr

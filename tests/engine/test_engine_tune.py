@@ -60,6 +60,16 @@ def test_a_table_missing_a_top_level_field_is_a_table_error_naming_file_and_fiel
         load_table(path)
 
 
+@pytest.mark.parametrize("duration", [0, -1.5])
+def test_a_kernel_time_that_is_not_positive_is_a_table_error_naming_file_and_row(duration, tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    row = next(i for i, r in enumerate(data["configs"]) if r["error"] is None)
+    data["configs"][row]["duration_us"] = [duration]
+    path = write_table(tmp_path / "zero.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[{row}]: duration_us=[{duration}]")):
+        load_table(path)
+
+
 def test_a_table_with_extra_fields_loads_unchanged(tmp_path, table_data):
     data = copy.deepcopy(table_data)
     data["recorder"] = "v2"

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 
 import landscapes
 import numpy as np
 import pytest
 from driving import drive
 
-from fasta_sm.bench import bench, run_policy
+from fasta_sm.bench import bench, percentile, run_policy
+from fasta_sm.errors import MissingDependency
 from fasta_sm.policies import coordinate, make_policy, trees  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
+from fasta_sm.protocols import Observations
 
 pytest.importorskip("sklearn")
 
@@ -45,6 +49,28 @@ def test_coordesc_proposes_only_one_field_neighbours_of_the_best():
 def test_coordesc_descends_a_smooth_bowl_to_its_floor():
     trace = drive(make_policy("coordesc", BOWL.configs, {"budget": 0.3}), BOWL, seed=0)
     assert BOWL.mean_us[trace.pick()] <= BOWL.true_best_us * 1.05
+
+
+def test_coordesc_whose_default_config_fails_says_so():
+    policy = CoordinateDescent(BOWL.configs, budget=0.5)
+    start = policy.plan(np.random.default_rng(0)).batch[0]
+    durations = np.full(len(BOWL.configs), np.nan)
+    durations[start] = np.inf
+    observed = Observations(durations, np.zeros(len(durations)), np.full(len(durations), np.nan), 1.0)
+    decision = policy.refine(observed, np.random.default_rng(0))
+    assert list(decision.batch) == [] and "default config failed" in decision.reason
+
+
+def test_trees_without_scikit_learn_names_the_extra_to_install(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real(name, *a))
+    with pytest.raises(MissingDependency, match=r"fasta-sm\[bench\]"):
+        make_policy("trees", BOWL.configs, {})
+
+
+def test_a_percentile_over_runs_that_found_nothing_is_infinite_not_nan():
+    assert percentile([1.0, 2.0, math.inf], 95) == math.inf
+    assert percentile([1.0, 2.0, 3.0], 50) == 2.0
 
 
 def test_trees_beats_random_on_a_smooth_bowl():

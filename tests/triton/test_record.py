@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import pytest
 from click.testing import CliRunner
 from conftest import DEVICE
 
@@ -51,3 +54,21 @@ def test_record_command_writes_one_table_per_spec(tmp_path):
     assert names == ["rmsnorm_bf16.json", "row_sum_fp32.json"]
     table = json.loads((tmp_path / "row_sum_fp32.json").read_text())
     assert table["shape"] == {"M": 3, "N": 700, "dtype": "fp32"} and len(table["configs"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "params", "says"),
+    [
+        ("nosuch", [], "zoo kernel (add_gelu"),
+        ("no_such_module:spec", [], "cannot import 'no_such_module'"),
+        ("fasta_sm.triton.zoo:nofunc", [], "has no function 'nofunc'"),
+        ("mm_fp16", ["--param", "X=1"], "'X'"),
+    ],
+)
+def test_record_with_a_bad_spec_is_a_clear_error_naming_it(spec, params, says, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", "from fasta_sm.cli import run; run()", "record", spec, *params, "--out", str(tmp_path),
+         "--device", "cpu"],
+        capture_output=True, text=True,
+    )
+    assert done.returncode in (1, 2) and says in done.stderr and "Traceback" not in done.stderr, done.stderr
