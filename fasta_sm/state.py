@@ -429,6 +429,12 @@ def _check_types(data: dict, source: str) -> None:
             check(f"carried[{index!r}].durations_us entry", value, _NUMBER)
 
 
+def _carried_numbers(carried: dict) -> list[float]:
+    """A carried result's compile seconds and timings: numbers that must be finite and ≥ 0."""
+    seconds = carried.get("compile_s")
+    return ([] if seconds is None else [seconds]) + list(carried.get("durations_us", ()))
+
+
 def _check_consistent(state: TuneState, source: str, list_hash: str | None = None) -> None:
     """Reject states whose parts contradict each other: resuming them would mislead."""
     n = state.n_configs
@@ -456,8 +462,41 @@ def _check_consistent(state: TuneState, source: str, list_hash: str | None = Non
         for index, samples in state.durations.items():
             if not samples or any(not math.isfinite(x) or x < 0 for x in samples):
                 raise StateFileError(f"{source}: config #{index} has invalid durations {samples!r}")
+    both = state.failed.keys() & state.durations.keys()
+    if both:
+        raise StateFileError(f"{source}: config #{min(both)} is both failed and measured")
+    seconds = [
+        ("compiled", state.compiled.values()),
+        ("cost", (state.cost.compile_s, state.cost.benchmark_s, state.cost.policy_s)),
+        *((f"carried[{i}]", _carried_numbers(c)) for i, c in state.carried.items()),
+        *(
+            (f"rounds[{k}]", (r.compile_s, r.benchmark_s, r.policy_s))
+            for k, r in enumerate(state.rounds)
+        ),
+    ]
+    for where, values in seconds:
+        values = list(values)
+        if values and (min(values) < 0 or not all(map(math.isfinite, values))):
+            raise StateFileError(f"{source}: {where} holds {values!r:.80}: seconds and timings must be finite and ≥ 0")
+    if state.predicted_us and len(state.predicted_us) != n:
+        raise StateFileError(f"{source}: predicted_us has {len(state.predicted_us)} values for {n} configs")
+    for position, record in enumerate(state.rounds):
+        if record.batch and not (min(record.batch) >= 0 and max(record.batch) < n):
+            raise StateFileError(f"{source}: rounds[{position}].batch holds an index outside 0..{n - 1}")
+        if record.predicted_us and len(record.predicted_us) != len(record.batch):
+            raise StateFileError(
+                f"{source}: rounds[{position}] predicts {len(record.predicted_us)} values for "
+                f"{len(record.batch)} configs"
+            )
+    if (state.best is None) != (state.best_us is None):
+        raise StateFileError(f"{source}: best={state.best!r} with best_us={state.best_us!r}")
     if state.best is not None and state.best not in state.durations:
         raise StateFileError(f"{source}: best config #{state.best} was never measured")
+    if state.best is not None and state.best_us != state.mean_us(state.best):
+        raise StateFileError(
+            f"{source}: best_us={state.best_us!r} is not the mean timing of config #{state.best} "
+            f"({state.mean_us(state.best)!r})"
+        )
     if state.phase == "DONE" and state.best is None:
         raise StateFileError(f"{source}: DONE without a winner")
     if state.rng_state:

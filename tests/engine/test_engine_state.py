@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import msgpack
 import numpy as np
@@ -61,7 +62,7 @@ def round_records(draw, n: int) -> RoundRecord:
         batch=batch,
         reason=draw(text),
         retime=draw(st.booleans()),
-        predicted_us=draw(st.lists(finite, max_size=n)),
+        predicted_us=draw(st.just([]) | st.lists(finite, min_size=len(batch), max_size=len(batch))),
         started=draw(nonneg),
         finished=draw(st.none() | nonneg),
         compile_s=draw(nonneg),
@@ -106,7 +107,7 @@ def tune_states(draw) -> TuneState:
         if draw(st.booleans()) else {},
         best=best,
         best_us=None if best is None else sum(durations[best]) / len(durations[best]),
-        predicted_us=draw(st.lists(finite, max_size=n)),
+        predicted_us=draw(st.just([]) | st.lists(finite, min_size=n, max_size=n)),
         rounds=draw(st.lists(round_records(n), min_size=0 if position[0] == "DONE" else 1, max_size=3)),
         cost=Cost(draw(nonneg), draw(nonneg), draw(nonneg)),
         stop_reason=draw(st.none() | text),
@@ -188,6 +189,27 @@ def test_loading_checks_the_schema_version(schema):
 def test_a_load_error_names_its_source():
     with pytest.raises(StateFileError, match="some/file.fsm"):
         unpack_state(b"\xc1", source="some/file.fsm")
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"predicted_us": [1.0, 2.0]}, "predicted_us has 2 values for 6 configs"),
+        ({"rounds": [RoundRecord(phase="R1", round=0, batch=[0, 99], reason="x")]}, "rounds[0].batch"),
+        ({"rounds": [RoundRecord(phase="R1", round=0, batch=[0, 1], reason="x", predicted_us=[1.0])]},
+         "rounds[0] predicts 1 values for 2 configs"),
+        ({"compiled": {0: math.nan}}, "compiled holds"),
+        ({"cost": Cost(math.inf, 0.0, 0.0)}, "cost holds"),
+        ({"carried": {5: {"compile_s": 0.5, "durations_us": [math.nan]}}}, "carried[5] holds"),
+        ({"carried": {5: {"compile_s": 0.5, "durations_us": [-5.0]}}}, "carried[5] holds"),
+        ({"best_us": -1.0}, "best_us=-1.0 is not the mean timing of config #1"),
+        ({"best_us": None}, "best=1 with best_us=None"),
+        ({"failed": {1: "OutOfResources"}}, "config #1 is both failed and measured"),
+    ],
+)
+def test_a_state_whose_parts_contradict_each_other_is_refused_saying_where(changes, says):
+    with pytest.raises(StateFileError, match=re.escape(f"some/file.fsm: {says}")):
+        unpack_state(pack_state(sample_state(**changes)), source="some/file.fsm")
 
 
 def test_config_identity_ignores_kwarg_order():
