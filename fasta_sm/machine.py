@@ -181,15 +181,18 @@ class Tune:
             carried=dict(carried or {}),
         )
         tune = cls(state, backend, policy, checkpoint, chunk_size, benchmark_chunk)
-        started = time.perf_counter()
-        decision = policy.plan(tune._rng)
-        if len(decision.batch) == 0:
-            tune.close()
-            raise PolicyError(f"kernel {kernel!r}: policy {policy.name!r} planned an empty R1 batch")
-        planned_s = time.perf_counter() - started
-        state.cost.policy_s += planned_s
-        tune._open_round(decision, "R1", 0, planned_s)
-        tune._checkpoint()
+        try:
+            started = time.perf_counter()
+            decision = policy.plan(tune._rng)
+            if len(decision.batch) == 0:
+                raise PolicyError(f"kernel {kernel!r}: policy {policy.name!r} planned an empty R1 batch")
+            planned_s = time.perf_counter() - started
+            state.cost.policy_s += planned_s
+            tune._open_round(decision, "R1", 0, planned_s)
+            tune._checkpoint()
+        except BaseException:
+            tune.close()  # a tune that never started must not stay in the shared machine
+            raise
         return tune
 
     def close(self) -> None:
@@ -395,9 +398,12 @@ class Tune:
         state, decision = self.state, self._decision
         assert decision is not None
         if state.best is None:
+            untried = state.n_configs - len(state.failed)
+            rest = f"{untried} never tried (a larger budget would try them), " if untried else ""
             raise TuneFailed(
-                f"kernel {state.kernel!r}: no config ran: {len(state.failed)} of {state.n_configs} failed "
-                f"and the policy stopped ({decision.reason}); first error: {next(iter(state.failed.values()), 'none')}"
+                f"kernel {state.kernel!r}: no config ran: {len(state.failed)} of {state.n_configs} failed, "
+                f"{rest}and the policy stopped ({decision.reason}); "
+                f"first error: {next(iter(state.failed.values()), 'none')}"
             )
         self._keep_decision(decision)
         state.phase, state.step, state.pending, state.round_done = "DONE", "done", [], []

@@ -171,9 +171,13 @@ class StateStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise StateDirError(
+                    f"kernel {kernel or key!r}: cannot write state file {path}: {exc.strerror or exc}"
+                ) from None
             raise
         dir_fd = os.open(self.path, os.O_RDONLY)
         try:

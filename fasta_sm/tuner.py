@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import Config, check_config_list, configs_hash
-from .errors import StateFileError
+from .errors import FastaError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune
 from .policies import make_policy
 from .protocols import Backend
@@ -65,6 +65,8 @@ def tune(
 ) -> TuneResult:
     """Tune `kernel` (durably, under `key`) and return its winner."""
     configs = check_config_list(kernel, configs)
+    if lock_timeout_s is not None and not lock_timeout_s >= 0:
+        raise ValueError(f"kernel {kernel!r}: lock_timeout_s={lock_timeout_s!r} must be ≥ 0 (or None: wait forever)")
     store = store if store is not None else StateStore()
     wanted = configs_hash(configs)
     done = _peek_done(store, key, wanted)
@@ -126,14 +128,21 @@ def open_tune(
         return None
 
     def checkpoint(current: TuneState, blob: bytes) -> None:
-        store.write(current.key, blob)
+        store.write(current.key, blob, kernel=current.kernel)
         if on_step is not None:
-            on_step(current)
+            try:
+                on_step(current)
+            except Exception as exc:  # noqa: BLE001  a progress display that fails must not undo a checkpoint
+                log.warning("kernel %s: on_step raised %s: %s; the tune goes on", kernel, type(exc).__name__, exc)
 
     if state is not None:
         log.info("kernel %s: resuming at %s", kernel, state.position())
-        chosen = make_policy(state.policy, configs, state.policy_params)
-        return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
+        try:
+            chosen = make_policy(state.policy, configs, state.policy_params)
+            return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
+        except (FastaError, KeyError, TypeError, ValueError) as exc:
+            why = f"its policy cannot resume from it: {type(exc).__name__}: {exc}"
+            notes.append(f"previous state quarantined as {store.quarantine(store.file_for(key), why).name}: {why}")
     params = dict(policy_params or {})
     chosen = make_policy(policy, configs, params)
     return Tune.start(
@@ -172,6 +181,8 @@ def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:
                 "durations_us": list(old.durations.get(old_index, [])),
                 "error": None,
             }
+        elif old_index in old.carried:  # carried into `old` from the list before it, not used yet
+            carried[new_index] = dict(old.carried[old_index])
     return carried
 
 

@@ -142,32 +142,26 @@ def test_bench_on_a_dir_without_tables_is_one_line_naming_it(tmp_path):
     assert done.returncode == 1 and "no *.json replay tables" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_bench_json_writes_null_for_a_regret_no_run_could_measure(tmp_path):
-    from conftest import write_table
-
-    table = json.loads(write_table(tmp_path / "t.json").read_text())
+def test_bench_json_writes_null_for_a_regret_no_run_could_measure(table_file, tmp_path):
+    table = json.loads(table_file.read_text())
     for row in table["configs"][1:]:
         row["duration_us"], row["error"] = [], "OutOfResources: shared memory"
-    (tmp_path / "t.json").write_text(json.dumps(table))
+    table_file.write_text(json.dumps(table))
     out = tmp_path / "bench.json"
-    invoke("bench", "--tables", str(tmp_path), "--seeds", "4", "--policies", "random", "--budget", "0.05",
+    invoke("bench", "--tables", str(table_file.parent), "--seeds", "4", "--policies", "random", "--budget", "0.05",
            "--json", str(out))
     text = out.read_text()
     assert "Infinity" not in text and "NaN" not in text
     assert json.loads(text)["kernels"][0]["p95_regret_pct"] is None
 
 
-def test_two_tables_of_one_kernel_name_are_two_tunes(tmp_path, state_dir):
-    from conftest import write_table
-
-    for folder in ("a", "b"):
-        (tmp_path / folder).mkdir()
-    first = write_table(tmp_path / "a" / "toy_mm.json")
-    table = json.loads(first.read_text())
+def test_two_tables_of_one_kernel_name_are_two_tunes(table_file, tmp_path, state_dir):
+    table = json.loads(table_file.read_text())
     table["device"] = "another GPU"
-    second = tmp_path / "b" / "toy_mm.json"
+    (tmp_path / "other").mkdir()
+    second = tmp_path / "other" / table_file.name
     second.write_text(json.dumps(table))
-    tune(first, state_dir)
+    tune(table_file, state_dir)
     assert "reused" not in tune(second, state_dir)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -204,6 +205,65 @@ def test_a_changed_config_list_starts_a_new_tune_and_keeps_the_old_state_readabl
     assert not result.reused and result.state.n_configs == len(table.configs) - 1
     superseded = list(store.path.glob("*.superseded-*"))
     assert len(superseded) == 1 and store.read(superseded[0]).n_configs == len(table.configs)
+
+
+def test_results_carried_into_a_tune_survive_a_second_change_of_the_list(table, backend, store):
+    def first_step_only(state):
+        raise KeyboardInterrupt
+
+    tune(KEY, table.kernel, table.configs, backend, policy="exhaustive", store=store)
+    with pytest.raises(KeyboardInterrupt):  # the list changes, and the new tune stops before using what it carried
+        tune(KEY, table.kernel, table.configs[:-1], CountingBackend(backend), policy="exhaustive", store=store,
+             on_step=first_step_only)
+    counting = CountingBackend(backend)
+    tune(KEY, table.kernel, table.configs[:-2], counting, policy="exhaustive", store=store)
+    assert counting.compiled == [] and counting.benchmarked == []
+
+
+def test_a_progress_callback_that_raises_loses_no_checkpoint_and_times_nothing_twice(table, backend, store):
+    calls = []
+
+    def flaky(state):
+        calls.append(state.position())
+        if len(calls) == 3:
+            raise RuntimeError("display closed")
+
+    counting = CountingBackend(backend)
+    result = tune(KEY, table.kernel, table.configs, counting, policy="exhaustive", store=store, on_step=flaky,
+                  chunk_size=8, benchmark_chunk=8)
+    assert result.state.done
+    assert len(counting.benchmarked) == len({c.identity for c in counting.benchmarked})
+
+
+def test_a_state_its_policy_cannot_resume_from_is_quarantined_and_the_tune_starts_afresh(table, backend, store):
+    def stop(state):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store, on_step=stop)
+    state = store.read(store.file_for(KEY))
+    state.policy_state = {"version": 99}
+    store.save(state)
+    result = tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store)
+    assert result.state.done and any("quarantined" in note for note in result.state.restarts)
+    assert list(store.path.glob("*.corrupt-*"))
+
+
+def test_a_state_file_that_cannot_be_written_is_a_state_dir_error_naming_kernel_and_file(
+    table, backend, store, monkeypatch
+):
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(StateDirError, match=r"kernel 'mm_synth': cannot write state file .*\.fsm: No space left"):
+        run_tune(table, backend, store)
+    assert not list(store.path.glob("*.tmp"))
+
+
+def test_a_negative_lock_timeout_is_refused_naming_it(table, backend, store):
+    with pytest.raises(ValueError, match=r"lock_timeout_s=-1"):
+        run_tune(table, backend, store, lock_timeout_s=-1)
 
 
 # --------------------------------------------------------------------------- quarantine

@@ -12,11 +12,11 @@ from engine_harness import CountingBackend, write_table
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
-from fasta_sm.errors import BackendError, ConfigError, TableError, TuneFailed
+from fasta_sm.errors import BackendError, ConfigError, PolicyError, TableError, TuneFailed
 from fasta_sm.lookahead import likely_next
 from fasta_sm.machine import Tune, shared_machine
 from fasta_sm.policies import make_policy
-from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome
+from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome, Decision
 from fasta_sm.state import pack_state, unpack_state
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import open_tune, tune
@@ -132,6 +132,30 @@ def test_every_config_failing_to_compile_is_tune_failed_saying_so(policy, table,
     state = store.read(store.file_for(KEY))
     assert not state.done and state.failed and not state.durations
     assert state.last_error and "TuneFailed" in state.last_error
+
+
+def test_a_policy_that_stops_before_any_config_ran_says_how_many_were_never_tried(table, store):
+    with pytest.raises(TuneFailed, match=r"never tried \(a larger budget would try them\)"):
+        run_tune(table, FailingCompiler(None), store, policy="random", policy_params={"budget": 0.05})
+
+
+def test_a_tune_whose_first_round_cannot_start_leaves_the_shared_machine(table, backend):
+    class PlansTwice:
+        name = "twice"
+
+        def plan(self, rng):
+            return Decision(batch=[0, 0], reason="the same config twice")
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    before = len(shared_machine().models)
+    with pytest.raises(PolicyError):
+        Tune.start("k", "mm", table.configs, backend, PlansTwice())
+    assert len(shared_machine().models) == before
 
 
 def test_after_every_config_failed_a_retry_compiles_nothing_again(table, store):
