@@ -14,6 +14,8 @@ or compiler says little about another.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -81,9 +83,14 @@ class Autotuner(KernelInterface):
     ) -> None:
         self.fn = fn
         self.arg_names = list(fn.arg_names)
+        base = fn
+        while not callable(getattr(base, "__code__", None)) and hasattr(base, "fn"):
+            base = base.fn
+        self.base_fn = base
+        self.kernel_name = f"{base.__module__}.{base.__qualname__}"
         self.configs = [c if isinstance(c, triton.Config) else to_triton_config(c) for c in configs]
         if not self.configs:
-            raise ValueError("fasta_sm.autotune: the config list is empty")
+            raise ValueError(f"fasta_sm.autotune({self.kernel_name}): the config list is empty")
         # Converted, hashed and handed to the state reader once, here: a warm start must not
         # pay for it before its first launch.
         self._as_fasta = {id(c): to_fasta_config(c) for c in self.configs}
@@ -109,11 +116,7 @@ class Autotuner(KernelInterface):
         self.results: dict[tuple, TuneResult] = {}
         self.best_config: triton.Config | None = None
         self.bench_time: float | None = None
-        base = fn
-        while not callable(getattr(base, "__code__", None)) and hasattr(base, "fn"):
-            base = base.fn
-        self.base_fn = base
-        self.kernel_name = f"{base.__module__}.{base.__qualname__}"
+        self.source_hash = _source_hash(fn)
         if len(self.configs) > 1 and _compiles_in_pool(fn):
             note_kernel_module(base.__module__, getattr(base, "__globals__", {}))
             start_fork_server()
@@ -121,10 +124,14 @@ class Autotuner(KernelInterface):
     # ------------------------------------------------------------------ key
 
     def key_of(self, nargs: Mapping[str, Any]) -> tuple:
-        """Triton's tuning key (key values, then tensor dtypes) plus device and Triton version."""
+        """Triton's tuning key (key values, then tensor dtypes) plus device, Triton version and kernel source.
+
+        The source is the kernel's own text: an edit to it is a new tune, as a
+        stale winner may no longer compile or be right for the new code.
+        """
         values = [nargs[name] for name in self.keys if name in nargs]
         values += [str(arg.dtype) for name, arg in nargs.items() if name in self.arg_names and hasattr(arg, "dtype")]
-        return (*values, device_name(), triton.__version__)
+        return (*values, device_name(), triton.__version__, self.source_hash)
 
     def store(self) -> StateStore:
         if self._store is None:
@@ -144,9 +151,21 @@ class Autotuner(KernelInterface):
                 config = self._tune(key, args, kwargs, nargs)
                 self.cache[key] = config
         self.best_config = config
+        conflicts = kwargs.keys() & config.kwargs.keys()
+        if conflicts:
+            raise ValueError(
+                f"{self.kernel_name}: conflicting meta-parameters {', '.join(sorted(conflicts))}: "
+                "a tuned parameter is also passed at launch"
+            )
         if config.pre_hook is not None:
             config.pre_hook({**nargs, **config.all_kwargs()})
         return self.fn.run(*args, **kwargs, **config.all_kwargs())
+
+    def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Compile every config (after pruning) without launching or tuning, as `triton.autotune` does."""
+        nargs = {**dict(zip(self.arg_names, args)), **kwargs}
+        launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+        return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in self.prune_configs(nargs, launch_kwargs)]
 
     def prune_configs(self, nargs: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[triton.Config]:
         """`prune_configs_by` exactly as triton.autotune applies it."""
@@ -169,6 +188,12 @@ class Autotuner(KernelInterface):
         candidates = self.prune_configs(nargs, launch_kwargs)
         if len(candidates) == 1:
             return candidates[0]
+        conflicts = launch_kwargs.keys() & {name for c in candidates for name in c.kwargs}
+        if conflicts:
+            raise ValueError(
+                f"{self.kernel_name}: conflicting meta-parameters {', '.join(sorted(conflicts))}: "
+                "a tuned parameter is also passed at launch"
+            )
         fasta_configs = [self._as_fasta.get(id(c)) or to_fasta_config(c) for c in candidates]
         by_identity = {f.identity: c for f, c in zip(fasta_configs, candidates)}
         backend = TritonBackend(
@@ -180,6 +205,7 @@ class Autotuner(KernelInterface):
             restore_value=self.restore_value,
             pre_hook=self.user_pre_hook,
             post_hook=self.post_hook,
+            config_pre_hooks={f.identity: c.pre_hook for f, c in zip(fasta_configs, candidates) if c.pre_hook},
             do_bench=self.do_bench,
         )
         pool_workers = 1 if backend.interpreting else shared_pool().workers
@@ -199,9 +225,10 @@ class Autotuner(KernelInterface):
         finally:
             backend.cancel_prefetch()
         self.results[key] = result
+        best = by_identity[result.best_config.identity]
         if not result.reused:
             self.bench_time = time.perf_counter() - start
-            self._reset(nargs)
+            self._reset({**nargs, **best.all_kwargs()})
         logger.info(
             "%s %s: %s (%.2f us, %s)",
             self.kernel_name,
@@ -210,7 +237,7 @@ class Autotuner(KernelInterface):
             result.best_us,
             "reused" if result.reused else "tuned",
         )
-        return by_identity[result.best_config.identity]
+        return best
 
     def _reset(self, nargs: Mapping[str, Any]) -> None:
         """Undo the tune's launches on outputs that accumulate, as triton.autotune does."""
@@ -226,9 +253,25 @@ def _names(what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[st
     if isinstance(names, str):
         raise TypeError(f"fasta_sm.autotune: {what} must be a list of argument names, not the string {names!r}")
     unknown = [name for name in names if name not in arg_names]
-    if unknown and what != "key":
-        raise ValueError(f"fasta_sm.autotune: {what} names unknown arguments {unknown}")
+    if unknown:  # a key name that is no argument would make the kernel tune once and never again
+        raise ValueError(
+            f"fasta_sm.autotune: {what} names {', '.join(unknown)}, not arguments of the kernel "
+            f"({', '.join(arg_names)})"
+        )
     return list(names)
+
+
+def _source_hash(fn: Any) -> str:
+    """12 hex digits of the kernel's source text (the jit function under any wrappers)."""
+    while not hasattr(fn, "src") and hasattr(fn, "fn"):
+        fn = fn.fn
+    source = getattr(fn, "src", None)
+    if source is None:  # the interpreter's wrapper keeps no source: read the function's (cached by linecache)
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = ""
+    return hashlib.sha256(str(source).encode()).hexdigest()[:12]
 
 
 def _key_string(kernel: str, key: tuple) -> str:

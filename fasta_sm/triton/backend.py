@@ -43,10 +43,30 @@ Grid = tuple | Callable[[Mapping[str, Any]], tuple]
 
 
 def interpreting(fn: Any = None) -> bool:
-    """True when kernels run in Triton's CPU interpreter."""
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        return True
-    return type(fn).__name__ == "InterpretedFunction"
+    """True when kernels run in Triton's CPU interpreter (TRITON_INTERPRET read as Triton reads it)."""
+    try:
+        from triton import knobs
+
+        on = bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):  # a Triton without knobs
+        on = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes", "y")
+    return on or type(fn).__name__ == "InterpretedFunction"
+
+
+def config_failures(interpreted: bool = False) -> tuple[type[BaseException], ...]:
+    """The errors that mean "this config cannot run here", the ones `triton.autotune` catches.
+
+    Anything else a timing raises (a bug in a hook, a fault in the kernel) is
+    not a slow config: it stops the tune, as it stops `triton.autotune`.
+    Under the interpreter nothing is compiled before the launch, so a config
+    that would fail to compile fails there, as an InterpreterError.
+    """
+    from triton.compiler.errors import CompileTimeAssertionFailure
+    from triton.runtime import errors
+
+    failures: tuple[type[BaseException], ...] = (errors.OutOfResources, CompileTimeAssertionFailure)
+    names = ("PTXASError", "InterpreterError") if interpreted else ("PTXASError",)
+    return failures + tuple(getattr(errors, name) for name in names if hasattr(errors, name))
 
 
 def device_name() -> str:
@@ -105,10 +125,12 @@ class TritonBackend:
         restore_value: Sequence[str] = (),
         pre_hook: Callable[..., Any] | None = None,
         post_hook: Callable[..., Any] | None = None,
+        config_pre_hooks: Mapping[str, Callable[..., Any]] | None = None,
         do_bench: Callable[..., Any] | None = None,
         warmup_ms: float = 25.0,
         rep_ms: float = 100.0,
         pool: CompilePool | None = None,
+        failures: tuple[type[BaseException], ...] | None = None,
     ) -> None:
         self.launcher = fn
         self.fn = _unwrap(fn)
@@ -119,6 +141,8 @@ class TritonBackend:
         self.restore_value = list(restore_value)
         self.pre_hook = pre_hook
         self.post_hook = post_hook
+        self.config_pre_hooks = dict(config_pre_hooks or {})
+        self.failures = failures
         self.user_do_bench = do_bench
         self.warmup_ms = warmup_ms
         self.rep_ms = rep_ms
@@ -241,10 +265,11 @@ class TritonBackend:
         start = time.perf_counter()
         durations: list[float] = []
         errors: dict[int, str] = {}
+        failures = self.failures if self.failures is not None else config_failures(self.interpreting)
         for position, config in enumerate(configs):
             try:
                 durations.append(self.time_ms(config) * 1e3)
-            except Exception as error:
+            except failures as error:
                 errors[position] = describe_error(error)
                 durations.append(float("inf"))
         return BenchmarkOutcome(durations_us=durations, seconds=time.perf_counter() - start, errors=errors)
@@ -256,8 +281,18 @@ class TritonBackend:
     # ------------------------------------------------------------------ launches
 
     def nargs(self, config: Config) -> dict[str, Any]:
-        """Every argument by name, as Triton's hooks receive them."""
-        return {**dict(zip(self.arg_names, self.args)), **self.kwargs, **config.kwargs}
+        """Every argument by name, as Triton's hooks receive them: the launch's, its grid, and the config's."""
+        return {
+            **dict(zip(self.arg_names, self.args)),
+            **self.kwargs,
+            "grid": self.grid,
+            "warmup": False,
+            **config.kwargs,
+            "num_warps": config.num_warps,
+            "num_ctas": 1,
+            "num_stages": config.num_stages,
+            **config.options,
+        }
 
     def launch(self, config: Config) -> Any:
         """One plain launch of `config` (no hooks): what the tuned kernel runs."""
@@ -269,7 +304,11 @@ class TritonBackend:
         launch_kwargs = self._launch_kwargs(config)
         saved = {name: nargs[name].clone() for name in self.restore_value if nargs.get(name) is not None}
 
+        config_pre_hook = self.config_pre_hooks.get(config.identity)
+
         def call() -> None:
+            if config_pre_hook is not None:
+                config_pre_hook(nargs)
             if self.pre_hook is not None:
                 self.pre_hook(nargs)
             else:
@@ -318,6 +357,8 @@ class TritonBackend:
                 return None
         except (ImportError, AttributeError):
             return None
+        if any(hasattr(value, "data_ptr") for value in self.kwargs.values()):
+            return None  # a tensor passed by keyword would travel to the workers whole
         abstract = []
         for arg in self.args:
             if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):

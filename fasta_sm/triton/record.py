@@ -32,9 +32,19 @@ Progress = Callable[[str], None]
 
 
 def check_output(backend: TritonBackend, spec: KernelSpec, config: Config, expected: Any) -> str | None:
-    """Launch once on a poisoned output and compare with the reference: None if right."""
+    """Launch once on a poisoned output and compare with the reference: None if right.
+
+    An output the kernel accumulates into (`reset_to_zero`) starts at zero
+    instead, and arguments it updates in place (`restore_value`) are put back
+    afterwards, so every config starts from the inputs the reference saw.
+    """
+    named = backend.nargs(config)
     out = backend.args[spec.output]
-    if out.is_floating_point():
+    saved = {name: named[name].clone() for name in spec.restore_value if named.get(name) is not None}
+    for name in spec.reset_to_zero:
+        if named.get(name) is not None:
+            named[name].zero_()
+    if out.is_floating_point() and not any(named.get(name) is out for name in spec.reset_to_zero):
         out.fill_(float("nan"))
     try:
         backend.launch(config)
@@ -44,6 +54,9 @@ def check_output(backend: TritonBackend, spec: KernelSpec, config: Config, expec
         error = float((got - want).norm()) / scale
     except Exception as failure:
         return describe_error(failure)
+    finally:
+        for name, value in saved.items():
+            named[name].copy_(value)
     if not math.isfinite(error) or error > spec.tolerance:
         return f"WrongResult: relative error {error:.3g} exceeds {spec.tolerance:g}"
     return None
@@ -81,6 +94,7 @@ def record(
         warmup_ms=warmup_ms,
         rep_ms=rep_ms,
         pool=pool,
+        failures=(Exception,),  # a table records why each config could not run, whatever the reason
     )
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()

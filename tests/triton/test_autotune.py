@@ -53,7 +53,7 @@ def test_tunes_then_launches_the_winner_with_the_right_output(tuned_dir):
 def test_the_key_holds_key_values_dtypes_device_and_triton_version(tuned_dir):
     _, kernel, _, _ = tuned_dir
     (key,) = kernel.results
-    assert key[0] == 2048 and "torch.float32" in key and key[-1] == triton.__version__
+    assert key[0] == 2048 and "torch.float32" in key and key[-2] == triton.__version__
 
 
 def test_a_new_process_view_reuses_the_done_tune_and_times_nothing(tuned_dir, monkeypatch):
@@ -118,7 +118,7 @@ def test_custom_do_bench_and_hooks_as_in_triton(tmp_path):
 
 
 def test_unknown_reset_argument_is_an_error(tmp_path):
-    with pytest.raises(ValueError, match="unknown arguments"):
+    with pytest.raises(ValueError, match="reset_to_zero names nope, not arguments of the kernel"):
         fasta_sm.autotune(CONFIGS, key=["n"], reset_to_zero=["nope"], state_dir=str(tmp_path))(accumulate_kernel)
 
 
@@ -218,3 +218,103 @@ def test_fasta_tunes_start_from_live_retiming_and_the_user_overrides_it(tmp_path
     overridden = make_tuned(str(tmp_path), policy_params={"retime_cost": 0.1}, budget=0.3).policy_params
     assert overridden == {**LIVE_DEFAULTS, "retime_cost": 0.1, "budget": 0.3}
     assert make_tuned(str(tmp_path), policy="random").policy_params == {}
+
+
+SMALL = [triton.Config({"BLOCK": b}, num_warps=1, num_stages=1) for b in (64, 128, 256)]
+
+
+def once(fn, quantiles=None):
+    """A do_bench that launches once: hook calls can be counted exactly."""
+    fn()
+    return [1.0, 1.0, 1.0]
+
+
+def small_tuned(tmp_path, **options):
+    options = {"key": ["n"], "reset_to_zero": ["out_ptr"], "policy": "exhaustive", "do_bench": once,
+               "state_dir": str(tmp_path), **options}
+    return fasta_sm.autotune(options.pop("configs", SMALL), **options)(accumulate_kernel)
+
+
+def test_a_configs_own_pre_hook_runs_before_each_of_its_timings_and_its_launch(tmp_path):
+    calls = []
+    configs = [triton.Config({"BLOCK": b}, num_warps=1, num_stages=1,
+                             pre_hook=lambda nargs, b=b: calls.append((b, nargs["BLOCK"]))) for b in (64, 128, 256)]
+    kernel = small_tuned(tmp_path, configs=configs)
+    launch(kernel)
+    winner = kernel.best_config.kwargs["BLOCK"]
+    assert sorted(calls) == sorted([(64, 64), (128, 128), (256, 256), (winner, winner)])
+
+
+def test_hooks_see_the_config_its_launch_options_and_the_grid_as_in_triton(tmp_path):
+    seen = []
+    kernel = small_tuned(tmp_path, pre_hook=lambda nargs, reset_only=False: seen.append((reset_only, dict(nargs))))
+    launch(kernel)
+    timed = [nargs for reset_only, nargs in seen if not reset_only]
+    assert timed and all({"BLOCK", "num_warps", "num_stages", "grid", "out_ptr", "n"} <= set(n) for n in timed)
+    (final,) = [nargs for reset_only, nargs in seen if reset_only]
+    assert final["BLOCK"] == kernel.best_config.kwargs["BLOCK"] and "num_warps" in final
+
+
+def test_an_error_in_a_hook_stops_the_tune_instead_of_failing_every_config(tmp_path):
+    def broken(nargs, reset_only=False):
+        raise KeyError("no such argument")
+
+    with pytest.raises(KeyError, match="no such argument"):
+        launch(small_tuned(tmp_path, pre_hook=broken))
+
+
+def test_warmup_compiles_every_config_and_neither_launches_nor_tunes(tmp_path):
+    kernel = small_tuned(tmp_path)
+    x, out = torch.randn(512, device=DEVICE), torch.zeros(512, device=DEVICE)
+    compiled = kernel.warmup(x, out, 512, 2.0, grid=grid)
+    assert isinstance(compiled, list) and len(compiled) == len(SMALL)
+    assert float(out.abs().sum()) == 0.0 and not StateStore(tmp_path).state_files()
+
+
+def test_a_key_name_that_is_no_argument_of_the_kernel_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="key names N_typo, not arguments of the kernel"):
+        fasta_sm.autotune(SMALL, key=["N_typo"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
+def test_an_empty_config_list_is_an_error_naming_the_kernel(tmp_path):
+    with pytest.raises(ValueError, match=r"accumulate_kernel\): the config list is empty"):
+        fasta_sm.autotune([], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
+def test_a_tuned_parameter_also_passed_at_launch_is_a_conflict_error(tmp_path):
+    kernel = small_tuned(tmp_path)
+    x, out = torch.randn(512, device=DEVICE), torch.zeros(512, device=DEVICE)
+    with pytest.raises(ValueError, match="conflicting meta-parameters BLOCK"):
+        kernel[grid](x, out, 512, 2.0, BLOCK=64)
+
+
+KERNEL_SOURCE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def user_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(out_ptr + offs, mask=mask) + {factor} * scale * tl.load(x_ptr + offs, mask=mask),
+             mask=mask)
+'''
+
+
+def test_an_edited_kernel_is_tuned_afresh_not_served_the_old_winner(tmp_path, monkeypatch):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    results = []
+    for factor in (1, 3):
+        (tmp_path / "user_kernels_edit.py").write_text(KERNEL_SOURCE.format(factor=factor))
+        sys.modules.pop("user_kernels_edit", None)
+        module = importlib.import_module("user_kernels_edit")
+        kernel = fasta_sm.autotune(SMALL, key=["n"], reset_to_zero=["out_ptr"], policy="exhaustive",
+                                   do_bench=once, state_dir=str(tmp_path / "states"))(module.user_kernel)
+        x, out = launch(kernel, n=512)
+        torch.testing.assert_close(out, factor * 2.0 * x)
+        results.append(next(iter(kernel.results.values())))
+    sys.modules.pop("user_kernels_edit", None)
+    assert not results[1].reused

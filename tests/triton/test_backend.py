@@ -12,7 +12,7 @@ from kernels import accumulate_kernel, grid
 
 from fasta_sm.config import Config
 from fasta_sm.protocols import Backend, CompileOutcome
-from fasta_sm.triton.backend import TritonBackend
+from fasta_sm.triton.backend import TritonBackend, interpreting
 from fasta_sm.triton.compile_pool import CompileJob, CompilePool, TensorArg, describe_error, pool_size
 
 N = 1000
@@ -442,3 +442,24 @@ def test_configs_compiled_in_this_process_while_the_pool_starts_are_loaded_once(
         pool.close()
     assert [o.error for o in outcomes] == [None] * 4 and all(o.seconds == 0.5 for o in outcomes)
     assert sorted(c.kwargs["BLOCK"] for c in loads) == [32, 64, 128, 256]
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", False), ("false", False), ("off", False), ("no", False),
+                                                 ("1", True), ("true", True), ("on", True)])
+def test_triton_interpret_is_read_as_triton_reads_it(value, expected, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert interpreting() is expected
+
+
+def test_a_tensor_passed_by_keyword_keeps_the_compile_in_this_process(monkeypatch):
+    from triton.runtime.jit import JITFunction
+
+    from fasta_sm.triton import backend as backend_module
+
+    kernel = JITFunction(getattr(accumulate_kernel, "fn", accumulate_kernel))  # compiled, even beside the interpreter
+    monkeypatch.setattr(backend_module, "resolve", lambda module, qualname: kernel)  # as a worker would import it
+    x, out = torch.randn(N), torch.zeros(N)
+    by_position = TritonBackend(kernel, (x, out, N, 2.0), grid)
+    by_keyword = TritonBackend(kernel, (x,), grid, {"out_ptr": out, "n": N, "scale": 2.0})
+    assert by_position._jobs(configs(64)) is not None
+    assert by_keyword._jobs(configs(64)) is None

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from click.testing import CliRunner
 from conftest import DEVICE
 
@@ -72,3 +73,21 @@ def test_record_with_a_bad_spec_is_a_clear_error_naming_it(spec, params, says, t
         capture_output=True, text=True,
     )
     assert done.returncode in (1, 2) and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_output_check_zeroes_an_accumulated_output_so_right_configs_pass():
+    from kernels import accumulate_kernel, grid
+
+    from fasta_sm.config import Config
+    from fasta_sm.triton.spec import KernelSpec
+
+    def make_args(device):
+        return (torch.arange(300, dtype=torch.float32, device=device), torch.zeros(300, device=device), 300, 2.0)
+
+    spec = KernelSpec(
+        name="accumulate", fn=accumulate_kernel, configs=[Config({"BLOCK": b}, num_warps=1) for b in (64, 128)],
+        make_args=make_args, grid=grid, shape={"n": 300}, reference=lambda args: 2.0 * args[0], output=1,
+        reset_to_zero=["out_ptr"],
+    )
+    table = record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
+    assert [row["error"] for row in table["configs"]] == [None, None]
