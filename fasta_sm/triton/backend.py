@@ -31,6 +31,7 @@ from .compile_pool import (
     TensorArg,
     describe_error,
     kernel_path,
+    module_root,
     resolve,
     shared_pool,
     tuning_triton_key,
@@ -370,7 +371,10 @@ class TritonBackend:
             else:
                 return None
         target, key = _compile_target(), tuning_triton_key()
-        return [CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key) for c in configs]
+        root = module_root(module)
+        return [
+            CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key, root) for c in configs
+        ]
 
     def _load(self, config: Config, worker_seconds: float) -> CompileOutcome:
         """Load the binary in this process (a disk-cache hit after a worker compiled it).

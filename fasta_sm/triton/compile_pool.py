@@ -95,6 +95,17 @@ def kernel_path(fn: Any) -> tuple[str, str] | None:
     return module, qualname
 
 
+def module_root(module: str) -> str | None:
+    """The `sys.path` entry an imported module was found under: its file's folder, up one per package level."""
+    file = getattr(sys.modules.get(module), "__file__", None)
+    if not file:
+        return None
+    folder = os.path.dirname(os.path.abspath(file))
+    for _ in range(module.count(".") + (os.path.basename(file) == "__init__.py")):
+        folder = os.path.dirname(folder)
+    return folder
+
+
 def resolve(module: str, qualname: str) -> Any:
     """Import a kernel by module path, as a worker must."""
     obj: Any = importlib.import_module(module)
@@ -124,6 +135,9 @@ class CompileJob:
     CUDA context. Without it (None) the worker asks its own driver.
     `triton_key` is the tuning process's `tuning_triton_key()`; without it
     each worker hashes Triton's library itself before its first compile.
+    `root` is the directory the module is imported from, for a worker
+    whose `sys.path` lacks it (a path the program added after the fork
+    server started, as a notebook or a test does).
     """
 
     module: str
@@ -132,6 +146,7 @@ class CompileJob:
     kwargs: dict[str, Any]
     target: Any = None
     triton_key: str | None = None
+    root: str | None = None
 
 
 def _exit_with_parent(alive: Connection) -> None:
@@ -360,6 +375,9 @@ def _compile_in_worker(job: CompileJob) -> WorkerResult:
     try:
         _use_driver_for(job.target)
         _use_triton_key(job.triton_key)
+        if job.root is not None and job.root not in sys.path:
+            sys.path.append(job.root)
+            importlib.invalidate_caches()
         fn = resolve(job.module, job.qualname)
         fn.warmup(*[_stand_in(arg) for arg in job.args], grid=(1,), **job.kwargs)
     except Exception as failure:  # every compiler failure is data, not a crash

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing.forkserver
+import sys
 
 import pytest
 import torch
@@ -178,6 +179,30 @@ def test_workers_take_the_environment_of_the_tuning_process_as_the_pool_starts(m
     finally:
         pool.close()
     assert error == "RuntimeError: FASTA_TEST_PROBE=at the pool's start"
+
+
+def test_workers_import_a_kernel_module_from_a_path_the_program_added_after_they_started(tmp_path, monkeypatch):
+    from fasta_sm.triton.compile_pool import module_root
+
+    pool = CompilePool(1)
+    try:
+        pool.start()
+        (tmp_path / "late_kernels.py").write_text(
+            "class _Probe:\n"
+            "    def warmup(self, *args, **kwargs):\n"
+            "        raise RuntimeError('imported')\n\n\n"
+            "probe = _Probe()\n"
+        )
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import late_kernels  # noqa: F401  the tuning process can import it; the running workers could not
+
+        without = pool.submit(CompileJob("late_kernels", "probe", (), {})).result(60).error
+        with_root = pool.submit(CompileJob("late_kernels", "probe", (), {}, root=module_root("late_kernels")))
+        error = with_root.result(60).error
+    finally:
+        pool.close()
+        sys.modules.pop("late_kernels", None)
+    assert without.startswith("ModuleNotFoundError") and error == "RuntimeError: imported"
 
 
 def test_a_process_exits_without_waiting_for_the_guesses_still_compiling():
