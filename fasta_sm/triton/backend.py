@@ -55,17 +55,19 @@ def interpreting(fn: Any = None) -> bool:
 
 
 def config_failures(interpreted: bool = False) -> tuple[type[BaseException], ...]:
-    """The errors that mean "this config cannot run here", the ones `triton.autotune` catches.
+    """The errors that mean "this config cannot run here": the ones `triton.autotune` catches, and compile errors.
 
     Anything else a timing raises (a bug in a hook, a fault in the kernel) is
-    not a slow config: it stops the tune, as it stops `triton.autotune`.
-    Under the interpreter nothing is compiled before the launch, so a config
-    that would fail to compile fails there, as an InterpreterError.
+    not a slow config: it stops the tune, as it stops `triton.autotune`. A
+    compile error is a config's failure as much as in the compile step (a
+    config timed before it was compiled meets it at its first launch); under
+    the interpreter, where nothing is compiled before the launch, it comes
+    as an InterpreterError.
     """
-    from triton.compiler.errors import CompileTimeAssertionFailure
+    from triton.compiler.errors import CompilationError
     from triton.runtime import errors
 
-    failures: tuple[type[BaseException], ...] = (errors.OutOfResources, CompileTimeAssertionFailure)
+    failures: tuple[type[BaseException], ...] = (errors.OutOfResources, CompilationError)
     names = ("PTXASError", "InterpreterError") if interpreted else ("PTXASError",)
     return failures + tuple(getattr(errors, name) for name in names if hasattr(errors, name))
 
