@@ -163,29 +163,32 @@ class Autotuner(KernelInterface):
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config (after pruning) without launching or tuning, as `triton.autotune` does."""
-        nargs = {**dict(zip(self.arg_names, args)), **kwargs}
-        launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-        return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in self.prune_configs(nargs, launch_kwargs)]
+        pruned = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
+        return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in pruned]
 
-    def prune_configs(self, nargs: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[triton.Config]:
-        """`prune_configs_by` exactly as triton.autotune applies it."""
+    def prune_configs(self, positional: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[triton.Config]:
+        """`prune_configs_by` exactly as triton.autotune applies it.
+
+        As there, both callbacks get the positional arguments by name and
+        the launch's keyword arguments (`grid` and `warmup` among them).
+        """
         configs = list(self.configs)
         if self.early_config_prune:
-            configs = list(self.early_config_prune(configs, nargs, **kwargs))
+            configs = list(self.early_config_prune(configs, dict(positional), **kwargs))
             if not configs:
-                raise ValueError("fasta_sm.autotune: early_config_prune returned no configs")
+                raise ValueError(f"{self.kernel_name}: early_config_prune returned no configs")
         if self.perf_model:
             top_k = self.top_k
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(configs) * top_k))
             if len(configs) > top_k:
-                estimate = {id(c): self.perf_model(**nargs, **c.all_kwargs()) for c in configs}
+                estimate = {id(c): self.perf_model(**positional, **kwargs, **c.all_kwargs()) for c in configs}
                 configs = sorted(configs, key=lambda c: estimate[id(c)])[:top_k]
         return configs
 
     def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
         launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-        candidates = self.prune_configs(nargs, launch_kwargs)
+        candidates = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
         if len(candidates) == 1:
             return candidates[0]
         conflicts = launch_kwargs.keys() & {name for c in candidates for name in c.kwargs}

@@ -91,6 +91,25 @@ def test_prune_configs_by_narrows_the_tuned_list(tmp_path):
     assert all(c.kwargs["BLOCK"] >= 256 for c in result.state.configs)
 
 
+def test_prune_callbacks_get_the_arguments_triton_gives_them(tmp_path):
+    seen = {}
+
+    def early(configs, nargs, **kwargs):
+        seen["early"] = (sorted(nargs), sorted(kwargs))
+        return configs
+
+    def perf_model(**kwargs):
+        seen.setdefault("perf_model", sorted(kwargs))
+        return kwargs["BLOCK"]
+
+    kernel = small_tuned(tmp_path, prune_configs_by={"early_config_prune": early, "perf_model": perf_model,
+                                                     "top_k": 2})
+    x, out = torch.randn(512, device=DEVICE), torch.zeros(512, device=DEVICE)
+    kernel[grid](x, out, 512, scale=2.0)
+    assert seen["early"] == (["n", "out_ptr", "x_ptr"], ["grid", "scale", "warmup"])
+    assert {"x_ptr", "scale", "grid", "warmup", "BLOCK", "num_warps"} <= set(seen["perf_model"])
+
+
 def test_a_single_config_is_launched_without_a_tune(tmp_path):
     kernel = fasta_sm.autotune(CONFIGS[:1], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
     x, out = launch(kernel)
