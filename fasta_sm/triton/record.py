@@ -144,7 +144,8 @@ def record(
         "triton": triton.__version__,
         "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timing": {
-            "method": "triton.testing.do_bench median, 2 passes in opposite orders",
+            "method": ("host-clock median under the Triton interpreter" if backend.interpreting
+                       else "triton.testing.do_bench median") + ", 2 passes in opposite orders",
             "warmup_ms": warmup_ms,
             "rep_ms": rep_ms,
             "compile_wall_s": round(compile_wall, 2),

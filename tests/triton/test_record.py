@@ -22,6 +22,7 @@ def test_record_writes_a_table_the_replay_backend_loads(tmp_path):
     spec.configs = spread(spec.configs, 3)
     table = record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
     assert table["kernel"] == "softmax_fp32" and len(table["configs"]) == 3
+    assert table["timing"]["method"].startswith("host-clock" if DEVICE == "cpu" else "triton.testing.do_bench")
     for row in table["configs"]:
         assert row["error"] is None and len(row["duration_us"]) == 2 and row["compile_s"] >= 0
     path = write_table(table, tmp_path / "softmax.json")
