@@ -488,6 +488,19 @@ def _check_consistent(state: TuneState, source: str, list_hash: str | None = Non
                 f"{source}: rounds[{position}] predicts {len(record.predicted_us)} values for "
                 f"{len(record.batch)} configs"
             )
+    if state.step in ("benchmark", "refine"):
+        waiting = [i for i in state.pending if i not in state.compiled and i not in state.failed]
+        if waiting:
+            raise StateFileError(
+                f"{source}: at {state.position()} config #{waiting[0]} of the batch was never compiled"
+            )
+    if state.step == "refine":
+        done = set(state.round_done)
+        untimed = [i for i in state.pending if i not in done and i not in state.failed]
+        if untimed:
+            raise StateFileError(f"{source}: at {state.position()} config #{untimed[0]} of the batch was never timed")
+    if state.durations and state.best is None:
+        raise StateFileError(f"{source}: {len(state.durations)} configs measured but no best")
     if (state.best is None) != (state.best_us is None):
         raise StateFileError(f"{source}: best={state.best!r} with best_us={state.best_us!r}")
     if state.best is not None and state.best not in state.durations:

@@ -83,8 +83,14 @@ def tune_states(draw) -> TuneState:
          ("R2", "compile"), ("R2", "benchmark"), ("R2", "refine")]
         + ([("DONE", "done")] if durations else [])
     ))
-    has_best = durations and (position[0] == "DONE" or draw(st.booleans()))
-    best = draw(st.sampled_from(sorted(durations))) if has_best else None
+    best = draw(st.sampled_from(sorted(durations))) if durations else None
+    pending = draw(st.lists(index, max_size=n, unique=True))
+    compiled = draw(st.dictionaries(index, nonneg, max_size=n))
+    round_done = draw(st.lists(index, max_size=n, unique=True))
+    if position[1] in ("benchmark", "refine"):  # the machine's invariants at those steps
+        compiled.update({i: 0.0 for i in pending if i not in failed})
+    if position[1] == "refine":
+        round_done += [i for i in pending if i not in failed and i not in round_done]
     return TuneState(
         key=draw(text),
         kernel=draw(text),
@@ -96,10 +102,10 @@ def tune_states(draw) -> TuneState:
         phase=position[0],
         round=draw(st.integers(0, 20)),
         step=position[1],
-        pending=draw(st.lists(index, max_size=n, unique=True)),
+        pending=pending,
         retime=draw(st.booleans()),
-        round_done=draw(st.lists(index, max_size=n, unique=True)),
-        compiled=draw(st.dictionaries(index, nonneg, max_size=n)),
+        round_done=round_done,
+        compiled=compiled,
         failed=failed,
         durations=durations,
         policy_state=draw(st.dictionaries(text, msgpack_value, max_size=4)),
@@ -205,6 +211,9 @@ def test_a_load_error_names_its_source():
         ({"best_us": -1.0}, "best_us=-1.0 is not the mean timing of config #1"),
         ({"best_us": None}, "best=1 with best_us=None"),
         ({"failed": {1: "OutOfResources"}}, "config #1 is both failed and measured"),
+        ({"compiled": {0: 0.5, 1: 0.25}}, "at R2_1 benchmark config #4 of the batch was never compiled"),
+        ({"step": "refine"}, "at R2_1 refine config #4 of the batch was never timed"),
+        ({"best": None, "best_us": None}, "2 configs measured but no best"),
     ],
 )
 def test_a_state_whose_parts_contradict_each_other_is_refused_saying_where(changes, says):
