@@ -151,15 +151,19 @@ class Autotuner(KernelInterface):
                 config = self._tune(key, args, kwargs, nargs)
                 self.cache[key] = config
         self.best_config = config
-        conflicts = kwargs.keys() & config.kwargs.keys()
+        self._refuse_conflicts(kwargs, [config])
+        if config.pre_hook is not None:
+            config.pre_hook({**nargs, **config.all_kwargs()})
+        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+
+    def _refuse_conflicts(self, kwargs: Mapping[str, Any], configs: Sequence[triton.Config]) -> None:
+        """A tuned meta-parameter also passed at launch is an error before anything runs, as in Triton."""
+        conflicts = kwargs.keys() & {name for config in configs for name in config.kwargs}
         if conflicts:
             raise ValueError(
                 f"{self.kernel_name}: conflicting meta-parameters {', '.join(sorted(conflicts))}: "
                 "a tuned parameter is also passed at launch"
             )
-        if config.pre_hook is not None:
-            config.pre_hook({**nargs, **config.all_kwargs()})
-        return self.fn.run(*args, **kwargs, **config.all_kwargs())
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config (after pruning) without launching or tuning, as `triton.autotune` does."""
@@ -191,12 +195,7 @@ class Autotuner(KernelInterface):
         candidates = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
         if len(candidates) == 1:
             return candidates[0]
-        conflicts = launch_kwargs.keys() & {name for c in candidates for name in c.kwargs}
-        if conflicts:
-            raise ValueError(
-                f"{self.kernel_name}: conflicting meta-parameters {', '.join(sorted(conflicts))}: "
-                "a tuned parameter is also passed at launch"
-            )
+        self._refuse_conflicts(launch_kwargs, candidates)
         fasta_configs = [self._as_fasta.get(id(c)) or to_fasta_config(c) for c in candidates]
         by_identity = {f.identity: c for f, c in zip(fasta_configs, candidates)}
         backend = TritonBackend(
