@@ -184,7 +184,7 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
     try:
         state = store.read(path)
     except FileNotFoundError:
-        if key_or_file.endswith(".fsm") or "/" in key_or_file:
+        if key_or_file.endswith(".fsm") or ("/" in key_or_file and Path(key_or_file).parent.is_dir()):
             raise click.ClickException(f"no state file {key_or_file!r}") from None
         raise click.ClickException(f"no state file for the key {key_or_file!r} (looked for {path})") from None
     if plot is not None:
