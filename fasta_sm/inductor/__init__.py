@@ -12,6 +12,7 @@ FASTA tune split between the compile worker and the parent (see
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import logging
 import os
@@ -59,11 +60,15 @@ def enable(
     """
     global _saved, _settings
     if max_configs is None:
-        max_configs = int(os.environ.get(MAX_CONFIGS_ENV, DriverSettings.max_configs))
+        raw = os.environ.get(MAX_CONFIGS_ENV, str(DriverSettings.max_configs))
+        try:
+            max_configs = int(raw)
+        except ValueError:
+            raise ValueError(f"${MAX_CONFIGS_ENV}={raw!r} is not a whole number") from None
     if max_configs < 1:
         raise ValueError(f"max_configs={max_configs!r} must be at least 1")
     policy = policy or default_policy()
-    params = {**(FASTA_DEFAULTS if policy == "fasta" else {}), **(policy_params or {})}
+    params = {**(FASTA_DEFAULTS if policy == "fasta" else {}), **_literals(policy_params or {})}
     settings = DriverSettings(
         policy=policy,
         policy_params=params,
@@ -89,6 +94,26 @@ def enable(
     _settings = settings
     log.info("fasta_sm.inductor enabled: %s", settings)
     return settings
+
+
+def _literals(params: Mapping[str, Any]) -> dict[str, Any]:
+    """`params` as plain Python literals: they are written into kernel source, which must import.
+
+    A numpy number becomes the Python number it holds; anything whose repr
+    does not read back as itself (inf, NaN, objects) is refused, naming it.
+    """
+    plain = {}
+    for name, value in params.items():
+        if hasattr(value, "item") and type(value).__module__ == "numpy":
+            value = value.item()
+        try:
+            same = ast.literal_eval(repr(value)) == value
+        except (ValueError, SyntaxError):
+            same = False
+        if not same:
+            raise ValueError(f"policy_params[{name!r}]={value!r}: must be a plain, finite Python literal")
+        plain[name] = value
+    return plain
 
 
 def disable() -> None:
@@ -137,7 +162,17 @@ def autoload() -> None:
     run once Inductor's codegen is imported, and imports nothing heavy itself.
     """
     if env_flag(ENV_VAR) and not is_enabled():
-        call_after_import(CODEGEN_MODULE, lambda: None if is_enabled() else enable())
+        call_after_import(CODEGEN_MODULE, _enable_from_environment)
+
+
+def _enable_from_environment() -> None:
+    """`enable()` as Inductor's codegen loads: a bad setting leaves fasta-sm off, never Inductor broken."""
+    if is_enabled():
+        return
+    try:
+        enable()
+    except ValueError as exc:
+        log.warning("%s=1 but fasta-sm stays off: %s", ENV_VAR, exc)
 
 
 __all__ = ["ENV_VAR", "autoload", "current_settings", "disable", "enable", "enabled", "is_enabled"]

@@ -86,13 +86,16 @@ def test_context_manager_restores_the_previous_switch(tmp_path):
     assert fi.current_settings()["max_configs"] == 16
 
 
+SOURCE_WITH_HEURISTIC = (
+    "import triton\nfrom torch._inductor.runtime import triton_helpers, triton_heuristics\n"
+    "@triton_heuristics.pointwise(\n    size_hints={'x': 1024},\n    filename=__file__,\n"
+    "    triton_meta={'signature': {}},\n    inductor_meta={'kernel_name': 'k'},\n)\n"
+    "@triton.jit\ndef k(XBLOCK: tl.constexpr):\n    pass\n"
+)
+
+
 def test_rewrite_adds_the_hook_and_settings_only_to_tuned_heuristics():
-    source = (
-        "import triton\nfrom torch._inductor.runtime import triton_helpers, triton_heuristics\n"
-        "@triton_heuristics.pointwise(\n    size_hints={'x': 1024},\n    filename=__file__,\n"
-        "    triton_meta={'signature': {}},\n    inductor_meta={'kernel_name': 'k'},\n)\n"
-        "@triton.jit\ndef k(XBLOCK: tl.constexpr):\n    pass\n"
-    )
+    source = SOURCE_WITH_HEURISTIC
     out = rewrite_source(source, {"policy": "fasta", "max_configs": 8})
     assert HOOK_LINE in out and "inductor_meta={'fasta_sm': {'policy': 'fasta', 'max_configs': 8}, 'kernel_name'" in out
     ast.parse(out)
@@ -162,3 +165,30 @@ def test_fasta_under_inductor_starts_from_one_guided_round_and_live_retiming_and
         assert fi.enable(state_dir=tmp_path, policy="random").policy_params == {}
     finally:
         fi.disable()
+
+
+def test_numpy_numbers_in_policy_params_are_written_as_plain_python_numbers(tmp_path):
+    import numpy as np
+
+    try:
+        params = fi.enable(state_dir=tmp_path, policy_params={"retime_cost": np.float64(0.05)}).policy_params
+        assert type(params["retime_cost"]) is float
+        source = rewrite_source(SOURCE_WITH_HEURISTIC, fi.current_settings())
+        ast.parse(source)
+        assert "np." not in source
+    finally:
+        fi.disable()
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), object()])
+def test_a_policy_param_that_kernel_source_cannot_hold_is_refused_naming_it(value, tmp_path):
+    with pytest.raises(ValueError, match=r"policy_params\['retime_cost'\]"):
+        fi.enable(state_dir=tmp_path, policy_params={"retime_cost": value})
+    assert not fi.is_enabled()
+
+
+def test_a_bad_max_configs_in_the_environment_leaves_fasta_sm_off_not_inductor_broken(monkeypatch, caplog):
+    monkeypatch.setenv(fi.MAX_CONFIGS_ENV, "abc")
+    fi._enable_from_environment()
+    assert not fi.is_enabled()
+    assert "FASTA_SM_INDUCTOR_MAX_CONFIGS='abc'" in caplog.text
