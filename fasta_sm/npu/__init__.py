@@ -31,6 +31,8 @@ log = logging.getLogger("fasta_sm.npu")
 ENV_VAR = "FASTA_SM_NPU"
 SETTINGS_ENV = "FASTA_SM_NPU_SETTINGS"
 NPU_SWITCH_ENV = "FASTAUTOTUNE"
+UB_BITS_ENV = "ENABLE_PRINT_UB_BITS"
+"""torch_npu's FastA path needs the real UB usage; torch_npu sets it when imported with FASTAUTOTUNE=1."""
 SLOT_MODULE = "torch_npu._inductor.runtime.fasta_autotune"
 
 _saved_env: dict[str, str | None] | None = None
@@ -68,22 +70,20 @@ def enable(
     (prunes by circle count and sub-block size before sampling).
     """
     global _saved_env
-    _import_torch_npu()
     params = dict(policy_params or {})
     if optimize_configs:
         params["optimize_configs"] = True
-    settings = DriverSettings(
-        policy=policy or default_policy(),
-        policy_params=params,
-        seed=seed,
-        state_dir=str(StateStore(state_dir).path),
-        chunk_size=chunk_size,
-        compile_threads=1,  # torch_npu's compile has not been run in threads (no Ascend device here to check)
-    )
-    wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1"}
+    settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size)
+    wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1", UB_BITS_ENV: "1"}
+    before = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)  # first: torch_npu sets up its FastA path when it is imported with the switch on
+    try:
+        _import_torch_npu()
+    except NPUUnavailable:
+        _restore(before)
+        raise
     if _saved_env is None:
-        _saved_env = {name: os.environ.get(name) for name in wanted}
-    os.environ.update(wanted)
+        _saved_env = before
     from .autotuner import install
 
     install()
@@ -99,25 +99,58 @@ def disable() -> None:
     from .autotuner import uninstall
 
     uninstall()
-    for name, value in _saved_env.items():
+    _restore(_saved_env)
+    _saved_env = None
+
+
+def _restore(values: Mapping[str, str | None]) -> None:
+    for name, value in values.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    _saved_env = None
+
+
+def _settings(
+    *,
+    policy: str | None = None,
+    policy_params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    state_dir: str | os.PathLike[str] | None = None,
+    chunk_size: int = 16,
+) -> DriverSettings:
+    """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone."""
+    return DriverSettings(
+        policy=policy or default_policy(),
+        policy_params=dict(policy_params or {}),
+        seed=seed,
+        state_dir=str(StateStore(state_dir).path),
+        chunk_size=chunk_size,
+        compile_threads=1,  # torch_npu's compile has not been run in threads (no Ascend device here to check)
+    )
 
 
 def current_settings() -> dict[str, Any] | None:
-    """The settings this process tunes with: from `enable()` here, or inherited by a compile worker."""
+    """The settings this process tunes with: from `enable()` here, inherited by a compile worker, or
+    `enable()`'s defaults under FASTA_SM_NPU=1 alone."""
     if not env_flag(ENV_VAR):
         return None
-    return DriverSettings.from_dict(json.loads(os.environ.get(SETTINGS_ENV) or "{}")).to_dict()
+    raw = os.environ.get(SETTINGS_ENV)
+    if not raw:
+        return _settings().to_dict()
+    return DriverSettings.from_dict(json.loads(raw)).to_dict()
 
 
 def autoload() -> None:
-    """torch's `torch.backends` entry point: with FASTA_SM_NPU=1, install the class once torch_npu's slot loads."""
+    """torch's `torch.backends` entry point: with FASTA_SM_NPU=1, install the class once torch_npu's slot loads.
+
+    It runs at the end of `import torch`, before torch_npu reads its switch:
+    FASTAUTOTUNE=1 is set then, unless the environment says otherwise, so
+    that torch_npu imports the slot at all.
+    """
     if not env_flag(ENV_VAR):
         return
+    os.environ.setdefault(NPU_SWITCH_ENV, "1")
 
     def install_quietly() -> None:
         from .autotuner import install

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -37,3 +38,34 @@ def test_settings_reach_a_worker_through_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
     monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, json.dumps(settings.to_dict()))
     assert fasta_sm.npu.current_settings() == settings.to_dict()
+
+
+def test_fasta_sm_npu_alone_takes_enables_defaults_one_compile_thread_included(monkeypatch):
+    import fasta_sm.npu
+
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.delenv(fasta_sm.npu.SETTINGS_ENV, raising=False)
+    settings = fasta_sm.npu.current_settings()
+    assert settings["compile_threads"] == 1 and settings["state_dir"]
+
+
+def test_fasta_sm_npu_alone_switches_torch_npus_fasta_path_on_before_torch_npu_reads_it(monkeypatch):
+    import fasta_sm.npu
+
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.delenv(fasta_sm.npu.NPU_SWITCH_ENV, raising=False)
+    monkeypatch.setattr(fasta_sm.npu, "call_after_import", lambda module, hook: None)
+    fasta_sm.npu.autoload()
+    assert os.environ[fasta_sm.npu.NPU_SWITCH_ENV] == "1"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu is installed here")
+def test_a_failed_enable_leaves_the_environment_as_it_was(monkeypatch):
+    import fasta_sm.npu
+
+    names = (fasta_sm.npu.ENV_VAR, fasta_sm.npu.SETTINGS_ENV, fasta_sm.npu.NPU_SWITCH_ENV, fasta_sm.npu.UB_BITS_ENV)
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(fasta_sm.npu.NPUUnavailable):
+        fasta_sm.npu.enable()
+    assert not any(name in os.environ for name in names)
