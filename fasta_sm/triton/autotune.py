@@ -29,7 +29,7 @@ from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
 from ..store import StateStore
 from ..tuner import TuneResult, tune
-from .backend import TritonBackend, device_name
+from .backend import TritonBackend, device_name, unwrap_launcher
 from .compile_pool import kernel_path, note_kernel_module, shared_pool, start_fork_server
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
@@ -265,12 +265,11 @@ def _names(what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[st
 
 def _source_hash(fn: Any) -> str:
     """12 hex digits of the kernel's source text (the jit function under any wrappers)."""
-    while not hasattr(fn, "src") and hasattr(fn, "fn"):
-        fn = fn.fn
-    source = getattr(fn, "src", None)
+    jit = unwrap_launcher(fn)
+    source = getattr(jit, "src", None)
     if source is None:  # the interpreter's wrapper keeps no source: read the function's (cached by linecache)
         try:
-            source = inspect.getsource(fn)
+            source = inspect.getsource(getattr(jit, "fn", jit))
         except (OSError, TypeError):
             source = ""
     return hashlib.sha256(str(source).encode()).hexdigest()[:12]

@@ -136,7 +136,7 @@ class TritonBackend:
         failures: tuple[type[BaseException], ...] | None = None,
     ) -> None:
         self.launcher = fn
-        self.fn = _unwrap(fn)
+        self.fn = unwrap_launcher(fn)
         self.args = tuple(args)
         self.grid = grid
         self.kwargs = dict(kwargs or {})
@@ -355,13 +355,13 @@ class TritonBackend:
         if path is None:
             return None
         module, qualname = path
+        if any(hasattr(value, "data_ptr") for value in self.kwargs.values()):
+            return None  # a tensor passed by keyword would travel to the workers whole
         try:
             if resolve(module, qualname) is not self.fn:
                 return None
         except (ImportError, AttributeError):
             return None
-        if any(hasattr(value, "data_ptr") for value in self.kwargs.values()):
-            return None  # a tensor passed by keyword would travel to the workers whole
         abstract = []
         for arg in self.args:
             if hasattr(arg, "data_ptr") and hasattr(arg, "dtype"):
@@ -406,7 +406,8 @@ def _compile_target() -> Any:
         return None
 
 
-def _unwrap(fn: Any) -> Any:
+def unwrap_launcher(fn: Any) -> Any:
+    """The jit (or interpreted) function under any wrappers (`triton.heuristics`)."""
     while type(fn).__name__ not in ("JITFunction", "InterpretedFunction") and hasattr(fn, "fn"):
         fn = fn.fn
     return fn
