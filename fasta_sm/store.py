@@ -129,9 +129,7 @@ class StateStore:
             if state.key == key:
                 return state
             why = f"{path}: holds key {state.key!r}, expected {key!r}"
-        target = self.quarantine(path, why)
-        if notes is not None:
-            notes.append(f"previous state quarantined as {target.name}: {why}")
+        self.quarantine(path, why, notes)
         return None
 
     @staticmethod
@@ -145,11 +143,16 @@ class StateStore:
             raise StateFileError(f"{path}: unreadable ({exc.strerror})") from None
         return unpack_state(blob, source=str(path))
 
-    def quarantine(self, path: Path, why: str) -> Path:
-        """Move a bad file aside, warn once naming both paths, and return the new path."""
+    def quarantine(self, path: Path, why: str, notes: list[str] | None = None) -> Path:
+        """Move a bad file aside, warn once naming both paths, and return the new path.
+
+        Why is also appended to `notes`, for the next state's record.
+        """
         target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
         os.replace(path, target)
         log.warning("quarantined state file %s as %s (%s); the tune starts afresh", path, target, why)
+        if notes is not None:
+            notes.append(f"previous state quarantined as {target.name}: {why}")
         return target
 
     def save(self, state: TuneState) -> Path:

@@ -142,7 +142,7 @@ def open_tune(
             return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
         except (FastaError, KeyError, TypeError, ValueError) as exc:
             why = f"its policy cannot resume from it: {type(exc).__name__}: {exc}"
-            notes.append(f"previous state quarantined as {store.quarantine(store.file_for(key), why).name}: {why}")
+            store.quarantine(store.file_for(key), why, notes)
     params = dict(policy_params or {})
     chosen = make_policy(policy, configs, params)
     return Tune.start(
