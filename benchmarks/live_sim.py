@@ -57,6 +57,7 @@ class SimulatedLive(ReplayBackend):
         self._free = [0.0] * workers  # when each worker is next free
         self._guesses: dict[str, float] = {}  # started guess -> when it is compiled
         self._wanted: list[str] = []
+        self._by_key = {config.identity: config for config in table.configs}
         self._certain = 0
         self._reserve = 0
         self.waits: list[tuple[str, float]] = []  # per compile call: d/r/n per config, wait seconds
@@ -101,7 +102,6 @@ class SimulatedLive(ReplayBackend):
 
     def prefetch(self, configs: Sequence[Config], reserve: int = 0, certain: int = 0) -> None:
         self._enter()
-        self._by_key = {c.identity: c for c in configs} | getattr(self, "_by_key", {})
         fresh = [(position, c.identity) for position, c in enumerate(configs) if c.identity not in self._guesses]
         self._wanted = [key for _, key in fresh]
         self._certain = sum(position < certain for position, _ in fresh)
