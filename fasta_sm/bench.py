@@ -28,11 +28,16 @@ Progress = Callable[[int, int, str, str], None]
 """progress(runs_done, runs_total, kernel, policy), called after every run."""
 
 
+EXHAUSTIVE_IN_BENCH = (
+    "exhaustive is the yardstick every row is scored against (its pick is the true best, its cost 100 %); "
+    "it takes no budget, so it is not a bench policy"
+)
+
+
 @dataclass(frozen=True)
 class Run:
     """One tune of one policy on one table under one seed."""
 
-    pick: int
     regret_pct: float
     evaluated: int
     benchmarked: int
@@ -67,10 +72,9 @@ def run_policy(
     tried = state.measured_count() + len(state.failed)
     cost = state.cost.compile_s + state.cost.benchmark_s
     if state.best is None:
-        return Run(pick=-1, regret_pct=math.inf, evaluated=tried, benchmarked=0, cost_s=cost)
+        return Run(regret_pct=math.inf, evaluated=tried, benchmarked=0, cost_s=cost)
     best = table.true_best_us
     return Run(
-        pick=state.best,
         regret_pct=100.0 * (float(table.mean_us[state.best]) - best) / best,
         evaluated=tried,
         benchmarked=state.measured_count(),
@@ -107,28 +111,29 @@ def bench(
     seeds: int,
     budget: float | None = None,
     progress: Progress | None = None,
-    params: Mapping[str, Mapping[str, Any]] | None = None,
     seed_start: int = 0,
 ) -> dict[str, Any]:
     """Score `policies` on every table in `tables_dir` over `seeds` seeds each, from `seed_start` on.
 
-    With `budget` None, the first policy routes its own budget and every other
-    policy gets, run by run, the fraction of configs the first one evaluated;
-    with a `budget`, every policy gets that fraction. `params` adds per-policy
-    constructor arguments. A `seed_start` past the seeds a change was tuned
-    on gives a held-out check. Returns the JSON shape of `fasta-sm bench --json`.
+    The first policy routes its own budget, or gets `budget` (a fraction of
+    N) when one is given; every other policy gets, run by run, the fraction
+    of configs the first one evaluated, so that all are compared at the
+    evaluations it actually spent (a floor, a polish or a blind search past
+    an all-failing R1 included). A `seed_start` past the seeds a change was
+    tuned on gives a held-out check. Returns the JSON shape of `fasta-sm bench --json`.
     """
     if seeds < 1:
         raise ValueError(f"seeds={seeds!r}: a bench needs at least one seed")
     if not policies or len(set(policies)) != len(policies):
         raise ValueError(f"policies {list(policies)!r}: name each policy once, at least one")
+    if "exhaustive" in policies:
+        raise ValueError(EXHAUSTIVE_IN_BENCH)
     if not Path(tables_dir).is_dir():
         raise TableError(f"{tables_dir}: not a directory of replay tables")
     paths = sorted(Path(tables_dir).glob("*.json"))
     if not paths:
         raise TableError(f"{tables_dir}: no *.json replay tables in it")
     tables = [load_table(p) for p in paths]
-    params = params or {}
     total = len(tables) * seeds * len(policies)
     done = 0
     kernels: list[dict[str, Any]] = []
@@ -138,14 +143,11 @@ def bench(
         exhaustive = table.exhaustive_cost_s
         runs: dict[str, list[Run]] = {p: [] for p in policies}
         for seed in range(seed_start, seed_start + seeds):
-            leader_fraction: float | None = budget
+            fraction: float | None = budget
             for position, policy in enumerate(policies):
-                kwargs = dict(params.get(policy, {}))
-                if leader_fraction is not None:
-                    kwargs["budget"] = leader_fraction
-                run = run_policy(table, policy, seed, kwargs)
-                if position == 0 and budget is None:
-                    leader_fraction = min(1.0, max(run.evaluated, 1) / n)
+                run = run_policy(table, policy, seed, None if fraction is None else {"budget": fraction})
+                if position == 0:
+                    fraction = min(1.0, max(run.evaluated, 1) / n)
                 runs[policy].append(run)
                 done += 1
                 if progress is not None:

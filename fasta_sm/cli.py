@@ -359,7 +359,9 @@ def _cell(value: object) -> str:
     show_default=True,
     help="Comma-separated; the first sets the budget the others get, run by run.",
 )
-@click.option("--budget", default=None, type=float, help="Give every policy this fraction instead.")
+@click.option(
+    "--budget", default=None, type=float, help="Give the first policy this fraction; the others get what it evaluated."
+)
 @click.option(
     "--json",
     "json_out",
@@ -376,12 +378,14 @@ def bench_command(
     json_out: Path | None,
 ) -> None:
     """Score the policy against baselines on recorded tables, at the same evaluation budget."""
-    from .bench import bench
+    from .bench import EXHAUSTIVE_IN_BENCH, bench
     from .data import tables_dir as shipped_tables
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names or len(set(names)) != len(names):
         raise click.BadParameter(f"{policies!r}: name each policy once, at least one", param_hint="--policies")
+    if "exhaustive" in names:
+        raise click.BadParameter(EXHAUSTIVE_IN_BENCH, param_hint="--policies")
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

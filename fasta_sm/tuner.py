@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import Config, check_config_list, configs_hash
-from .errors import FastaError, StateFileError
+from .errors import FastaError, PolicyError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune
 from .policies import make_policy
 from .protocols import Backend
@@ -144,7 +144,10 @@ def open_tune(
             why = f"its policy cannot resume from it: {type(exc).__name__}: {exc}"
             store.quarantine(store.file_for(key), why, notes)
     params = dict(policy_params or {})
-    chosen = make_policy(policy, configs, params)
+    try:
+        chosen = make_policy(policy, configs, params)
+    except PolicyError as exc:
+        raise PolicyError(f"kernel {kernel!r}: {exc}") from None
     return Tune.start(
         key,
         kernel,

@@ -142,6 +142,11 @@ def test_bench_on_a_dir_without_tables_is_one_line_naming_it(tmp_path):
     assert done.returncode == 1 and "no *.json replay tables" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_bench_refuses_exhaustive_as_a_policy_saying_why(table_file):
+    result = CliRunner().invoke(main, ["bench", "--tables", str(table_file.parent), "--policies", "fasta,exhaustive"])
+    assert result.exit_code == 2 and "yardstick" in result.output and "Traceback" not in result.output
+
+
 def test_bench_json_writes_null_for_a_regret_no_run_could_measure(table_file, tmp_path):
     table = json.loads(table_file.read_text())
     for row in table["configs"][1:]:

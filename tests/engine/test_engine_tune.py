@@ -100,6 +100,11 @@ def test_an_empty_config_list_is_a_config_error_naming_the_kernel(backend, store
     assert not store.file_for(KEY).exists()
 
 
+def test_bad_policy_parameters_are_a_policy_error_naming_the_kernel(backend, store, table):
+    with pytest.raises(PolicyError, match="kernel 'mymatmul': fasta: r1_frac=2.0"):
+        tune("k", "mymatmul", table.configs, backend, policy="fasta", policy_params={"r1_frac": 2.0}, store=store)
+
+
 def test_a_config_list_with_a_config_twice_is_a_config_error(backend, store, table):
     configs = table.configs[:3] + [Config(dict(reversed(list(table.configs[1].kwargs.items()))),
                                           table.configs[1].num_warps, table.configs[1].num_stages)]

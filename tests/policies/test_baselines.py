@@ -95,8 +95,24 @@ def test_bench_gives_baselines_the_leaders_evaluation_count(tmp_path):
     (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(2)))
     report = bench(tmp_path, ["fasta", "random", "coordesc"], seeds=3)
     evals = {row["policy"]: row["evals_pct"] for row in report["kernels"]}
-    assert evals["random"] == pytest.approx(evals["fasta"], abs=0.2)
-    assert evals["coordesc"] <= evals["fasta"] + 0.2
+    assert evals["random"] == pytest.approx(evals["fasta"])
+    assert evals["coordesc"] <= evals["fasta"]
+
+
+def test_bench_with_a_budget_gives_baselines_what_the_leader_evaluated_past_its_floor(tmp_path):
+    (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(2)))
+    report = bench(tmp_path, ["fasta", "random"], seeds=3, budget=0.01)
+    evals = {row["policy"]: row["evals_pct"] for row in report["kernels"]}
+    n = report["kernels"][0]["N"]
+    assert evals["fasta"] * n / 100 >= 13 > 0.01 * n  # fasta's floor of min_budget configs
+    assert evals["random"] == pytest.approx(evals["fasta"])
+
+
+@pytest.mark.parametrize("n, k", [(348, 22), (1150, 59), (162, 31)])
+def test_a_budget_of_k_over_n_buys_exactly_k_configs(n, k):
+    from fasta_sm.policies.baseline import budget_count
+
+    assert budget_count(n, k / n) == k
 
 
 def test_bench_reports_progress_once_per_run(tmp_path):

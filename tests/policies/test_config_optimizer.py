@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import landscapes
 import numpy as np
+import pytest
 from driving import drive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fasta_sm.config import Config
+from fasta_sm.errors import PolicyError
 from fasta_sm.policies.config_optimizer import circle_num, optimize_configs, tile_numel
 from fasta_sm.policies.fasta import FastaPolicy
 
@@ -93,3 +95,18 @@ def test_policy_flag_keeps_proposals_inside_the_pruned_list():
 def test_optimizer_is_off_by_default():
     table = landscapes.as_table(landscapes.matmul(2, size=300))
     assert np.all(FastaPolicy(table.configs)._active)
+
+
+def test_expert_configs_named_to_the_policy_stay_in_its_space():
+    table = landscapes.as_table(landscapes.matmul(2, size=300))
+    pruned = {c.identity for c in optimize_configs(table.configs)}
+    expert = [i for i, c in enumerate(table.configs) if c.identity not in pruned][:2]
+    policy = FastaPolicy(table.configs, optimize_configs=True, expert_configs=expert)
+    assert expert and policy._active[expert].all()
+    assert policy._active.sum() == len(pruned) + len(expert)
+
+
+def test_an_expert_index_outside_the_config_list_is_an_error_naming_it():
+    table = landscapes.as_table(landscapes.matmul(2, size=300))
+    with pytest.raises(PolicyError, match="expert_configs index 300"):
+        FastaPolicy(table.configs, optimize_configs=True, expert_configs=[300])

@@ -33,3 +33,26 @@ def test_fasta_keeps_sampling_past_its_budget_until_a_config_runs(seed):
     finally:
         tune.close()
     assert state.done and state.best is not None and table.errors[state.best] is None
+
+
+def sparse_runnable_table():
+    """60 configs over three columns, of which only every ninth runs: R1 is too thin for a guided round."""
+    rows = [{
+        "kwargs": {"BLOCK_M": m, "BLOCK_K": k}, "num_warps": w, "num_stages": 1, "compile_s": 1.0,
+        "duration_us": [10.0 + 0.1 * i] * 2 if i % 9 == 0 else [],
+        "error": None if i % 9 == 0 else "OutOfResources: shared memory",
+    } for i, (m, k, w) in enumerate((m, k, w) for m in (16, 32, 64, 128, 256) for k in (16, 32, 64, 128)
+                                    for w in (2, 4, 8))]
+    return table_from_dict({"kernel": "sparse_runnable", "configs": rows}, "sparse_runnable")
+
+
+@pytest.mark.parametrize("seed", [2, 8, 9])
+def test_a_polish_before_any_guided_round_fits_one_of_the_bases_it_was_given(seed):
+    table = sparse_runnable_table()
+    policy = make_policy("fasta", table.configs, {"bases": ("linear", "quad")})
+    tune = Tune.start("k", table.kernel, table.configs, ReplayBackend(table), policy, seed=seed)
+    try:
+        state = tune.drive()
+    finally:
+        tune.close()
+    assert state.done and table.errors[state.best] is None

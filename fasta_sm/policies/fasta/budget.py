@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from ...errors import PolicyError
 from .params import FastaParams
@@ -19,9 +18,6 @@ class BudgetPlan:
     total: int
     r1: int
     path: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -> BudgetPlan:
@@ -38,7 +34,7 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
     D = 0, nothing to regress on) the policy takes the coverage path.
     """
     if budget is not None:
-        if not (isinstance(budget, (int, float)) and 0.0 < budget <= 1.0):
+        if isinstance(budget, bool) or not (isinstance(budget, (int, float)) and 0.0 < budget <= 1.0):
             raise PolicyError(f"fasta: budget={budget!r} must be a fraction in (0, 1]")
         budget_class, fraction = "fixed", float(budget)
     elif dims <= params.small_d and n <= params.small_n:

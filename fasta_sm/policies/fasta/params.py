@@ -88,6 +88,7 @@ class FastaParams:
     retime_rank: str = "lower"
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
+    expert_configs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("r1_frac", "small_budget", "base_budget", "large_budget", "coverage_budget"):
@@ -131,12 +132,19 @@ class FastaParams:
         unknown = [b for b in self.bases if b not in BASIS_NAMES]
         if unknown or not self.bases:
             raise PolicyError(f"fasta: bases={self.bases!r}; each must be one of {', '.join(BASIS_NAMES)}")
+        if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in self.expert_configs):
+            raise PolicyError(f"fasta: expert_configs={self.expert_configs!r} must be config indices (ints ≥ 0)")
+        if self.incumbent_basis not in BASIS_NAMES:
+            raise PolicyError(
+                f"fasta: incumbent_basis={self.incumbent_basis!r} must be one of {', '.join(BASIS_NAMES)}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Msgpack-able form, stored in the policy state."""
         out = dataclasses.asdict(self)
         out["bases"] = list(self.bases)
         out["cell_columns"] = list(self.cell_columns)
+        out["expert_configs"] = list(self.expert_configs)
         return out
 
 
@@ -232,6 +240,8 @@ DESCRIPTIONS: dict[str, str] = {
     "retime_rank": "after the first re-time round, the contenders are the configs within the noise window of "
     "the best, lowest window bound first (`lower`), or only the fastest means (`mean`)",
     "optimize_configs": "prune the list with the config optimizer first",
+    "expert_configs": "indices (in the tune's config list) of configs the config optimizer always keeps: a "
+    "kernel author's own",
 }
 
 
@@ -273,8 +283,18 @@ def resolve_params(overrides: Mapping[str, Any], environ: Mapping[str, str] | No
     for var, name in ENV_VARS.items():
         if var in environ:
             values[name] = _parse(types[name], name, environ[var], var)
+    if values:
+        try:
+            FastaParams(**values)
+        except PolicyError as error:
+            settings = ", ".join(f"{var}={environ[var]!r}" for var in ENV_VARS if var in environ)
+            raise PolicyError(f"{error} (set from the environment: {settings})") from None
     for name, value in overrides.items():
         if name not in types:
             raise PolicyError(f"fasta: unknown parameter {name!r}; known: {', '.join(sorted(types))}")
-        values[name] = tuple(value) if name in ("bases", "cell_columns") else value
+        if name in ("bases", "cell_columns"):
+            value = (value,) if isinstance(value, str) else tuple(value)
+        elif name == "expert_configs":
+            value = tuple(value)
+        values[name] = value
     return FastaParams(**values)

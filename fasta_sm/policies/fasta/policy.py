@@ -57,9 +57,9 @@ def _without(items: np.ndarray, removed: np.ndarray, size: int) -> np.ndarray:
 class FastaPolicy:
     """Surrogate-guided search over one kernel's config list (see docs/algorithm.md).
 
-    `budget`, when given, is the fraction of configs to measure and replaces
-    the routing by N and D; every other knob is a keyword argument named as
-    in `FastaParams`.
+    `budget`, when given, is the fraction of configs to measure (at least
+    `min_budget` configs) and replaces the routing by N and D; every other
+    knob is a keyword argument named as in `FastaParams`.
     """
 
     name = "fasta"
@@ -92,8 +92,12 @@ class FastaPolicy:
         self.params = params
         n = len(self._configs)
         self._active = np.ones(n, dtype=bool)
+        outside = [i for i in params.expert_configs if i >= n]
+        if outside:
+            raise PolicyError(f"fasta: expert_configs index {outside[0]} outside 0..{n - 1}")
         if params.optimize_configs:
-            kept = {c.identity for c in optimize_configs(self._configs)}
+            expert = [self._configs[i] for i in params.expert_configs]
+            kept = {c.identity for c in optimize_configs(self._configs, expert=expert)}
             self._active = np.array([c.identity in kept for c in self._configs])
         self._space = extract_features(self._configs, log2=params.log2_features)
         self._designs = {name: build_basis(name, self._space) for name in params.bases}
@@ -311,7 +315,7 @@ class FastaPolicy:
         """
         params = self.params
         rows, _, target = self._training_set(durations)
-        basis = next((h["basis"] for h in reversed(self._history) if "basis" in h), params.incumbent_basis)
+        basis = next((h["basis"] for h in reversed(self._history) if "basis" in h), self._first_basis())
         fit = fit_ridge(basis, self._designs[basis], rows, target, params.ridge_lambda)
         order = rows[np.argsort(durations[rows], kind="stable")]
         p_fail = self._failure_chance(durations)
@@ -343,6 +347,11 @@ class FastaPolicy:
         self._polished += 1
         self._history.append({"polish": pick, "basis": fit.basis, "rule": rule})
         return self._issue([pick], f"fasta polish {self._polished}: {rule}, basis {fit.basis}")
+
+    def _first_basis(self) -> str:
+        """The basis a polish fits when no guided round chose one: the incumbent, if it competes."""
+        bases = self.params.bases
+        return self.params.incumbent_basis if self.params.incumbent_basis in bases else bases[0]
 
     def _polish_first(
         self, durations: np.ndarray, candidates: np.ndarray, order: np.ndarray, scores: np.ndarray, p_fail: np.ndarray
@@ -556,8 +565,9 @@ class FastaPolicy:
         stored.setdefault("polish_scale_up", False)  # written before the scaled-up tile polish pick
         stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
         stored["bases"] = tuple(stored["bases"])
-        if "cell_columns" in stored:
-            stored["cell_columns"] = tuple(stored["cell_columns"])
+        for name in ("cell_columns", "expert_configs"):
+            if name in stored:
+                stored[name] = tuple(stored[name])
         params = FastaParams(**stored)
         budget_arg = state["budget_arg"]
         if params != self.params or budget_arg != self._budget_arg:

@@ -6,10 +6,13 @@ compete every round: the one whose leave-one-out predictions rank the measured
 configs best (Spearman) wins. Leave-one-out comes for free from the hat
 matrix: the held-out residual of point i is e_i / (1 - H_ii).
 
-Beyond the reference's five smooth bases, `pairs` is a tree-like basis: one
-indicator per level of every column and per level pair of every two columns.
-It captures thresholds and interactions (an out-of-register BLOCK_M only at
-high num_stages) that no low-order polynomial can.
+Beyond the reference's five smooth bases, two more compete: `rbf`, random
+Fourier features of a Gaussian kernel (a smooth local model; the default
+incumbent, which the others must beat by a margin), and `pairs`, a tree-like
+basis: one indicator per level of every column and per level pair of every
+two columns, for thresholds and interactions (an out-of-register BLOCK_M
+only at high num_stages) that no low-order polynomial captures; it is not
+in the default competition.
 """
 
 from __future__ import annotations
