@@ -74,6 +74,9 @@ class Autotuner(KernelInterface):
         restore_value: Sequence[str] | None = None,
         pre_hook: Callable[..., Any] | None = None,
         post_hook: Callable[..., Any] | None = None,
+        warmup: float | None = None,
+        rep: float | None = None,
+        use_cuda_graph: bool = False,
         do_bench: Callable[..., Any] | None = None,
         policy: str = "fasta",
         budget: float | None = None,
@@ -100,6 +103,10 @@ class Autotuner(KernelInterface):
         self.restore_value = _names("restore_value", restore_value or [], self.arg_names)
         self.user_pre_hook = pre_hook
         self.post_hook = post_hook
+        self.warmup_ms = 25.0 if warmup is None else float(warmup)
+        self.rep_ms = 100.0 if rep is None else float(rep)
+        if use_cuda_graph and do_bench is None:
+            do_bench = _cuda_graph_bench(self.rep_ms)
         self.do_bench = do_bench
         prune = dict(prune_configs_by or {})
         self.perf_model = prune.get("perf_model")
@@ -209,6 +216,8 @@ class Autotuner(KernelInterface):
             post_hook=self.post_hook,
             config_pre_hooks={f.identity: c.pre_hook for f, c in zip(fasta_configs, candidates) if c.pre_hook},
             do_bench=self.do_bench,
+            warmup_ms=self.warmup_ms,
+            rep_ms=self.rep_ms,
         )
         pool_workers = 1 if backend.interpreting else shared_pool().workers
         start = time.perf_counter()
@@ -275,6 +284,17 @@ def _source_hash(fn: Any) -> str:
     return hashlib.sha256(str(source).encode()).hexdigest()[:12]
 
 
+def _cuda_graph_bench(rep_ms: float) -> Callable[..., Any]:
+    """Triton's `use_cuda_graph=True`: time each config with `do_bench_cudagraph` over `rep_ms`."""
+
+    def bench(call: Callable[[], Any], quantiles: Sequence[float] | None = None) -> Any:
+        from triton.testing import do_bench_cudagraph
+
+        return do_bench_cudagraph(call, rep=rep_ms, quantiles=quantiles)
+
+    return bench
+
+
 def _key_string(kernel: str, key: tuple) -> str:
     return kernel + "[" + ", ".join(repr(value) for value in key) + "]"
 
@@ -287,7 +307,12 @@ def autotune(
     restore_value: Sequence[str] | None = None,
     pre_hook: Callable[..., Any] | None = None,
     post_hook: Callable[..., Any] | None = None,
+    warmup: float | None = None,
+    rep: float | None = None,
+    use_cuda_graph: bool = False,
     do_bench: Callable[..., Any] | None = None,
+    cache_results: bool = False,
+    *,
     policy: str = "fasta",
     budget: float | None = None,
     seed: int = 0,
@@ -296,11 +321,16 @@ def autotune(
 ) -> Callable[[Any], Autotuner]:
     """Decorate a `@triton.jit` kernel like `triton.autotune`; tune each key durably with `policy`.
 
-    `configs` are `triton.Config`s (or fasta_sm Configs); `budget` is the
-    fraction of configs the policy may measure (None: the policy's own
-    routing); `state_dir` holds the state files (default: `$FASTA_SM_STATE_DIR`
-    or the user cache dir). The fasta policy's `policy_params` start from
-    `LIVE_DEFAULTS` (re-timing sized for a tune the user waits on).
+    The arguments up to `cache_results` are `triton.autotune`'s, in its
+    order. `warmup` and `rep` (ms, Triton's deprecated timing knobs) go to
+    `do_bench`, `use_cuda_graph` times with `do_bench_cudagraph` as Triton
+    does, and `cache_results` changes nothing: a tune's results are always
+    kept, in its state file. `configs` are `triton.Config`s (or fasta_sm
+    Configs); `budget` is the fraction of configs the policy may measure
+    (None: the policy's own routing); `state_dir` holds the state files
+    (default: `$FASTA_SM_STATE_DIR` or the user cache dir). The fasta
+    policy's `policy_params` start from `LIVE_DEFAULTS` (re-timing sized for
+    a tune the user waits on).
     """
 
     def decorator(fn: Any) -> Autotuner:
@@ -313,6 +343,9 @@ def autotune(
             restore_value=restore_value,
             pre_hook=pre_hook,
             post_hook=post_hook,
+            warmup=warmup,
+            rep=rep,
+            use_cuda_graph=use_cuda_graph,
             do_bench=do_bench,
             policy=policy,
             budget=budget,

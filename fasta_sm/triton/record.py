@@ -1,6 +1,6 @@
 """The recorder: compile and time a whole config space, write a replay table.
 
-A replay table (`shared/replay-format.md`) is the ground truth a policy is
+A replay table (the README's "Replay tables" section) is the ground truth a policy is
 judged on, so the recorder is deliberately exhaustive and careful: every
 config is compiled (in parallel, with its compile seconds kept, since that is
 the cost a tuner pays), its output checked against a reference, and timed in

@@ -337,3 +337,42 @@ def test_an_edited_kernel_is_tuned_afresh_not_served_the_old_winner(tmp_path, mo
         results.append(next(iter(kernel.results.values())))
     sys.modules.pop("user_kernels_edit", None)
     assert not results[1].reused
+
+
+def test_the_decorator_takes_triton_autotunes_arguments_in_its_order():
+    import inspect
+
+    ours = list(inspect.signature(fasta_sm.autotune).parameters)
+    theirs = list(inspect.signature(triton.autotune).parameters)
+    assert ours[: len(theirs)] == theirs
+
+
+def test_use_cuda_graph_times_each_config_with_do_bench_cudagraph_over_rep(tmp_path, monkeypatch):
+    import triton.testing
+
+    reps = []
+
+    def graph_bench(fn, rep=None, quantiles=None, **_):
+        fn()
+        reps.append(rep)
+        return [1.0, 1.0, 1.0]
+
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", graph_bench)
+    kernel = small_tuned(tmp_path, do_bench=None, use_cuda_graph=True, rep=7)
+    launch(kernel)
+    assert len(reps) == len(SMALL) and set(reps) == {7.0}
+
+
+def test_rep_and_warmup_reach_the_timing_of_each_config(tmp_path, monkeypatch):
+    from fasta_sm.triton import backend
+
+    seen = []
+    monkeypatch.setattr(backend.TritonBackend, "time_ms",
+                        lambda self, config: seen.append((self.warmup_ms, self.rep_ms)) or 1e-3)
+    launch(small_tuned(tmp_path, do_bench=None, warmup=3, rep=9))
+    assert seen and set(seen) == {(3.0, 9.0)}
+
+
+def test_cache_results_is_accepted_and_the_tune_is_kept_either_way(tmp_path):
+    launch(small_tuned(tmp_path, cache_results=False))
+    assert len(StateStore(tmp_path).state_files()) == 1
