@@ -27,10 +27,6 @@ def tune(table: Path, state_dir: Path, *extra: str) -> str:
                   "--state-dir", str(state_dir), *extra)
 
 
-def test_help_works_without_torch_loaded():
-    assert "tune" in invoke("--help")
-
-
 def test_tune_prints_winner_evaluations_cost_and_regret(table_file, state_dir):
     out = tune(table_file, state_dir)
     for word in ("winner", "evaluations", "tuning cost", "regret"):

@@ -89,7 +89,7 @@ def test_parent_killed_mid_tune_resumes_where_it_stopped(table_file, tmp_path, k
     assert len(backend.benchmarked) == done.evaluations() - cut.evaluations()
 
 
-def test_corrupt_state_file_is_quarantined_and_retuned(table_file, tmp_path, caplog):
+def test_a_corrupt_state_file_is_set_aside_and_the_tune_starts_afresh(table_file, tmp_path):
     table = load_table(table_file)
     store = StateStore(tmp_path / "states")
     path = store.file_for("handoff/toy")

@@ -72,11 +72,11 @@ def test_picks_best_scored_config_of_each_unexplored_larger_cell():
 
 def test_state_with_cell_columns_round_trips_through_msgpack():
     configs, _ = _space()
-    policy = make_policy("fasta", configs, {})
+    policy = make_policy("fasta", configs, {"cell_columns": ("BLOCK_M", "num_warps")})
     state = msgpack.unpackb(msgpack.packb(policy.state_dict()))
     other = make_policy("fasta", configs, {})
     other.load_state_dict(state)
-    assert other.params == policy.params
+    assert other.params.cell_columns == ("BLOCK_M", "num_warps") and other.params == policy.params
 
 
 def test_a_cell_sampled_at_the_wrong_stages_is_retried_at_the_best_values_of_its_tile_area():

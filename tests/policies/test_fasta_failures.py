@@ -46,7 +46,7 @@ def sparse_runnable_table():
     return table_from_dict({"kernel": "sparse_runnable", "configs": rows}, "sparse_runnable")
 
 
-@pytest.mark.parametrize("seed", [2, 8, 9])
+@pytest.mark.parametrize("seed", [2, 9])
 def test_a_polish_before_any_guided_round_fits_one_of_the_bases_it_was_given(seed):
     table = sparse_runnable_table()
     policy = make_policy("fasta", table.configs, {"bases": ("linear", "quad")})
@@ -55,4 +55,6 @@ def test_a_polish_before_any_guided_round_fits_one_of_the_bases_it_was_given(see
         state = tune.drive()
     finally:
         tune.close()
+    polish = [r.reason for r in state.rounds if "polish" in r.reason]
     assert state.done and table.errors[state.best] is None
+    assert polish and all("basis linear" in reason or "basis quad" in reason for reason in polish)

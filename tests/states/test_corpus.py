@@ -27,7 +27,3 @@ def test_every_corpus_file_renders_as_recorded(path: Path):
     expected = json.loads(path.with_suffix(".json").read_text())
     assert state_to_json(StateStore.read(path)) == expected
 
-
-@pytest.mark.parametrize("path", STATE_FILES, ids=[p.stem for p in STATE_FILES])
-def test_every_corpus_file_has_its_rendering_beside_it(path: Path):
-    assert path.with_suffix(".json").is_file()

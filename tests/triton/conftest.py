@@ -13,20 +13,17 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).parent))
 
-HAS_CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+from triton_device import HAS_CUDA  # noqa: E402  (the path above first)
+
 if not HAS_CUDA:
     TOO_LATE = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
     os.environ["TRITON_INTERPRET"] = "1"
 else:
     TOO_LATE = False
 pytest.importorskip("triton")
-
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
 def pytest_collection_modifyitems(config, items):

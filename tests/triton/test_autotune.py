@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 import triton
-from conftest import DEVICE
 from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
+from triton_device import DEVICE
 
 import fasta_sm
 from fasta_sm.policies import make_policy
@@ -198,16 +198,19 @@ def test_killed_mid_r2_then_rerun_resumes_without_remeasuring(tmp_path):
     (state_file,) = store.state_files()
     before = store.read(state_file)
     assert not before.done and before.phase == "R2"
-    saved = {before.configs[i].identity for i in before.durations}
-    assert len(saved) >= r1
+    assert len(before.durations) >= r1
 
     resumed = run_child(state_dir, second_log, kill_after=0)
     assert resumed.returncode == 0 and "OK False" in resumed.stdout, resumed.stderr[-2000:]
     after = store.read(state_file)
     assert after.done
-    retimed = {after.configs[i].identity for r in after.rounds if r.retime for i in r.batch}
-    measured_again = set(second_log.read_text().split()) & saved
-    assert measured_again <= retimed, "configs measured before the kill were measured again"
+    timed_after_kill = second_log.read_text().split()
+    retimes_after_kill = [r for r in after.rounds[len(before.rounds):] if r.retime]
+    for index, timings in before.durations.items():
+        assert after.durations[index][: len(timings)] == timings, "a timing saved before the kill was lost"
+        again = timed_after_kill.count(after.configs[index].identity)
+        assert again == len(after.durations[index]) - len(timings), "a timing after the kill went unrecorded"
+        assert again == sum(index in r.batch for r in retimes_after_kill), "measured again outside a re-time round"
 
     reused = run_child(state_dir, tmp_path / "third.log", kill_after=0)
     assert "OK True" in reused.stdout, reused.stderr[-2000:]

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import torch
-from conftest import DEVICE, HAS_CUDA
 from kernels import accumulate_kernel, grid
+from triton_device import DEVICE, HAS_CUDA
 
 from fasta_sm.config import Config
 from fasta_sm.protocols import Backend, CompileOutcome
@@ -209,14 +209,12 @@ def test_a_process_exits_without_waiting_for_the_guesses_still_compiling():
     """At exit the shared pool is closed before concurrent.futures joins it, which would wait for running jobs."""
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
+    # The guess takes 600 s: an exit that waited for it would outlast the timeout and fail the test.
     child = subprocess.run([sys.executable, str(Path(__file__).parent / "exit_child.py")],
                            capture_output=True, text=True, timeout=120)
-    ended = time.time()
     assert child.returncode == 0, child.stderr[-2000:]
-    assert ended - float(child.stdout) < 10, "exit waited for the 60 s guess"
 
 
 def _state(pid: int) -> str:
@@ -308,38 +306,45 @@ def test_while_the_pool_starts_jobs_are_compiled_in_process():
     assert sorted(here) == list(range(6)) and all(error is None for _, error, _ in results)
 
 
-def test_a_starting_pool_gets_two_compile_threads_here_and_a_slow_one_eight(monkeypatch):
-    """Each thread here slows the others (the GIL); a pool that takes long to start leaves more work to this process."""
+def most_threads_at_once_while_the_pool_starts(monkeypatch, slow_pool_s: float) -> int:
+    """Compile 40 jobs here while the pool never becomes ready; the most that ran at once."""
     import threading
     import time
 
     from fasta_sm.triton import compile_pool
 
-    monkeypatch.setattr(compile_pool, "SLOW_POOL_S", 0.5)
+    monkeypatch.setattr(compile_pool, "SLOW_POOL_S", slow_pool_s)
     never_ready = threading.Event()
     pool = CompilePool(2)
     pool.start = never_ready.wait
-    lock, running, seen = threading.Lock(), [0], []
+    lock, running, most = threading.Lock(), [0], [0]
 
     def compile_here(index):
         with lock:
             running[0] += 1
-            seen.append((time.perf_counter() - began, running[0]))
-        time.sleep(0.1)
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
         with lock:
             running[0] -= 1
-        return None, 0.1
+        return None, 0.05
 
     jobs = [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in range(40)]
-    began = time.perf_counter()
     try:
-        results = list(pool.run(jobs, in_process=compile_here))
+        assert len(list(pool.run(jobs, in_process=compile_here))) == 40
     finally:
         never_ready.set()
         pool.close()
-    assert len(results) == 40
-    assert max(count for at, count in seen if at < 0.5) == 2
-    assert max(count for _, count in seen) == 8
+    return most[0]
+
+
+def test_a_starting_pool_gets_two_compile_threads_here(monkeypatch):
+    """Each thread here slows the others (the GIL): while the pool starts, two threads compile."""
+    assert most_threads_at_once_while_the_pool_starts(monkeypatch, slow_pool_s=1e6) == 2
+
+
+def test_a_pool_slow_to_start_gets_eight_compile_threads_here(monkeypatch):
+    """A pool that takes long to start leaves more of the work to this process."""
+    assert most_threads_at_once_while_the_pool_starts(monkeypatch, slow_pool_s=0.0) == 8
 
 
 def test_once_the_pool_is_ready_jobs_go_to_the_workers():

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import DEVICE
+from triton_device import DEVICE
 
 from fasta_sm.backends.replay import load_table
 from fasta_sm.triton import zoo
