@@ -14,15 +14,20 @@ from ..protocols import Decision, Observations
 from . import register
 
 
+def check_budget(budget: float, prefix: str = "") -> float:
+    """`budget` as a float when it is a fraction in (0, 1]; else a PolicyError naming it (True is not 1.0)."""
+    if isinstance(budget, bool) or not (isinstance(budget, (int, float)) and 0.0 < budget <= 1.0):
+        raise PolicyError(f"{prefix}budget={budget!r} must be a fraction in (0, 1]")
+    return float(budget)
+
+
 def budget_count(n_configs: int, budget: float) -> int:
     """How many configs a fractional budget buys: at least one, at most all.
 
     The product is rounded to 9 digits first, so that a budget of k / N buys
     exactly k configs and not k + 1 through a floating-point residue.
     """
-    if isinstance(budget, bool) or not (isinstance(budget, (int, float)) and 0.0 < budget <= 1.0):
-        raise PolicyError(f"budget={budget!r} must be a fraction in (0, 1]")
-    return max(1, min(n_configs, math.ceil(round(budget * n_configs, 9))))
+    return max(1, min(n_configs, math.ceil(round(check_budget(budget) * n_configs, 9))))
 
 
 @register("exhaustive")

@@ -29,7 +29,7 @@ from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
 from ..store import StateStore
 from ..tuner import TuneResult, tune
-from .backend import TritonBackend, device_name, unwrap_launcher
+from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, unwrap_launcher
 from .compile_pool import kernel_path, note_kernel_module, shared_pool, start_fork_server
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
@@ -103,8 +103,8 @@ class Autotuner(KernelInterface):
         self.restore_value = _names("restore_value", restore_value or [], self.arg_names)
         self.user_pre_hook = pre_hook
         self.post_hook = post_hook
-        self.warmup_ms = 25.0 if warmup is None else float(warmup)
-        self.rep_ms = 100.0 if rep is None else float(rep)
+        self.warmup_ms = WARMUP_MS if warmup is None else float(warmup)
+        self.rep_ms = REP_MS if rep is None else float(rep)
         if use_cuda_graph and do_bench is None:
             do_bench = _cuda_graph_bench(self.rep_ms)
         self.do_bench = do_bench

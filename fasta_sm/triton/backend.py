@@ -54,6 +54,11 @@ def interpreting(fn: Any = None) -> bool:
     return on or type(fn).__name__ == "InterpretedFunction"
 
 
+WARMUP_MS = 25.0
+REP_MS = 100.0
+"""`do_bench`'s warm-up and repetition times per config unless a tune sets them: Triton's defaults."""
+
+
 def config_failures(interpreted: bool = False) -> tuple[type[BaseException], ...]:
     """The errors that mean "this config cannot run here": the ones `triton.autotune` catches, and compile errors.
 
@@ -130,8 +135,8 @@ class TritonBackend:
         post_hook: Callable[..., Any] | None = None,
         config_pre_hooks: Mapping[str, Callable[..., Any]] | None = None,
         do_bench: Callable[..., Any] | None = None,
-        warmup_ms: float = 25.0,
-        rep_ms: float = 100.0,
+        warmup_ms: float = WARMUP_MS,
+        rep_ms: float = REP_MS,
         pool: CompilePool | None = None,
         failures: tuple[type[BaseException], ...] | None = None,
     ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...errors import PolicyError
+from ..baseline import check_budget
 from .params import FastaParams
 
 
@@ -34,9 +34,7 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
     D = 0, nothing to regress on) the policy takes the coverage path.
     """
     if budget is not None:
-        if isinstance(budget, bool) or not (isinstance(budget, (int, float)) and 0.0 < budget <= 1.0):
-            raise PolicyError(f"fasta: budget={budget!r} must be a fraction in (0, 1]")
-        budget_class, fraction = "fixed", float(budget)
+        budget_class, fraction = "fixed", check_budget(budget, "fasta: ")
     elif dims <= params.small_d and n <= params.small_n:
         budget_class, fraction = "small", params.small_budget
     elif dims >= params.large_d and n >= params.large_n:
