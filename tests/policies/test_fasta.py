@@ -664,7 +664,7 @@ def test_the_marginal_vote_takes_part_only_from_three_knobs_on(table, votes, mon
     assert bool(calls) is votes
 
 
-def test_the_temperature_grows_with_unexplained_variance_and_the_near_optimal_count(monkeypatch):
+def test_the_temperature_handed_to_the_softmax_follows_the_fit_and_the_near_optimal_count(monkeypatch):
     from fasta_sm.policies.fasta import policy as policy_module
 
     used = []
