@@ -379,3 +379,14 @@ def test_rep_and_warmup_reach_the_timing_of_each_config(tmp_path, monkeypatch):
 def test_cache_results_is_accepted_and_the_tune_is_kept_either_way(tmp_path):
     launch(small_tuned(tmp_path, cache_results=False))
     assert len(StateStore(tmp_path).state_files()) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+def test_gpu_use_cuda_graph_tunes_with_cuda_graph_timings_and_the_right_output(tmp_path):
+    kernel = small_tuned(tmp_path, do_bench=None, use_cuda_graph=True, rep=20)
+    x, out = launch(kernel)
+    torch.testing.assert_close(out, 2.0 * x)  # reset_to_zero undid every replay of the graph
+    (result,) = kernel.results.values()
+    timings = [t for samples in result.state.durations.values() for t in samples]
+    assert result.state.done and len(timings) >= len(SMALL) and all(t > 0 for t in timings)
