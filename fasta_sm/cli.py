@@ -122,10 +122,11 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     )
     summary.add_row("winner", f"#{result.best_index} {result.best_config.label()}")
     summary.add_row("measured", f"{format_us(result.best_us)} (recorded mean {format_us(picked_true)})")
+    tried = state.measured_count() + len(state.failed)
     summary.add_row(
-        "evaluations",
-        f"{state.evaluations()}/{n} ({state.evaluations() / n:.0%}), "
-        f"{len(state.failed)} failed, {len(state.rounds)} rounds",
+        "configs tried",
+        f"{tried}/{n} ({tried / n:.0%}), {len(state.failed)} failed; "
+        f"{state.evaluations()} timings in {len(state.rounds)} rounds",
     )
     summary.add_row(
         "tuning cost",

@@ -27,9 +27,9 @@ def tune(table: Path, state_dir: Path, *extra: str) -> str:
                   "--state-dir", str(state_dir), *extra)
 
 
-def test_tune_prints_winner_evaluations_cost_and_regret(table_file, state_dir):
+def test_tune_prints_winner_configs_tried_cost_and_regret(table_file, state_dir):
     out = tune(table_file, state_dir)
-    for word in ("winner", "evaluations", "tuning cost", "regret"):
+    for word in ("winner", "configs tried", "timings", "tuning cost", "regret"):
         assert word in out
 
 
