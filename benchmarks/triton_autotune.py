@@ -243,7 +243,7 @@ def run_kernel(name: str, opts) -> dict:
             entry["evaluated"] = result.state.evaluations()
             entry["measured"] = result.state.measured_count()
             entry["rounds"] = [  # name, configs, wall s, compile s (summed over workers), benchmark s
-                [r.phase if r.phase == "R1" else f"R2_{r.round}", len(r.batch),
+                [r.name, len(r.batch),
                  round((r.finished or r.started) - r.started, 3), round(r.compile_s, 3), round(r.benchmark_s, 3)]
                 for r in result.state.rounds]
             assert next(iter(fresh.results.values())).reused

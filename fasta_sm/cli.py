@@ -131,7 +131,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     summary.add_row(
         "tuning cost",
         f"{costs.spent_s:.1f} s = compile {state.cost.compile_s:.1f} s + benchmark "
-        f"{state.cost.benchmark_s:.1f} s + policy {state.cost.policy_s * 1000:.1f} ms; "
+        f"{state.cost.benchmark_s:.1f} s (and policy {state.cost.policy_s * 1000:.1f} ms); "
         f"{costs.spent_pct:.1f}% of exhaustive ({costs.exhaustive_s:.1f} s)",
     )
     summary.add_row(
@@ -232,7 +232,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
 
     rounds = Table("round", "batch", "why", "compile s", "bench s", "policy ms", title="Rounds")
     for record in state.rounds:
-        name = "R1" if record.phase == "R1" else f"R2_{record.round}"
+        name = record.name
         rounds.add_row(
             name + (" (re-time)" if record.retime else ""),
             str(len(record.batch)),

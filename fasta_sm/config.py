@@ -33,12 +33,14 @@ def _check_scalar(config: Config, name: str, value: Any) -> Scalar:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Config:
     """Meta-parameters and launch options of one kernel variant.
 
     `options` holds launch options other than warps and stages (num_ctas,
     maxnreg, ...). All values are plain scalars so a config survives msgpack.
+    Two configs are equal when their identities are: BLOCK=1, BLOCK=1.0 and
+    BLOCK=True are three configs, as they are three specializations to Triton.
     """
 
     kwargs: Mapping[str, Scalar]
@@ -63,6 +65,9 @@ class Config:
     def _where(self) -> str:
         """How an error names this config (built only when there is an error)."""
         return f"config {dict(self.kwargs)!r}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and self.identity == other.identity
 
     def __hash__(self) -> int:
         return hash(self.identity)

@@ -29,12 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from .config import Config
 from .errors import FastaError, LockTimeout
-from .policies import make_policy, policy_names, register
-from .protocols import BenchmarkOutcome, CompileOutcome, Decision, Observations
+from .machine import DEFAULT_CHUNK
+from .policies import policy_names
+from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import TuneState
 from .store import StateStore
 from .tuner import open_tune
@@ -70,7 +69,7 @@ class DriverSettings:
     seed: int = 0
     state_dir: str | None = None
     max_configs: int = 64
-    chunk_size: int = 16
+    chunk_size: int = DEFAULT_CHUNK
     lock_timeout_s: float | None = None
     compile_threads: int = 8
 
@@ -104,44 +103,7 @@ class TunePlan:
         params = dict(self.settings.policy_params)
         if not self.must:
             return inner, params
-        return MustMeasure.name, {"inner": inner, "must": sorted(self.must), "params": params}
-
-
-@register("must-measure")
-class MustMeasure:
-    """Wraps a policy so that given configs (Inductor's own) are always in R1.
-
-    This is what makes the winner never slower than Inductor's own pick under
-    the same timing. The inner policy plans and refines as usual; it sees the
-    extra R1 timings as ordinary observations.
-    """
-
-    name = "must-measure"
-
-    def __init__(
-        self, configs: Sequence[Config], inner: str, must: Sequence[int], params: Mapping[str, Any] | None = None
-    ):
-        bad = [i for i in must if not 0 <= int(i) < len(configs)]
-        if bad:
-            raise FastaError(f"must-measure: index {bad[0]} outside 0..{len(configs) - 1}")
-        self.must = sorted(int(i) for i in must)
-        self.inner = make_policy(inner, configs, params)
-
-    def plan(self, rng: np.random.Generator) -> Decision:
-        decision = self.inner.plan(rng)
-        extra = [i for i in self.must if i not in set(decision.batch)]
-        batch = sorted({int(i) for i in decision.batch} | set(self.must))
-        reason = f"{decision.reason}; plus {len(extra)} default config(s) always measured"
-        return Decision(batch=batch, reason=reason, retime=decision.retime, predicted_us=decision.predicted_us)
-
-    def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
-        return self.inner.refine(observed, rng)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.inner.load_state_dict(state)
+        return "must-measure", {"inner": inner, "must": sorted(self.must), "params": params}
 
 
 def _open(plan: TunePlan, backend: Any, lock_timeout_s: float | None):
@@ -209,11 +171,6 @@ def wanted_after_worker(state: TuneState) -> list[int]:
 
 
 # --------------------------------------------------------------------------- autotuner side
-
-
-def config_identity(kwargs: Mapping[str, Any], num_warps: int, num_stages: int) -> str:
-    """The fasta Config identity of a Triton/Inductor config (its other launch options ignored)."""
-    return Config(kwargs=dict(kwargs), num_warps=int(num_warps), num_stages=int(num_stages)).identity
 
 
 def to_fasta_config(cfg: Any) -> Config:

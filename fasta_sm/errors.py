@@ -26,7 +26,7 @@ class PolicyError(FastaError):
 
 
 class TuneFailed(FastaError):
-    """A tune cannot reach a winner (every config failed), or a handler raised."""
+    """A tune cannot reach a winner: every config failed, or the machine could not take its next step."""
 
 
 class LockTimeout(FastaError, TimeoutError):

@@ -31,6 +31,7 @@ from .errors import BackendError, PolicyError, TuneFailed
 from .lookahead import likely_next
 from .protocols import Backend, Decision, Observations, Policy
 from .state import (
+    PHASES,
     RoundRecord,
     TuneState,
     decode_rng,
@@ -44,11 +45,11 @@ log = logging.getLogger("fasta_sm.machine")
 DEFAULT_CHUNK = 16
 DEFAULT_BENCHMARK_CHUNK = 4
 PREFETCH_MAX = 64
-"""At most this many predicted-fastest configs are offered to a backend's `prefetch`."""
+"""At most this many guesses (the lookahead's picks, then by prediction) are offered beyond the batch's own configs."""
 R1_GUESS_UNTIMED = 8
 """While R1 is timed, the first guided batch is guessed once at most this many of R1's configs are left to time."""
 
-STATES = ["R1", "R2", "DONE"]
+STATES = list(PHASES)
 TRANSITIONS = [
     {
         "trigger": "compile",

@@ -36,7 +36,7 @@ def plot_tune(state: TuneState, out: Path) -> Path:
     final = np.asarray(state.predicted_us, dtype=float) if state.predicted_us else None
     has_prediction = False
     for number, record in enumerate(state.rounds):
-        name = "R1" if record.phase == "R1" else f"R2_{record.round}"
+        name = record.name
         name += " re-time" if record.retime else ""
         at_pick = record.predicted_us
         if not at_pick and final is not None:

@@ -47,8 +47,13 @@ class Backend(Protocol):
     def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
         """Compile each config; one outcome per config, in order."""
 
-    def benchmark(self, configs: Sequence[Config]) -> BenchmarkOutcome:
-        """Time configs that compiled; one duration per config, in order."""
+    def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
+        """Time configs that compiled; one duration per config, in order.
+
+        `repeat[i]` is how often config i was timed before: a replay draws its
+        noise from it, so a resumed tune times exactly what it would have; a
+        live backend takes a fresh timing and may ignore it.
+        """
 
 
 @dataclass(frozen=True)
@@ -65,17 +70,6 @@ class Observations:
     compile_s: np.ndarray
     spent_s: float
 
-    @property
-    def measured(self) -> np.ndarray:
-        return np.flatnonzero(np.isfinite(self.duration_us))
-
-    @property
-    def failed(self) -> np.ndarray:
-        return np.flatnonzero(np.isinf(self.duration_us))
-
-    @property
-    def unmeasured(self) -> np.ndarray:
-        return np.flatnonzero(np.isnan(self.duration_us))
 
 
 @dataclass(frozen=True)

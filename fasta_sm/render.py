@@ -59,7 +59,7 @@ def state_to_json(state: TuneState) -> dict[str, Any]:
         ],
         "rounds": [
             {
-                "name": "R1" if r.phase == "R1" else f"R2_{r.round}",
+                "name": r.name,
                 "batch": list(r.batch),
                 "reason": r.reason,
                 "retime": r.retime,

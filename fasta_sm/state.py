@@ -45,6 +45,16 @@ class RoundRecord:
     benchmark_s: float = 0.0
     policy_s: float = 0.0
 
+    @property
+    def name(self) -> str:
+        """The round as people say it: 'R1', 'R2_3'."""
+        return round_name(self.phase, self.round)
+
+
+def round_name(phase: str, number: int) -> str:
+    """'R1' for R1, 'R2_<number>' for a guided round."""
+    return "R1" if phase == "R1" else f"R2_{number}"
+
 
 @dataclass
 class Cost:
@@ -137,8 +147,7 @@ class TuneState:
         """Where the machine stands, as people say it: 'R2_3 benchmark'."""
         if self.done:
             return "DONE"
-        name = "R1" if self.phase == "R1" else f"R2_{self.round}"
-        return f"{name} {self.step}"
+        return f"{round_name(self.phase, self.round)} {self.step}"
 
 
 def encode_rng(rng: np.random.Generator) -> dict[str, Any]:
@@ -269,7 +278,8 @@ def _decode_configs(raw: Any) -> tuple[list[Config], str]:
     return list(hit[0]), hit[1]
 
 
-_REQUIRED = {f.name for f in fields(TuneState) if f.name in ("key", "kernel", "configs", "policy")}
+_REQUIRED = {"key", "kernel", "configs", "policy", "rounds", "cost", "compiled", "failed", "durations", "carried"}
+"""Fields a state cannot be read without (the others have defaults)."""
 
 
 def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
@@ -340,8 +350,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     missing = sorted(_REQUIRED - set(data))
     if missing:
         raise StateFileError(f"{source}: missing field(s) {', '.join(missing)}")
-    known = {f.name for f in fields(TuneState)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - set(_FIELD_NAMES))
     if unknown:
         raise StateFileError(f"{source}: unknown field(s) {', '.join(map(str, unknown))}")
     data = dict(data)

@@ -12,15 +12,15 @@ import hashlib
 import logging
 import os
 import tempfile
-import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import filelock
 import platformdirs
 
 from .errors import LockTimeout, StateDirError, StateFileError
-from .state import TuneState, pack_state, unpack_state
+from .state import TuneState, unpack_state
 
 log = logging.getLogger("fasta_sm.store")
 
@@ -155,10 +155,6 @@ class StateStore:
             notes.append(f"previous state quarantined as {target.name}: {why}")
         return target
 
-    def save(self, state: TuneState) -> Path:
-        """Write `state` as its key's file (atomically)."""
-        return self.write(state.key, pack_state(state), kernel=state.kernel)
-
     def write(self, key: str, blob: bytes, kernel: str | None = None) -> Path:
         """Atomically replace the key's file: temp file, fsync, rename, fsync the directory."""
         path = self.file_for(key)
@@ -218,6 +214,5 @@ class StateStore:
 
 
 def _stamp() -> str:
-    """A UTC timestamp for file names, unique to the microsecond."""
-    now = time.time()
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{now % 1:.6f}"[1:]
+    """A UTC timestamp for file names, to the microsecond (never rounded up into the next second)."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")

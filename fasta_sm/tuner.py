@@ -66,7 +66,9 @@ def tune(
     """Tune `kernel` (durably, under `key`) and return its winner."""
     configs = check_config_list(kernel, configs)
     if lock_timeout_s is not None and not lock_timeout_s >= 0:
-        raise ValueError(f"kernel {kernel!r}: lock_timeout_s={lock_timeout_s!r} must be ≥ 0 (or None: wait forever)")
+        raise ValueError(
+            f"kernel {kernel!r}: lock_timeout_s={lock_timeout_s!r} must be ≥ 0 (or None: the store's timeout)"
+        )
     store = store if store is not None else StateStore()
     wanted = configs_hash(configs)
     done = _peek_done(store, key, wanted)

@@ -44,4 +44,4 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
 
 def _load_builtin() -> None:
     """Register the shipped policies; scikit-learn is imported only when `trees` runs."""
-    from . import baseline, coordinate, fasta, trees  # noqa: F401
+    from . import baseline, coordinate, fasta, must_measure, trees  # noqa: F401

@@ -240,6 +240,7 @@ def test_config_identity_ignores_kwarg_order():
 def test_config_identity_distinguishes_values_launch_options_and_types(other):
     base = Config({"BLOCK_M": 64, "BLOCK_N": 32, "GROUP_M": 8}, num_warps=4, num_stages=3)
     assert base.identity != other.identity
+    assert base != other and len({base, other}) == 2  # equality and hashing agree with the identity
 
 
 def test_configs_hash_depends_on_list_order():

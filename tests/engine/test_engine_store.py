@@ -31,6 +31,11 @@ def run_tune(table, backend, store, key=KEY, **kw):
     return tune(key, table.kernel, table.configs, backend, policy=kw.pop("policy", "exhaustive"), store=store, **kw)
 
 
+def save(store: StateStore, state) -> Path:
+    """Write `state` as its key's file, as a checkpoint does."""
+    return store.write(state.key, pack_state(state), kernel=state.kernel)
+
+
 # --------------------------------------------------------------------------- names and places
 
 
@@ -132,7 +137,7 @@ def test_writing_into_a_read_only_state_dir_is_a_clear_error_naming_the_dir(tmp_
     with read_only_dir(tmp_path / "ro") as path:
         store = StateStore(path)
         with pytest.raises(StateDirError, match=re.escape(str(path))):
-            store.save(sample_state())
+            save(store, sample_state())
 
 
 # --------------------------------------------------------------------------- atomic writes
@@ -144,7 +149,7 @@ def test_a_write_leaves_exactly_the_state_file_and_no_temp_files(store):
     state = sample_state()
     for round_ in range(20):
         state.round = round_
-        store.save(state)
+        save(store, state)
     assert [p.name for p in store.path.iterdir()] == [store.file_for(state.key).name]
     assert store.read(store.file_for(state.key)).round == 19
 
@@ -153,14 +158,14 @@ def test_a_write_that_fails_midway_keeps_the_old_file_and_leaves_no_temp_file(st
     from test_engine_state import sample_state
 
     old = sample_state()
-    store.save(old)
+    save(store, old)
 
     def broken_fsync(fd):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="No space left"):
-        store.save(sample_state(round=99))
+        save(store, sample_state(round=99))
     monkeypatch.undo()
     assert [p.name for p in store.path.iterdir()] == [store.file_for(old.key).name]
     assert store.read(store.file_for(old.key)).round == old.round
@@ -243,7 +248,7 @@ def test_a_state_its_policy_cannot_resume_from_is_quarantined_and_the_tune_start
         tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store, on_step=stop)
     state = store.read(store.file_for(KEY))
     state.policy_state = {"version": 99}
-    store.save(state)
+    save(store, state)
     result = tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store)
     assert result.state.done and any("quarantined" in note for note in result.state.restarts)
     assert list(store.path.glob("*.corrupt-*"))
@@ -397,5 +402,5 @@ def test_pack_state_is_what_the_store_writes(store):
     from test_engine_state import sample_state
 
     state = sample_state()
-    path = store.save(state)
+    path = save(store, state)
     assert path.read_bytes() == pack_state(state)

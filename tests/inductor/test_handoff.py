@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
-from fasta_sm.driver import MustMeasure, parent_phase, wanted_after_worker, worker_phase
+from fasta_sm.driver import parent_phase, wanted_after_worker, worker_phase
+from fasta_sm.policies.must_measure import MustMeasure
 from fasta_sm.store import StateStore
 
 HERE = Path(__file__).parent
@@ -97,6 +98,15 @@ def test_a_corrupt_state_file_is_set_aside_and_the_tune_starts_afresh(table_file
     state = worker_phase(make_plan(table, str(store.path)), ReplayBackend(table))
     assert state.position() == "R1 benchmark"
     assert list(store.path.glob("*.corrupt-*")), "the damaged file is kept aside"
+
+
+def test_must_measure_is_built_in_so_a_process_that_never_imports_the_driver_resumes_it():
+    import subprocess
+    import sys
+
+    probe = "from fasta_sm.policies import policy_names; print('must-measure' in policy_names())"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "True", done.stderr
 
 
 def test_must_measure_wraps_any_policy(table_file):

@@ -1,0 +1,50 @@
+"""A wrapper that always measures given configs in R1: the integrations' own defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..config import Config
+from ..errors import FastaError
+from ..protocols import Decision, Observations
+from . import make_policy, register
+
+
+@register("must-measure")
+class MustMeasure:
+    """Wraps a policy so that given configs (Inductor's own) are always in R1.
+
+    This is what makes the winner never slower than Inductor's own pick under
+    the same timing. The inner policy plans and refines as usual; it sees the
+    extra R1 timings as ordinary observations.
+    """
+
+    name = "must-measure"
+
+    def __init__(
+        self, configs: Sequence[Config], inner: str, must: Sequence[int], params: Mapping[str, Any] | None = None
+    ):
+        bad = [i for i in must if not 0 <= int(i) < len(configs)]
+        if bad:
+            raise FastaError(f"must-measure: index {bad[0]} outside 0..{len(configs) - 1}")
+        self.must = sorted(int(i) for i in must)
+        self.inner = make_policy(inner, configs, params)
+
+    def plan(self, rng: np.random.Generator) -> Decision:
+        decision = self.inner.plan(rng)
+        extra = [i for i in self.must if i not in set(decision.batch)]
+        batch = sorted({int(i) for i in decision.batch} | set(self.must))
+        reason = f"{decision.reason}; plus {len(extra)} default config(s) always measured"
+        return Decision(batch=batch, reason=reason, retime=decision.retime, predicted_us=decision.predicted_us)
+
+    def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
+        return self.inner.refine(observed, rng)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
