@@ -2,7 +2,7 @@
 
 For each zoo kernel, in one process:
   triton     `triton.autotune` (exhaustive, compiles serially as it times),
-  exhaustive `fasta_sm.autotune(policy="exhaustive")`: every config, compiled in the spawn pool,
+  exhaustive `fasta_sm.autotune(policy="exhaustive")`: every config, compiled in the compile pool,
   fasta      `fasta_sm.autotune(policy="fasta")`,
   exhaustive-pool-up, fasta-pool-up (only if asked for): the same two with the compile pool
              already running, as every tune after a process's first finds it,
@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fasta_sm.triton.compile_pool import interpreting
+
 SMALL_SHAPES = {
     "mm_bf16_gelu": dict(M=64, N=64, K=64), "mm_fp16": dict(M=64, N=64, K=64),
     "mm_skinny_bf16": dict(M=16, N=128, K=128), "mm_skinny_fp16": dict(M=16, N=128, K=128),
@@ -47,10 +49,6 @@ SMALL_SHAPES = {
     "transpose": dict(M=70, N=90),
 }
 DEFAULT_KERNELS = ["mm_skinny_bf16", "attention", "row_sum", "rmsnorm"]
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def load(name: str, small: int, max_configs: int = 0):
@@ -315,6 +313,7 @@ def crash_test(opts) -> dict:
     base = [sys.executable, __file__, "--child", "--kernel", opts.crash_kernel, "--state-dir", str(state_dir),
             "--seed", str(opts.seed), "--warmup-ms", str(opts.warmup_ms), "--rep-ms", str(opts.rep_ms)]
     base += ["--small", str(opts.small)] if opts.small else []
+    base += ["--max-configs", str(opts.max_configs)] if opts.max_configs else []
     kill_after = r1 + 2
     first = subprocess.run(base + ["--log", str(work / "first.log"), "--kill-after", str(kill_after)],
                            capture_output=True, text=True)
@@ -333,7 +332,7 @@ def crash_test(opts) -> dict:
     again = timed_second & saved
     in_flight = set((work / "first.log").read_text().split()) - saved  # timed, killed before its checkpoint
     return {
-        "kernel": spec.name, "N": len(spec.configs), "r1": r1, "killed_after_timings": kill_after,
+        "kernel": spec.name, "N": before.n_configs, "r1": r1, "killed_after_timings": kill_after,
         "killed_rc": first.returncode, "phase_at_kill": before.phase, "round_at_kill": before.position(),
         "measured_before_kill": len(saved), "resumed_rc": second.returncode, "resumed_output": second.stdout.strip(),
         "resume_wall_s": round(resume_s, 2), "done_after_resume": after.done,

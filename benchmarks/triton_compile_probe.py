@@ -12,6 +12,7 @@ changes described in docs/benchmarks.md (issue 7). Run against a commit
 before those changes, it shows the CUDA context each worker created.
 """
 
+import argparse
 import json
 import multiprocessing.forkserver
 import os
@@ -52,7 +53,8 @@ def probe(job):
     dev, t["device"] = seconds(driver.active.get_current_device)
     _, t["stream"] = seconds(lambda: driver.active.get_current_stream(dev))
     fn, t["resolve"] = seconds(lambda: compile_pool.resolve(job.module, job.qualname))
-    _, t["warmup"] = seconds(lambda: fn.warmup(*job.args, grid=(1,), **job.kwargs))
+    args = [compile_pool._stand_in(arg) for arg in job.args]
+    _, t["warmup"] = seconds(lambda: fn.warmup(*args, grid=(1,), **job.kwargs))
     return t
 
 
@@ -96,9 +98,12 @@ def fresh_interpreter_steps():
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kernel", choices=sorted(zoo.ZOO), help="a kernel of the zoo")
+    kernel = parser.parse_args().kernel
     fresh_cache()
     out = {}
-    spec = zoo.ZOO[sys.argv[1]]()
+    spec = zoo.ZOO[kernel]()
     spec.configs = spread(spec.configs, 150)
     args = spec.make_args("cuda")
     torch.cuda.synchronize()
@@ -107,7 +112,7 @@ def main():
     out["args_ready"] = now()
 
     def probe_batch(pool, configs):
-        return seconds(lambda: [f.result() for f in [pool._get().submit(probe, j) for j in backend._jobs(configs)]])
+        return seconds(lambda: [f.result() for f in [pool._get()[0].submit(probe, j) for j in backend._jobs(configs)]])
 
     # 1. the pool's start alone; 2. first jobs on warm workers, each step timed
     pool = compile_pool.CompilePool()

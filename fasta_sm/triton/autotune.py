@@ -8,8 +8,9 @@ stopped, and a finished tune is reused by the next process without measuring
 anything.
 
 The key is Triton's (the `key` arguments' values and every tensor argument's
-dtype) plus the device name and the Triton version, since a winner on one GPU
-or compiler says little about another.
+dtype) plus the device name, the Triton version and a hash of the kernel's
+source, since a winner on one GPU, compiler or version of the code says little
+about another.
 """
 
 from __future__ import annotations

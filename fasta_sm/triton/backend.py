@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ from .compile_pool import (
     CompilePool,
     TensorArg,
     describe_error,
+    interpreting,
     kernel_path,
     module_root,
     resolve,
@@ -41,17 +41,6 @@ from .prefetch import Prefetcher
 logger = logging.getLogger("fasta_sm.triton.backend")
 
 Grid = tuple | Callable[[Mapping[str, Any]], tuple]
-
-
-def interpreting(fn: Any = None) -> bool:
-    """True when kernels run in Triton's CPU interpreter (TRITON_INTERPRET read as Triton reads it)."""
-    try:
-        from triton import knobs
-
-        on = bool(knobs.runtime.interpret)
-    except (ImportError, AttributeError):  # a Triton without knobs
-        on = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes", "y")
-    return on or type(fn).__name__ == "InterpretedFunction"
 
 
 WARMUP_MS = 25.0
@@ -265,7 +254,8 @@ class TritonBackend:
         return self._prefetcher
 
     def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
-        """Time each config (median, µs); one that raises is recorded as failed (inf).
+        """Time each config (median, µs); one that raises a config failure (`config_failures`) is recorded
+        as failed (inf), any other error stops the tune.
 
         `repeat` (how often each config was timed before) only matters to
         replay; a live timing is always a fresh one.
@@ -387,7 +377,10 @@ class TritonBackend:
         """Load the binary in this process (a disk-cache hit after a worker compiled it).
 
         Out-of-resource checks happen here: Triton raises them when a binary is
-        loaded onto the device, not when it is compiled.
+        loaded onto the device, not when it is compiled. Only the errors that
+        mean "this config cannot run" (`config_failures`) fail the config; any
+        other (a bug in a `triton.heuristics` function, say) stops the tune, as
+        it stops `triton.autotune`, instead of being kept as the config's fault.
         """
         start = time.perf_counter()
         try:
@@ -395,7 +388,7 @@ class TritonBackend:
             init = getattr(kernel, "_init_handles", None)
             if init is not None:
                 init()
-        except Exception as error:
+        except config_failures(self.interpreting) as error:
             return CompileOutcome(error=describe_error(error), seconds=worker_seconds + time.perf_counter() - start)
         return CompileOutcome(error=None, seconds=worker_seconds + time.perf_counter() - start)
 

@@ -50,7 +50,12 @@ def _spec_path(spec: str) -> str:
 @click.option("--device", default="cuda", show_default=True, help="Device the inputs live on.")
 @click.option("--warmup-ms", default=5.0, show_default=True, help="do_bench warm-up per config and pass.")
 @click.option("--rep-ms", default=20.0, show_default=True, help="do_bench repetition time per config and pass.")
-@click.option("--workers", type=int, default=None, help="Compile workers (default: usable cores less two).")
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Compile workers (default: FASTA_COMPILE_WORKERS, else usable cores less two).",
+)
 @click.option("--limit", type=int, default=None, help="Record only an evenly spaced subset of N configs (smoke runs).")
 @click.option("--no-check", is_flag=True, help="Skip checking each config's output against the reference.")
 @click.option("--deadline-s", type=float, default=None, help="Start no new kernel after this many seconds.")
@@ -80,9 +85,9 @@ def record_command(
     command = shlex.join(sys.argv)
     pool = CompilePool(workers)
     started = time.perf_counter()
-    if device != "cpu":
-        pool.start()
     try:
+        if device != "cpu":
+            pool.start()
         for name in specs:
             if deadline_s is not None and time.perf_counter() - started > deadline_s:
                 click.echo(f"deadline reached: {name} not recorded", err=True)

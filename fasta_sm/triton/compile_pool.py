@@ -361,17 +361,24 @@ def _use_triton_key(key: str | None) -> None:
 
 
 class WorkerResult(NamedTuple):
-    """A compile job's outcome, and whether the job made its worker import torch (the kernel's module used it)."""
+    """A compile job's outcome, and whether the job made its worker import torch (the kernel's module used it).
+
+    `unavailable` says the worker could not reach the kernel at all (its
+    module did not import there, the driver did not set up): a fact about
+    the worker, not the config, so the caller compiles the config elsewhere
+    instead of recording a failure that would outlive the cause.
+    """
 
     error: str | None
     seconds: float
     loaded_torch: bool = False
+    unavailable: bool = False
 
 
 def _compile_in_worker(job: CompileJob) -> WorkerResult:
     start = time.perf_counter()
     torch_deferred = isinstance(sys.modules.get("torch"), DeferredModule)
-    error = None
+    error, unavailable = None, False
     try:
         _use_driver_for(job.target)
         _use_triton_key(job.triton_key)
@@ -379,14 +386,28 @@ def _compile_in_worker(job: CompileJob) -> WorkerResult:
             sys.path.append(job.root)
             importlib.invalidate_caches()
         fn = resolve(job.module, job.qualname)
-        fn.warmup(*[_stand_in(arg) for arg in job.args], grid=(1,), **job.kwargs)
-    except Exception as failure:  # every compiler failure is data, not a crash
-        error = describe_error(failure)
+    except Exception as failure:  # noqa: BLE001  reported, and the config is compiled elsewhere
+        error, unavailable = describe_error(failure), True
+    else:
+        try:
+            fn.warmup(*[_stand_in(arg) for arg in job.args], grid=(1,), **job.kwargs)
+        except Exception as failure:  # every compiler failure is data, not a crash
+            error = describe_error(failure)
     loaded_torch = torch_deferred and not isinstance(sys.modules.get("torch"), DeferredModule)
-    return WorkerResult(error, time.perf_counter() - start, loaded_torch)
+    return WorkerResult(error, time.perf_counter() - start, loaded_torch, unavailable)
 
 
 _warned_torch_modules: set[str] = set()
+_warned_unavailable: set[str] = set()
+
+
+def _warn_unavailable(job: CompileJob, error: str | None) -> None:
+    """Say once per kernel that the workers cannot reach it, so it compiles in this process."""
+    if job.qualname in _warned_unavailable:
+        return
+    _warned_unavailable.add(job.qualname)
+    logger.warning("compile workers cannot reach %s.%s (%s); compiling it in this process instead",
+                   job.module, job.qualname, error)
 
 
 def _warn_torch_in_workers(module: str) -> None:
@@ -525,6 +546,17 @@ def skip_main_in_workers() -> None:
         setattr(spawn, name, fixup)
 
 
+def interpreting(fn: Any = None) -> bool:
+    """True when kernels run in Triton's CPU interpreter (TRITON_INTERPRET read as Triton reads it)."""
+    try:
+        from triton import knobs
+
+        on = bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):  # a Triton without knobs
+        on = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes", "y")
+    return on or type(fn).__name__ == "InterpretedFunction"
+
+
 def start_fork_server() -> bool:
     """Start the workers' fork server now, so that the first tune of this process finds it ready.
 
@@ -544,7 +576,7 @@ def start_fork_server() -> bool:
     """
     if os.environ.get("FASTA_PREWARM", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or multiprocessing.parent_process() is not None:
+    if interpreting() or multiprocessing.parent_process() is not None:
         return False
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return False
@@ -659,7 +691,7 @@ class CompilePool:
         return future
 
     def try_submit(self, job: CompileJob) -> Future | None:
-        """Start a guess if a ready pool has a worker's worth of room for it, else None; never starts a pool.
+        """Start a guess if the pool is ready and takes guesses, else None; never starts a pool.
 
         Guesses run from their own threads: one must not bring a closed pool
         back to life (`submit` would), nor run beside a suspect that must
@@ -742,6 +774,8 @@ class _Run:
         self.in_flight: dict[Future, int] = {}
         self.suspects: deque[int] = deque()
         self.isolated: Future | None = None
+        self.raised: Exception | None = None
+        self.start_asked = False
 
     def requeue(self, index: int) -> None:
         with self.lock:
@@ -754,17 +788,21 @@ class _Run:
             return self.queue.popleft() if self.queue else None
 
     def compile_here(self) -> None:
-        while not self.pool.ready and (index := self.take()) is not None:
+        """A thread's share of the queue. `in_process` reports a config's own failures as data; anything
+        it raises is not the config's fault, and is raised again in the caller's thread (`drive`)."""
+        while not self.pool.ready and self.raised is None and (index := self.take()) is not None:
             try:
                 self.done_here.put((index, *self.in_process(index)))
-            except Exception as error:  # every compiler failure is data, not a crash
-                self.done_here.put((index, describe_error(error), 0.0))
+            except Exception as error:  # noqa: BLE001  handed to the caller's thread
+                self.raised = error
 
     def local_threads(self) -> None:
         """While the pool is not ready, keep threads of this process on the queue (more once it is slow)."""
         if self.in_process is None or self.pool.ready or not self.queue:
             return
-        self.pool.start_in_background()
+        if not self.start_asked:  # once per run: a pool that failed to start is tried again by the next batch
+            self.start_asked = True
+            self.pool.start_in_background()
         first, slow = LOCAL_THREADS
         wanted = slow if time.perf_counter() - self.started > SLOW_POOL_S else first
         alive = sum(thread.is_alive() for thread in self.threads)
@@ -801,6 +839,8 @@ class _Run:
 
     def drive(self) -> Iterator[tuple[int, str | None, float]]:
         while self.busy():
+            if self.raised is not None:
+                raise self.raised
             self.local_threads()
             self.feed_pool()
             while not self.done_here.empty():
@@ -831,11 +871,17 @@ class _Run:
                     else:
                         lost.append(index)
                     continue
-                if getattr(result, "loaded_torch", False):
+                if result.loaded_torch:
                     _warn_torch_in_workers(self.jobs[index].module)
-                yield index, result[0], result[1]
+                if result.unavailable and self.in_process is not None:
+                    _warn_unavailable(self.jobs[index], result.error)
+                    yield index, *self.in_process(index)
+                    continue
+                yield index, result.error, result.seconds
             if broken:
                 self.restart(lost)
+        if self.raised is not None:
+            raise self.raised
 
     def restart(self, lost: list[int]) -> None:
         """A dead worker breaks the whole executor: every job still in it is lost too."""

@@ -150,16 +150,22 @@ def square_matmul_space(group_m: int = 8) -> list[Config]:
     return _space(axes, warps=[4, 8], stages=[3, 4, 5])
 
 
+def _square_name(prefix: str, M: int, N: int, K: int) -> str:
+    """`mm_fp16_4096` for a square problem, `mm_fp16_2048x4096x4096` otherwise: a table per shape."""
+    return f"{prefix}_{M}" if M == N == K else f"{prefix}_{M}x{N}x{K}"
+
+
 def spec_mm_bf16_gelu(M: int = 4096, N: int = 4096, K: int = 4096, configs: list[Config] | None = None) -> KernelSpec:
     """Square bf16 matmul with a tanh-GELU epilogue."""
-    return _matmul_spec("mm_bf16_gelu_4096", M, N, K, "bf16", "gelu", configs or square_matmul_space())
+    name = _square_name("mm_bf16_gelu", M, N, K)
+    return _matmul_spec(name, M, N, K, "bf16", "gelu", configs or square_matmul_space())
 
 
 def spec_mm_fp16(M: int = 4096, N: int = 4096, K: int = 4096, configs: list[Config] | None = None) -> KernelSpec:
     """Square fp16 matmul, plain epilogue; 162 configs (stages 2–4, BM ≥ 64)."""
     axes = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [8]}
     space = configs or _space(axes, warps=[4, 8], stages=[2, 3, 4])
-    return _matmul_spec("mm_fp16_4096", M, N, K, "fp16", "none", space)
+    return _matmul_spec(_square_name("mm_fp16", M, N, K), M, N, K, "fp16", "none", space)
 
 
 def spec_mm_skinny_bf16(M: int = 16, N: int = 8192, K: int = 8192, configs: list[Config] | None = None) -> KernelSpec:

@@ -14,7 +14,7 @@ from triton_device import DEVICE, HAS_CUDA
 from fasta_sm.config import Config
 from fasta_sm.protocols import Backend, CompileOutcome
 from fasta_sm.triton.backend import TritonBackend, interpreting
-from fasta_sm.triton.compile_pool import CompileJob, CompilePool, TensorArg, describe_error, pool_size
+from fasta_sm.triton.compile_pool import CompileJob, CompilePool, TensorArg, WorkerResult, describe_error, pool_size
 
 N = 1000
 
@@ -234,7 +234,7 @@ def test_a_prefetched_job_is_collected_not_compiled_again():
 
     pool = CompilePool(1)
     prefetched: Future = Future()
-    prefetched.set_result(("ValueError: from the prefetch", 1.25))
+    prefetched.set_result(WorkerResult("ValueError: from the prefetch", 1.25))
     try:
         results = list(pool.run([CompileJob("kernels", "accumulate_kernel", (), {})], started={0: prefetched}))
     finally:
@@ -350,7 +350,7 @@ def test_a_pool_slow_to_start_gets_eight_compile_threads_here(monkeypatch):
 def test_once_the_pool_is_ready_jobs_go_to_the_workers():
     pool = CompilePool(2)
     here = []
-    jobs = [CompileJob("kernels", "no_such_kernel", (), {}) for _ in range(4)]
+    jobs = [CompileJob("kernels", "grid", (), {}) for _ in range(4)]  # found, but no kernel: fails compiling
     try:
         pool.start()
         results = sorted(pool.run(jobs, in_process=lambda i: (here.append(i), (None, 0.01))[1]))
@@ -359,6 +359,19 @@ def test_once_the_pool_is_ready_jobs_go_to_the_workers():
     assert here == []
     assert [index for index, _, _ in results] == list(range(4))
     assert all(error.startswith("AttributeError") for _, error, _ in results)
+
+
+def test_a_job_its_worker_cannot_reach_is_compiled_in_this_process_not_failed():
+    pool = CompilePool(2)
+    here = []
+    jobs = [CompileJob("kernels", "no_such_kernel", (), {}) for _ in range(3)]
+    try:
+        pool.start()
+        results = sorted(pool.run(jobs, in_process=lambda i: (here.append(i), (None, 0.01))[1]))
+    finally:
+        pool.close()
+    assert sorted(here) == [0, 1, 2]
+    assert results == [(0, None, 0.01), (1, None, 0.01), (2, None, 0.01)]
 
 
 def test_only_the_job_that_kills_a_worker_when_compiled_alone_fails():
@@ -493,3 +506,55 @@ def test_a_tensor_passed_by_keyword_keeps_the_compile_in_this_process(monkeypatc
     by_keyword = TritonBackend(kernel, (x,), grid, {"out_ptr": out, "n": N, "scale": 2.0})
     assert by_position._jobs(configs(64)) is not None
     assert by_keyword._jobs(configs(64)) is None
+
+
+def test_an_error_compiling_here_that_is_not_the_configs_fault_reaches_the_caller():
+    """A thread of this process compiling while the pool starts hands on what `in_process` raises."""
+    import threading
+
+    never_ready = threading.Event()
+    pool = CompilePool(2)
+    pool.start = never_ready.wait
+
+    def broken_heuristic(index):
+        raise KeyError("no_such_arg")
+
+    try:
+        with pytest.raises(KeyError, match="no_such_arg"):
+            list(pool.run([CompileJob("kernels", "accumulate_kernel", (), {}) for _ in range(3)],
+                          in_process=broken_heuristic))
+    finally:
+        never_ready.set()
+        pool.close()
+
+
+def test_a_bug_in_a_heuristic_stops_the_tune_instead_of_failing_every_config(tmp_path):
+    import triton
+
+    import fasta_sm
+
+    buggy = triton.heuristics({"UNUSED": lambda meta: meta["no_such_arg"]})(accumulate_kernel)
+    kernel = fasta_sm.autotune([triton.Config({"BLOCK": b}, num_warps=1, num_stages=1) for b in (64, 128)],
+                               key=["n"], state_dir=str(tmp_path))(buggy)
+    x = torch.randn(256, device=DEVICE)
+    with pytest.raises(KeyError, match="no_such_arg"):
+        kernel[grid](x, torch.zeros_like(x), 256, 2.0)
+
+
+def test_a_pool_that_fails_to_start_is_tried_once_per_batch_not_on_every_poll(monkeypatch):
+    import time
+
+    attempts = []
+
+    def failing_start(self):
+        attempts.append(1)
+        raise OSError("fork server cannot start")
+
+    monkeypatch.setattr(CompilePool, "start", failing_start)
+    pool = CompilePool(4)
+    jobs = [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in range(6)]
+    try:
+        results = list(pool.run(jobs, in_process=lambda i: (time.sleep(0.05), (None, 0.05))[1]))
+    finally:
+        pool.close()
+    assert len(results) == 6 and len(attempts) == 1

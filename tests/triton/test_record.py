@@ -92,3 +92,10 @@ def test_the_output_check_zeroes_an_accumulated_output_so_right_configs_pass():
     )
     table = record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
     assert [row["error"] for row in table["configs"]] == [None, None]
+
+
+def test_a_zoo_matmul_recorded_at_another_shape_is_named_for_it():
+    from fasta_sm.triton import zoo
+
+    assert zoo.spec_mm_fp16().name == "mm_fp16_4096"  # the shipped table's name
+    assert zoo.spec_mm_fp16(M=2048).name == "mm_fp16_2048x4096x4096"
