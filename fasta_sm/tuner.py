@@ -143,8 +143,10 @@ def open_tune(
             chosen = make_policy(state.policy, configs, state.policy_params)
             return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
         except (FastaError, KeyError, TypeError, ValueError) as exc:
-            why = f"its policy cannot resume from it: {type(exc).__name__}: {exc}"
-            store.quarantine(store.file_for(key), why, notes)
+            # The measurements are sound (the loader checked them); only the policy's own state is not.
+            carried = carry_results(state, configs)
+            why = f"its policy cannot resume from it ({type(exc).__name__}: {exc}); results of {len(carried)} kept"
+            notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
     params = dict(policy_params or {})
     try:
         chosen = make_policy(policy, configs, params)

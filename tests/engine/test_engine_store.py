@@ -240,18 +240,24 @@ def test_a_progress_callback_that_raises_loses_no_checkpoint_and_times_nothing_t
     assert len(counting.benchmarked) == len({c.identity for c in counting.benchmarked})
 
 
-def test_a_state_its_policy_cannot_resume_from_is_quarantined_and_the_tune_starts_afresh(table, backend, store):
-    def stop(state):
-        raise KeyboardInterrupt
+def test_a_state_its_policy_cannot_resume_from_is_set_aside_and_a_fresh_tune_keeps_its_results(
+    table, backend, store
+):
+    def stop_after_r1_compiles(state):
+        if state.step == "benchmark":
+            raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store, on_step=stop)
+        tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store, on_step=stop_after_r1_compiles)
     state = store.read(store.file_for(KEY))
+    compiled_before = {state.configs[i].identity for i in list(state.compiled) + list(state.failed)}
     state.policy_state = {"version": 99}
     save(store, state)
-    result = tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store)
-    assert result.state.done and any("quarantined" in note for note in result.state.restarts)
-    assert list(store.path.glob("*.corrupt-*"))
+    counting = CountingBackend(backend)
+    result = tune(KEY, table.kernel, table.configs, counting, policy="fasta", store=store)
+    assert result.state.done and any("superseded" in note for note in result.state.restarts)
+    assert list(store.path.glob("*.superseded-*")) and not list(store.path.glob("*.corrupt-*"))
+    assert compiled_before and not compiled_before & {c.identity for c in counting.compiled}
 
 
 def test_a_state_file_that_cannot_be_written_is_a_state_dir_error_naming_kernel_and_file(
