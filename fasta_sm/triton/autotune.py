@@ -30,7 +30,7 @@ from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
 from ..store import StateStore
 from ..tuner import TuneResult, tune
-from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, unwrap_launcher
+from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, unwrap_launcher, zero_args
 from .compile_pool import kernel_path, note_kernel_module, shared_pool, start_fork_server
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
@@ -256,9 +256,7 @@ class Autotuner(KernelInterface):
         if self.user_pre_hook is not None:
             self.user_pre_hook(dict(nargs), reset_only=True)
             return
-        for name in self.reset_to_zero:
-            if nargs.get(name) is not None:
-                nargs[name].zero_()
+        zero_args(nargs, self.reset_to_zero)
 
 
 def _names(what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[str]:

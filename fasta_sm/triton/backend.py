@@ -43,6 +43,23 @@ logger = logging.getLogger("fasta_sm.triton.backend")
 Grid = tuple | Callable[[Mapping[str, Any]], tuple]
 
 
+def zero_args(nargs: Mapping[str, Any], names: Sequence[str]) -> None:
+    """Zero the named tensors (`reset_to_zero`): outputs a launch accumulates into start from nothing."""
+    for name in names:
+        if nargs.get(name) is not None:
+            nargs[name].zero_()
+
+
+def saved_args(nargs: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """Copies of the named tensors (`restore_value`), for `restore_args` to put back after a launch."""
+    return {name: nargs[name].clone() for name in names if nargs.get(name) is not None}
+
+
+def restore_args(nargs: Mapping[str, Any], saved: Mapping[str, Any]) -> None:
+    for name, value in saved.items():
+        nargs[name].copy_(value)
+
+
 WARMUP_MS = 25.0
 REP_MS = 100.0
 """`do_bench`'s warm-up and repetition times per config unless a tune sets them: Triton's defaults."""
@@ -300,7 +317,7 @@ class TritonBackend:
         """Median time of one launch with hooks, in ms."""
         nargs = self.nargs(config)
         launch_kwargs = self._launch_kwargs(config)
-        saved = {name: nargs[name].clone() for name in self.restore_value if nargs.get(name) is not None}
+        saved = saved_args(nargs, self.restore_value)
 
         config_pre_hook = self.config_pre_hooks.get(config.identity)
 
@@ -310,9 +327,7 @@ class TritonBackend:
             if self.pre_hook is not None:
                 self.pre_hook(nargs)
             else:
-                for name in self.reset_to_zero:
-                    if nargs.get(name) is not None:
-                        nargs[name].zero_()
+                zero_args(nargs, self.reset_to_zero)
             try:
                 self.launcher.run(*self.args, grid=self.grid, warmup=False, **launch_kwargs)
             except Exception as error:
@@ -322,8 +337,7 @@ class TritonBackend:
             if self.post_hook is not None:
                 self.post_hook(nargs, exception=None)
             else:
-                for name, value in saved.items():
-                    nargs[name].copy_(value)
+                restore_args(nargs, saved)
 
         if self.user_do_bench is not None:
             return _first(self.user_do_bench(call, quantiles=(0.5, 0.2, 0.8)))

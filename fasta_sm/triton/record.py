@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from .backend import TritonBackend, device_name
+from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
 from .compile_pool import CompilePool, describe_error
 from .spec import KernelSpec
 
@@ -40,10 +40,8 @@ def check_output(backend: TritonBackend, spec: KernelSpec, config: Config, expec
     """
     named = backend.nargs(config)
     out = backend.args[spec.output]
-    saved = {name: named[name].clone() for name in spec.restore_value if named.get(name) is not None}
-    for name in spec.reset_to_zero:
-        if named.get(name) is not None:
-            named[name].zero_()
+    saved = saved_args(named, spec.restore_value)
+    zero_args(named, spec.reset_to_zero)
     if out.is_floating_point() and not any(named.get(name) is out for name in spec.reset_to_zero):
         out.fill_(float("nan"))
     try:
@@ -55,8 +53,7 @@ def check_output(backend: TritonBackend, spec: KernelSpec, config: Config, expec
     except Exception as failure:
         return describe_error(failure)
     finally:
-        for name, value in saved.items():
-            named[name].copy_(value)
+        restore_args(named, saved)
     if not math.isfinite(error) or error > spec.tolerance:
         return f"WrongResult: relative error {error:.3g} exceeds {spec.tolerance:g}"
     return None
