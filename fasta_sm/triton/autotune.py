@@ -88,7 +88,7 @@ class Autotuner(KernelInterface):
         self.fn = fn
         self.arg_names = list(fn.arg_names)
         base = fn
-        while not callable(getattr(base, "__code__", None)) and hasattr(base, "fn"):
+        while hasattr(base, "fn"):  # heuristics → jit → the Python function, as Triton's own Autotuner does
             base = base.fn
         self.base_fn = base
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
