@@ -497,6 +497,8 @@ def _check_consistent(state: TuneState, source: str, list_hash: str | None = Non
                 f"{source}: rounds[{position}] predicts {len(record.predicted_us)} values for "
                 f"{len(record.batch)} configs"
             )
+    if not state.done and not state.pending:
+        raise StateFileError(f"{source}: at {state.position()} no config is pending (a round in progress has a batch)")
     if state.step in ("benchmark", "refine"):
         waiting = [i for i in state.pending if i not in state.compiled and i not in state.failed]
         if waiting:

@@ -62,7 +62,7 @@ def write_loop_child(state_dir: str, n_configs: int, progress_path: str, ready=N
     state = TuneState(key=KEY, kernel="loop", configs=configs, policy="exhaustive",
                       durations={i: [100.0 + i] for i in range(n_configs)},
                       compiled={i: 0.5 for i in range(n_configs)}, best=0, best_us=100.0,
-                      phase="R1", step="refine",
+                      phase="R1", step="refine", pending=list(range(n_configs)), round_done=list(range(n_configs)),
                       rounds=[RoundRecord(phase="R1", round=0, batch=list(range(n_configs)), reason="all")])
     try:  # carry on from the newest state that survived the last kill
         state.round = store.read(store.file_for(KEY)).round

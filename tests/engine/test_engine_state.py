@@ -84,7 +84,7 @@ def tune_states(draw) -> TuneState:
         + ([("DONE", "done")] if durations else [])
     ))
     best = draw(st.sampled_from(sorted(durations))) if durations else None
-    pending = draw(st.lists(index, max_size=n, unique=True))
+    pending = draw(st.lists(index, min_size=0 if position[0] == "DONE" else 1, max_size=n, unique=True))
     compiled = draw(st.dictionaries(index, nonneg, max_size=n))
     round_done = draw(st.lists(index, max_size=n, unique=True))
     if position[1] in ("benchmark", "refine"):  # the machine's invariants at those steps
@@ -212,6 +212,7 @@ def test_a_load_error_names_its_source():
         ({"best_us": None}, "best=1 with best_us=None"),
         ({"failed": {1: "OutOfResources"}}, "config #1 is both failed and measured"),
         ({"compiled": {0: 0.5, 1: 0.25}}, "at R2_1 benchmark config #4 of the batch was never compiled"),
+        ({"pending": [], "round_done": []}, "at R2_1 benchmark no config is pending"),
         ({"step": "refine"}, "at R2_1 refine config #4 of the batch was never timed"),
         ({"best": None, "best_us": None}, "2 configs measured but no best"),
     ],
