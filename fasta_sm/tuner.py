@@ -122,9 +122,8 @@ def open_tune(
     state = store.load(key, notes)
     carried: dict[int, dict] = {}
     if state is not None and state.configs_hash != wanted:
-        carried = carry_results(state, configs)
-        why = f"its config list changed ({state.n_configs} → {len(configs)} configs; results of {len(carried)} kept)"
-        notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
+        why = f"its config list changed ({state.n_configs} → {len(configs)} configs)"
+        carried = _supersede(store, key, state, configs, why, notes)
         state = None
     if state is not None and state.done:
         return None
@@ -144,9 +143,8 @@ def open_tune(
             return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
         except (FastaError, KeyError, TypeError, ValueError) as exc:
             # The measurements are sound (the loader checked them); only the policy's own state is not.
-            carried = carry_results(state, configs)
-            why = f"its policy cannot resume from it ({type(exc).__name__}: {exc}); results of {len(carried)} kept"
-            notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
+            why = f"its policy cannot resume from it ({type(exc).__name__}: {exc})"
+            carried = _supersede(store, key, state, configs, why, notes)
     params = dict(policy_params or {})
     try:
         chosen = make_policy(policy, configs, params)
@@ -166,6 +164,16 @@ def open_tune(
         restarts=notes,
         carried=carried,
     )
+
+
+def _supersede(
+    store: StateStore, key: str, old: TuneState, configs: Sequence[Config], why: str, notes: list[str]
+) -> dict[int, dict]:
+    """Set `key`'s file (holding `old`) aside as superseded; return its results for `configs`, to carry."""
+    carried = carry_results(old, configs)
+    why = f"{why}; results of {len(carried)} kept"
+    notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
+    return carried
 
 
 def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:
