@@ -397,25 +397,28 @@ def _compile_in_worker(job: CompileJob) -> WorkerResult:
     return WorkerResult(error, time.perf_counter() - start, loaded_torch, unavailable)
 
 
-_warned_torch_modules: set[str] = set()
-_warned_unavailable: set[str] = set()
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(topic: str, key: str, message: str, *args: object) -> None:
+    """Log `message` the first time `topic` comes up for `key` (a kernel, a module) in this process."""
+    if (topic, key) in _warned:
+        return
+    _warned.add((topic, key))
+    logger.warning(message, *args)
 
 
 def _warn_unavailable(job: CompileJob, error: str | None) -> None:
     """Say once per kernel that the workers cannot reach it, so it compiles in this process."""
-    if job.qualname in _warned_unavailable:
-        return
-    _warned_unavailable.add(job.qualname)
-    logger.warning("compile workers cannot reach %s.%s (%s); compiling it in this process instead",
-                   job.module, job.qualname, error)
+    _warn_once("unavailable", f"{job.module}.{job.qualname}",
+               "compile workers cannot reach %s.%s (%s); compiling it in this process instead",
+               job.module, job.qualname, error)
 
 
 def _warn_torch_in_workers(module: str) -> None:
     """Say once per kernel module that it makes every compile worker import torch, and how to avoid it."""
-    if module in _warned_torch_modules:
-        return
-    _warned_torch_modules.add(module)
-    logger.warning(
+    _warn_once(
+        "torch", module,
         "%s uses torch when imported, so each compile worker imports torch (seconds) before its first "
         "compile; set FASTA_WORKER_TORCH=1 before the first kernel is decorated to import it once, "
         "in the workers' fork server",
