@@ -5,8 +5,9 @@ A live fasta tune on the H200 spends most of its wall time in guided rounds
 waiting for compiles the lookahead did not start in time (benchmarks/compile_waits.py).
 Each change to the lookahead or the prefetcher would need a device call to
 judge; this replays the same decisions against the table's recorded compile
-seconds instead: `WORKERS` workers, the prefetcher's rules (`SPARE`, reserve,
-top-up as each guess ends), a timing of `--timing-ms` per config, and the
+seconds instead: `WORKERS` workers, the prefetcher's own list and rules
+(`prefetch.GuessList`: `SPARE`, reserve, certain work; top-up as each guess
+ends), a timing of `--timing-ms` per config, and the
 tuning process's own seconds (policy and lookahead) added as they are spent.
 It reports wall seconds per tune, the seconds spent waiting on compiles in
 guided rounds, and how each guided batch's configs stood when asked for
@@ -56,10 +57,7 @@ class SimulatedLive(ReplayBackend):
         self._real = time.perf_counter()
         self._free = [0.0] * workers  # when each worker is next free
         self._guesses: dict[str, float] = {}  # started guess -> when it is compiled
-        self._wanted: list[str] = []
-        self._by_key = {config.identity: config for config in table.configs}
-        self._certain = 0
-        self._reserve = 0
+        self._list = prefetch.GuessList()
         self.waits: list[tuple[str, float]] = []  # per compile call: d/r/n per config, wait seconds
         self.guided = False
 
@@ -89,23 +87,17 @@ class SimulatedLive(ReplayBackend):
         return sum(t > self.now for t in self._guesses.values())
 
     def _top_up(self) -> None:
-        idle = self.workers - self._reserve - self._busy_guesses()
-        spare = max(0, min(prefetch.SPARE, self.workers // 2) - self._reserve)
-        while self._wanted and idle > (0 if self._certain else spare):
-            key = self._wanted.pop(0)
-            self._certain = max(0, self._certain - 1)
+        busy = self._busy_guesses()
+        while self._list.may_start(self.workers, busy):
+            key, config = self._list.pop()
             if key in self._guesses:
                 continue
-            index = self.table.index_of(self._by_key[key])
-            self._guesses[key] = self._submit(self.now, float(self.table.compile_s[index]))
-            idle -= 1
+            self._guesses[key] = self._submit(self.now, float(self.table.compile_s[self.table.index_of(config)]))
+            busy += 1
 
     def prefetch(self, configs: Sequence[Config], reserve: int = 0, certain: int = 0) -> None:
         self._enter()
-        fresh = [(position, c.identity) for position, c in enumerate(configs) if c.identity not in self._guesses]
-        self._wanted = [key for _, key in fresh]
-        self._certain = sum(position < certain for position, _ in fresh)
-        self._reserve = reserve
+        self._list.replace([(c.identity, c) for c in configs], self._guesses, reserve, certain)
         self._top_up()
         self._leave()
 
@@ -115,11 +107,7 @@ class SimulatedLive(ReplayBackend):
         ready, states = [], []
         for config in configs:
             key = config.identity
-            if key in self._wanted:
-                position = self._wanted.index(key)
-                self._wanted.pop(position)
-                if position < self._certain:
-                    self._certain -= 1
+            self._list.remove(key)
             if key in self._guesses:
                 end = self._guesses.pop(key)
                 states.append("d" if end <= self.now else "r")
@@ -129,7 +117,7 @@ class SimulatedLive(ReplayBackend):
             ready.append(end)
         for end in sorted(ready):
             self._run_until(end)
-            self._reserve = max(0, self._reserve - 1)
+            self._list.release()
             self._top_up()
         self.waits.append(("".join(states), self.now - start))
         outcomes = super().compile(configs)

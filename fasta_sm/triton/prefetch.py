@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from concurrent.futures import Future
+from typing import Any
 
 from .compile_pool import CompileJob, CompilePool, describe_error
 
@@ -30,6 +31,56 @@ SPARE = 4
 """Workers guesses leave free (at most half the pool), so the next batch's compiles seldom queue behind them."""
 
 
+class GuessList:
+    """The ranked list of compiles to start, and the rule for how many may start now.
+
+    Kept apart from the pool so that `benchmarks/live_sim.py` models the
+    prefetcher with these very rules on a virtual clock.
+    """
+
+    def __init__(self) -> None:
+        self.wanted: deque = deque()
+        self.certain = 0
+        self.reserve = 0
+
+    def replace(self, ranked: Sequence[tuple[str, Any]], started: Container[str], reserve: int, certain: int) -> None:
+        """Take a new list (best first), less what has started; its first `certain` entries are certain work."""
+        fresh = [(position, item) for position, item in enumerate(ranked) if item[0] not in started]
+        self.wanted = deque(item for _, item in fresh)
+        self.certain = sum(position < certain for position, _ in fresh)
+        self.reserve = reserve
+
+    def remove(self, key: str) -> None:
+        """`key` is being compiled for the tune itself: no later top-up starts it."""
+        for position, (wanted, _) in enumerate(self.wanted):
+            if wanted == key:
+                del self.wanted[position]
+                if position < self.certain:
+                    self.certain -= 1
+                return
+
+    def release(self) -> bool:
+        """One reserved compile finished; False when none was reserved."""
+        if self.reserve == 0:
+            return False
+        self.reserve -= 1
+        return True
+
+    def clear(self) -> None:
+        self.wanted.clear()
+        self.certain = 0
+
+    def may_start(self, workers: int, busy: int) -> bool:
+        """Whether the next entry may take a worker: certain work any idle one, a guess only past the spare ones."""
+        idle = workers - self.reserve - busy
+        spare = max(0, min(SPARE, workers // 2) - self.reserve)
+        return bool(self.wanted) and idle > (0 if self.certain else spare)
+
+    def pop(self) -> tuple[str, Any]:
+        self.certain = max(0, self.certain - 1)
+        return self.wanted.popleft()
+
+
 class Prefetcher:
     """Guesses in flight for one backend, keyed by config identity."""
 
@@ -37,9 +88,7 @@ class Prefetcher:
         self.pool = pool
         self._lock = threading.Lock()
         self._started: dict[str, Future] = {}
-        self._wanted: deque[tuple[str, CompileJob]] = deque()
-        self._certain = 0
-        self._reserve = 0
+        self._list = GuessList()
 
     def offer(self, ranked: Sequence[tuple[str, CompileJob]], reserve: int = 0, certain: int = 0) -> None:
         """Replace the list (best first) and start as many as idle workers allow.
@@ -54,18 +103,14 @@ class Prefetcher:
         if not self.pool.ready:
             return
         with self._lock:
-            fresh = [(position, item) for position, item in enumerate(ranked) if item[0] not in self._started]
-            self._wanted = deque(item for _, item in fresh)
-            self._certain = sum(position < certain for position, _ in fresh)
-            self._reserve = reserve
+            self._list.replace(ranked, self._started, reserve, certain)
         self._top_up()
 
     def release(self) -> None:
         """One compile of those reserved finished: its worker may take the next entry."""
         with self._lock:
-            if self._reserve == 0:
+            if not self._list.release():
                 return
-            self._reserve -= 1
         self._top_up()
 
     def take(self, key: str) -> Future | None:
@@ -75,19 +120,13 @@ class Prefetcher:
         second time.
         """
         with self._lock:
-            for position, (wanted, _) in enumerate(self._wanted):
-                if wanted == key:
-                    del self._wanted[position]
-                    if position < self._certain:
-                        self._certain -= 1
-                    break
+            self._list.remove(key)
             return self._started.pop(key, None)
 
     def cancel(self) -> None:
         """Start no more guesses and drop those not yet running (a finished tune needs none)."""
         with self._lock:
-            self._wanted.clear()
-            self._certain = 0
+            self._list.clear()
             started, self._started = self._started, {}
         for future in started.values():
             future.cancel()
@@ -96,11 +135,8 @@ class Prefetcher:
         with self._lock:
             workers = self.pool.workers
             busy = sum(not future.done() for future in self._started.values())
-            idle = workers - self._reserve - busy
-            spare = max(0, min(SPARE, workers // 2) - self._reserve)
-            while self._wanted and idle > (0 if self._certain else spare):
-                key, job = self._wanted.popleft()
-                self._certain = max(0, self._certain - 1)
+            while self._list.may_start(workers, busy):
+                key, job = self._list.pop()
                 if key in self._started:
                     continue
                 try:
@@ -109,11 +145,10 @@ class Prefetcher:
                     logger.debug("no more guesses: %s", describe_error(error))
                     future = None
                 if future is None:  # the pool is closed, broken, starting or isolating a crash
-                    self._wanted.clear()
-                    self._certain = 0
+                    self._list.clear()
                     return
                 self._started[key] = future
-                idle -= 1
+                busy += 1
                 future.add_done_callback(self._guess_done)
 
     def _guess_done(self, future: Future) -> None:
