@@ -30,8 +30,8 @@ from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
 from ..store import StateStore
 from ..tuner import TuneResult, tune
-from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, unwrap_launcher, zero_args
-from .compile_pool import kernel_path, note_kernel_module, shared_pool, start_fork_server
+from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
+from .compile_pool import kernel_path, note_kernel_module, shared_pool, start_fork_server, unwrap_jit
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
 
@@ -273,7 +273,7 @@ def _names(what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[st
 
 def _source_hash(fn: Any) -> str:
     """12 hex digits of the kernel's source text (the jit function under any wrappers)."""
-    jit = unwrap_launcher(fn)
+    jit = unwrap_jit(fn)
     source = getattr(jit, "src", None)
     if source is None:  # the interpreter's wrapper keeps no source: read the function's (cached by linecache)
         try:

@@ -35,6 +35,7 @@ from .compile_pool import (
     resolve,
     shared_pool,
     tuning_triton_key,
+    unwrap_jit,
 )
 from .prefetch import Prefetcher
 
@@ -147,7 +148,7 @@ class TritonBackend:
         failures: tuple[type[BaseException], ...] | None = None,
     ) -> None:
         self.launcher = fn
-        self.fn = unwrap_launcher(fn)
+        self.fn = unwrap_jit(fn)
         self.args = tuple(args)
         self.grid = grid
         self.kwargs = dict(kwargs or {})
@@ -417,9 +418,3 @@ def _compile_target() -> Any:
         logger.debug("no compile target: %s", describe_error(error))
         return None
 
-
-def unwrap_launcher(fn: Any) -> Any:
-    """The jit (or interpreted) function under any wrappers (`triton.heuristics`)."""
-    while type(fn).__name__ not in ("JITFunction", "InterpretedFunction") and hasattr(fn, "fn"):
-        fn = fn.fn
-    return fn

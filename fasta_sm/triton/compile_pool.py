@@ -73,10 +73,11 @@ def pool_size() -> int:
 
 
 def unwrap_jit(obj: Any) -> Any:
-    """The JITFunction under autotuner/heuristics wrappers (each keeps the next in `.fn`)."""
+    """The jit function (or, under `TRITON_INTERPRET=1`, the interpreted one) under autotuner and
+    heuristics wrappers, each of which keeps the next in `.fn`."""
     from triton.runtime.jit import JITFunction
 
-    while not isinstance(obj, JITFunction) and hasattr(obj, "fn"):
+    while not isinstance(obj, JITFunction) and type(obj).__name__ != "InterpretedFunction" and hasattr(obj, "fn"):
         obj = obj.fn
     return obj
 
