@@ -17,7 +17,7 @@ from .config import Config, check_config_list, configs_hash
 from .errors import FastaError, PolicyError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune
 from .policies import make_policy
-from .protocols import Backend
+from .protocols import Backend, Policy
 from .state import TuneState
 from .store import StateStore
 
@@ -117,11 +117,22 @@ def open_tune(
     The caller must hold the key's lock.
     """
     wanted = configs_hash(configs)
+    params = dict(policy_params or {})
+
+    def fresh_policy() -> Policy:
+        """The policy of a new tune, made before any old file is set aside: bad params must lose nothing."""
+        try:
+            return make_policy(policy, configs, params)
+        except PolicyError as exc:
+            raise PolicyError(f"kernel {kernel!r}: {exc}") from None
+
     store.discard_temp_files(key)
     notes: list[str] = []
     state = store.load(key, notes)
     carried: dict[int, dict] = {}
+    fresh: Policy | None = None
     if state is not None and state.configs_hash != wanted:
+        fresh = fresh_policy()
         why = f"its config list changed ({state.n_configs} → {len(configs)} configs)"
         carried = _supersede(store, key, state, configs, why, notes)
         state = None
@@ -143,19 +154,15 @@ def open_tune(
             return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
         except (FastaError, KeyError, TypeError, ValueError) as exc:
             # The measurements are sound (the loader checked them); only the policy's own state is not.
+            fresh = fresh_policy()
             why = f"its policy cannot resume from it ({type(exc).__name__}: {exc})"
             carried = _supersede(store, key, state, configs, why, notes)
-    params = dict(policy_params or {})
-    try:
-        chosen = make_policy(policy, configs, params)
-    except PolicyError as exc:
-        raise PolicyError(f"kernel {kernel!r}: {exc}") from None
     return Tune.start(
         key,
         kernel,
         configs,
         backend,
-        chosen,
+        fresh if fresh is not None else fresh_policy(),
         policy_params=params,
         seed=seed,
         checkpoint=checkpoint,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
+from fasta_sm.errors import PolicyError
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import tune
 
@@ -43,3 +46,16 @@ def test_a_changed_config_list_never_resumes_the_old_tune(table_file, state_dir)
     tune("k", "toy_mm", table.configs[:10], ReplayBackend(table), policy="exhaustive", store=store)
     result = tune("k", "toy_mm", table.configs[5:20], ReplayBackend(table), policy="exhaustive", store=store)
     assert result.state.n_configs == 15 and not result.reused
+
+
+def test_bad_policy_params_with_a_changed_list_leave_the_old_state_in_place(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("k", "toy_mm", table.configs[:-6], ReplayBackend(table), policy="exhaustive", store=store)
+    with pytest.raises(PolicyError, match="kernel 'toy_mm'"):
+        tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="fasta", policy_params={"r1_frac": 2.0},
+             store=store)
+    assert not list(state_dir.glob("*.superseded-*"))
+    backend = CountingBackend(table)
+    tune("k", "toy_mm", table.configs, backend, policy="exhaustive", store=store)
+    assert backend.compiled == table.configs[-6:]
