@@ -17,6 +17,7 @@ mixed into.
 
 from __future__ import annotations
 
+import ast
 import importlib.abc
 import importlib.util
 import logging
@@ -52,6 +53,29 @@ def default_policy() -> str:
         return "fasta"
     log.warning("fasta_sm: policy 'fasta' is not available; falling back to 'random'")
     return "random"
+
+
+def integration_params(
+    policy: str, params: Mapping[str, Any] | None, fasta_defaults: Mapping[str, Any]
+) -> dict[str, Any]:
+    """An integration's `policy_params`: `params` over its defaults for the fasta policy, as plain literals.
+
+    They travel in generated kernel source or the environment, so a numpy
+    number becomes the Python number it holds, and anything whose repr does
+    not read back as itself (inf, NaN, objects) is refused, naming it.
+    """
+    plain = {}
+    for name, value in (params or {}).items():
+        if hasattr(value, "item") and type(value).__module__ == "numpy":
+            value = value.item()
+        try:
+            same = ast.literal_eval(repr(value)) == value
+        except (ValueError, SyntaxError):
+            same = False
+        if not same:
+            raise ValueError(f"policy_params[{name!r}]={value!r}: must be a plain, finite Python literal")
+        plain[name] = value
+    return {**(fasta_defaults if policy == "fasta" else {}), **plain}
 
 
 @dataclass(frozen=True)
@@ -103,6 +127,8 @@ class TunePlan:
         params = dict(self.settings.policy_params)
         if not self.must:
             return inner, params
+        if inner == "fasta":  # the config optimizer, when on, must keep them too
+            params["expert_configs"] = sorted(set(params.get("expert_configs", ())) | set(self.must))
         return "must-measure", {"inner": inner, "must": sorted(self.must), "params": params}
 
 
@@ -251,8 +277,8 @@ class FastaAutotunerMixin:
                 must=sorted(set(must)),
                 settings=DriverSettings.from_dict(settings),
             )
-        except (FastaError, TypeError, ValueError) as exc:
-            log.warning("fasta_sm: kernel %s not tuned: %s", name, exc)
+        except Exception as exc:  # noqa: BLE001  a kernel fasta-sm cannot key or convert is left to the base
+            log.warning("fasta_sm: kernel %s not tuned: %s: %s", name, type(exc).__name__, exc)
 
     # --- device seams (Inductor defaults; torch_npu overrides what differs) ---
 
@@ -430,6 +456,8 @@ class FastaAutotunerMixin:
         backend = AutotunerBackend(self, args, kwargs)
         try:
             state = parent_phase(plan, backend)
+            if state.best is None:
+                raise FastaError(f"no config ran ({state.stop_reason or 'every config tried failed'})")
             winner = self._fasta_launcher(state.best)
         except Exception as exc:  # noqa: BLE001  never let tuning break a run: Inductor's configs instead
             must = self._fasta_give_up(exc)

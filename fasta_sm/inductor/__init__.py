@@ -12,14 +12,13 @@ FASTA tune split between the compile worker and the parent (see
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..driver import DriverSettings, call_after_import, default_policy, env_flag
+from ..driver import DriverSettings, call_after_import, default_policy, env_flag, integration_params
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 
@@ -68,7 +67,7 @@ def enable(
     if max_configs < 1:
         raise ValueError(f"max_configs={max_configs!r} must be at least 1")
     policy = policy or default_policy()
-    params = {**(FASTA_DEFAULTS if policy == "fasta" else {}), **_literals(policy_params or {})}
+    params = integration_params(policy, policy_params, FASTA_DEFAULTS)
     settings = DriverSettings(
         policy=policy,
         policy_params=params,
@@ -94,26 +93,6 @@ def enable(
     _settings = settings
     log.info("fasta_sm.inductor enabled: %s", settings)
     return settings
-
-
-def _literals(params: Mapping[str, Any]) -> dict[str, Any]:
-    """`params` as plain Python literals: they are written into kernel source, which must import.
-
-    A numpy number becomes the Python number it holds; anything whose repr
-    does not read back as itself (inf, NaN, objects) is refused, naming it.
-    """
-    plain = {}
-    for name, value in params.items():
-        if hasattr(value, "item") and type(value).__module__ == "numpy":
-            value = value.item()
-        try:
-            same = ast.literal_eval(repr(value)) == value
-        except (ValueError, SyntaxError):
-            same = False
-        if not same:
-            raise ValueError(f"policy_params[{name!r}]={value!r}: must be a plain, finite Python literal")
-        plain[name] = value
-    return plain
 
 
 def disable() -> None:

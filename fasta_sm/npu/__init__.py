@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..driver import DriverSettings, call_after_import, default_policy, env_flag
+from ..driver import DriverSettings, call_after_import, default_policy, env_flag, integration_params
 from ..errors import FastaError
+from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 
 log = logging.getLogger("fasta_sm.npu")
@@ -32,8 +34,10 @@ ENV_VAR = "FASTA_SM_NPU"
 SETTINGS_ENV = "FASTA_SM_NPU_SETTINGS"
 NPU_SWITCH_ENV = "FASTAUTOTUNE"
 UB_BITS_ENV = "ENABLE_PRINT_UB_BITS"
-"""torch_npu's FastA path needs the real UB usage; torch_npu sets it when imported with FASTAUTOTUNE=1."""
+"""torch_npu's FastA path needs the real UB usage. Imported with FASTAUTOTUNE=1 and this unset,
+torch_npu 2.13 and 2.14 fail (their warning calls `log.warnings`), so fasta-sm sets it too."""
 SLOT_MODULE = "torch_npu._inductor.runtime.fasta_autotune"
+CONFIG_MODULE = "torch_npu._inductor.config"
 
 _saved_env: dict[str, str | None] | None = None
 
@@ -46,7 +50,7 @@ def _import_torch_npu() -> None:
     try:
         import torch_npu  # noqa: F401
         from torch_npu._inductor.runtime import fasta_autotune, triton_heuristics  # noqa: F401
-    except (ImportError, OSError) as exc:
+    except Exception as exc:  # importing torch_npu's Inductor backend also loads the device's backends
         raise NPUUnavailable(
             "fasta_sm.npu.enable() needs torch_npu with its Inductor backend "
             "(`pip install torch-npu==<your torch version>`) and the Ascend CANN runtime it loads "
@@ -76,31 +80,41 @@ def enable(
     settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size)
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1", UB_BITS_ENV: "1"}
     before = {name: os.environ.get(name) for name in wanted}
+    switch_before = _switch_now(before[NPU_SWITCH_ENV])
     os.environ.update(wanted)  # first: torch_npu sets up its FastA path when it is imported with the switch on
     try:
         _import_torch_npu()
-    except NPUUnavailable:
+        from .autotuner import install
+
+        install(switch_before)
+    except BaseException:
         _restore(before)
         raise
     if _saved_env is None:
         _saved_env = before
-    from .autotuner import install
-
-    install()
     log.info("fasta_sm.npu enabled: %s", settings)
     return settings
 
 
-def disable() -> None:
-    """Put back torch_npu's own FastA autotuner, its switch and the environment."""
-    global _saved_env
-    if _saved_env is None:
-        return
-    from .autotuner import uninstall
+def _switch_now(env_value: str | None) -> bool:
+    """torch_npu's FastA switch as it stands: its config's value once loaded, else what the environment says."""
+    loaded = sys.modules.get(CONFIG_MODULE)
+    return bool(loaded.fasta_autotune) if loaded is not None else env_value == "1"
 
-    uninstall()
-    _restore(_saved_env)
-    _saved_env = None
+
+def disable() -> None:
+    """Put back torch_npu's own FastA autotuner and its switch in this process, and the environment `enable()` set.
+
+    Under FASTA_SM_NPU=1 alone the variable is the user's and stays, so compile
+    workers started later still install fasta-sm's class.
+    """
+    global _saved_env
+    autotuner = sys.modules.get(f"{__name__}.autotuner")
+    if autotuner is not None:
+        autotuner.uninstall()
+    if _saved_env is not None:
+        _restore(_saved_env)
+        _saved_env = None
 
 
 def _restore(values: Mapping[str, str | None]) -> None:
@@ -120,13 +134,13 @@ def _settings(
     chunk_size: int = 16,
 ) -> DriverSettings:
     """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone."""
+    policy = policy or default_policy()
     return DriverSettings(
-        policy=policy or default_policy(),
-        policy_params=dict(policy_params or {}),
+        policy=policy,
+        policy_params=integration_params(policy, policy_params, LIVE_DEFAULTS),
         seed=seed,
         state_dir=str(StateStore(state_dir).path),
         chunk_size=chunk_size,
-        compile_threads=1,  # torch_npu's compile has not been run in threads (no Ascend device here to check)
     )
 
 
@@ -136,26 +150,31 @@ def current_settings() -> dict[str, Any] | None:
     if not env_flag(ENV_VAR):
         return None
     raw = os.environ.get(SETTINGS_ENV)
-    if not raw:
-        return _settings().to_dict()
-    return DriverSettings.from_dict(json.loads(raw)).to_dict()
+    try:
+        return DriverSettings.from_dict(json.loads(raw)).to_dict() if raw else _settings().to_dict()
+    except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        log.warning("$%s is not usable (%s: %s); torch_npu tunes its own kernels", SETTINGS_ENV, type(exc).__name__,
+                    exc)
+        return None
 
 
 def autoload() -> None:
     """torch's `torch.backends` entry point: with FASTA_SM_NPU=1, install the class once torch_npu's slot loads.
 
     It runs at the end of `import torch`, before torch_npu reads its switch:
-    FASTAUTOTUNE=1 is set then, unless the environment says otherwise, so
-    that torch_npu imports the slot at all.
+    FASTAUTOTUNE=1 (and ENABLE_PRINT_UB_BITS=1) are set then, unless the
+    environment says otherwise, so that torch_npu imports the slot at all.
     """
     if not env_flag(ENV_VAR):
         return
+    switch_before = _switch_now(os.environ.get(NPU_SWITCH_ENV))
     os.environ.setdefault(NPU_SWITCH_ENV, "1")
+    os.environ.setdefault(UB_BITS_ENV, "1")
 
     def install_quietly() -> None:
         from .autotuner import install
 
-        install()
+        install(switch_before)
 
     call_after_import(SLOT_MODULE, install_quietly)
 

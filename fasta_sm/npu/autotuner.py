@@ -5,8 +5,9 @@ via its benchmarker), the winner recorded the way torch_npu's
 `autotune_to_one_config` records it (`best_launcher`, `best_runtime_blocks`,
 `best_candidate_config`, the autotune cache hook), `configs` kept set
 (torch_npu builds its candidate plan from it), and its `autotuner()` entry
-point. Kernels with runtime block arguments (one compile, several launch
-candidates) are left to torch_npu: their candidates do not map 1:1 to configs.
+point. Kernels fasta-sm does not tune (runtime block arguments: one compile,
+several launch candidates, not 1:1 with configs; or fasta-sm switched off in
+this process) get torch_npu's own NPUFastAutotuner, built in our place.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from . import current_settings
 
 log = logging.getLogger("fasta_sm.npu.autotuner")
 
-_ORIGINAL = {"cls": fasta_autotune.NPUFastAutotuner, "switch": npu_config.fasta_autotune}
+_ORIGINAL: dict[str, Any] = {"cls": fasta_autotune.NPUFastAutotuner}
 
 
 class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
@@ -32,14 +33,33 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
 
     _fasta_keep_configs = True
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # built by cached_autotune (unpickling passes nothing)
+            meta = kwargs.get("inductor_meta") or {}
+            if current_settings() is None or meta.get("runtime_block_arg_names"):
+                log.debug("fasta_sm: kernel %s left to torch_npu's FastA", meta.get("kernel_name", "?"))
+                return _ORIGINAL["cls"](*args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        settings = current_settings()
-        if settings is not None and self.runtime_block_arg_names:
-            log.info("fasta_sm: kernel %s has runtime block args; left to torch_npu", self.fn.__name__)
-            settings = None
         must = [i for i, c in enumerate(self.configs) if getattr(c, "from_expert", False)]
-        self._fasta_setup(settings, must, "npu")
+        self._fasta_setup(current_settings(), must, "npu")
+        if self._fasta_plan is None and must:  # not tuned after all: the expert configs, as torch_npu's own does
+            self.configs = [self._fasta_space[i] for i in must]
+
+    def _fasta_key(self, prefix: str, name: str) -> str:
+        import triton
+
+        props = self.device_props
+        return (
+            f"{prefix}/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-cores{props.multi_processor_count}"
+            f"/triton-{triton.__version__}"
+        )
+
+    def _fasta_describe(self) -> str:
+        props = self.device_props
+        return f"{type(self).__name__} on {props.type} cc{props.cc} ({props.multi_processor_count} cores)"
 
     def _fasta_bench(self, launcher: Any, *args: Any, **kwargs: Any) -> float:
         return self.bench(launcher, *args, runtime_blocks=(), **kwargs)
@@ -66,12 +86,19 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
         return None
 
 
-def install() -> None:
-    """Put FastaNPUAutotuner where torch_npu's cached_autotune picks its FastA autotuner, and switch that on."""
+def install(switch_before: bool) -> None:
+    """Put FastaNPUAutotuner where torch_npu's cached_autotune picks its FastA autotuner, and switch that on.
+
+    `switch_before` is torch_npu's switch before fasta-sm touched it (the
+    environment's FASTAUTOTUNE), which `uninstall` puts back.
+    """
+    if fasta_autotune.NPUFastAutotuner is not FastaNPUAutotuner:
+        _ORIGINAL["switch"] = switch_before
     fasta_autotune.NPUFastAutotuner = FastaNPUAutotuner
     npu_config.fasta_autotune = True
 
 
 def uninstall() -> None:
-    fasta_autotune.NPUFastAutotuner = _ORIGINAL["cls"]
-    npu_config.fasta_autotune = _ORIGINAL["switch"]
+    if fasta_autotune.NPUFastAutotuner is FastaNPUAutotuner:
+        fasta_autotune.NPUFastAutotuner = _ORIGINAL["cls"]
+        npu_config.fasta_autotune = _ORIGINAL.pop("switch", False)

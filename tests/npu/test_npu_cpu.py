@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+from fasta_sm.driver import DriverSettings
+from fasta_sm.policies.fasta.params import LIVE_DEFAULTS
+
 
 def test_import_fasta_sm_npu_needs_neither_torch_nor_torch_npu():
     code = "import sys, fasta_sm, fasta_sm.npu; print('torch' in sys.modules, 'torch_npu' in sys.modules)"
@@ -17,9 +20,10 @@ def test_import_fasta_sm_npu_needs_neither_torch_nor_torch_npu():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu is installed here")
-def test_enable_without_torch_npu_raises_a_clear_error():
+def test_enable_without_torch_npu_raises_a_clear_error(monkeypatch):
     import fasta_sm.npu
 
+    monkeypatch.delenv(fasta_sm.npu.ENV_VAR, raising=False)
     with pytest.raises(fasta_sm.npu.NPUUnavailable) as caught:
         fasta_sm.npu.enable()
     message = str(caught.value)
@@ -32,7 +36,6 @@ def test_settings_reach_a_worker_through_the_environment(monkeypatch, tmp_path):
     import json
 
     import fasta_sm.npu
-    from fasta_sm.driver import DriverSettings
 
     settings = DriverSettings(policy="random", state_dir=str(tmp_path), policy_params={"optimize_configs": True})
     monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
@@ -40,13 +43,23 @@ def test_settings_reach_a_worker_through_the_environment(monkeypatch, tmp_path):
     assert fasta_sm.npu.current_settings() == settings.to_dict()
 
 
-def test_fasta_sm_npu_alone_takes_enables_defaults_one_compile_thread_included(monkeypatch):
+def test_fasta_sm_npu_alone_takes_enables_defaults(monkeypatch):
     import fasta_sm.npu
 
     monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
     monkeypatch.delenv(fasta_sm.npu.SETTINGS_ENV, raising=False)
     settings = fasta_sm.npu.current_settings()
-    assert settings["compile_threads"] == 1 and settings["state_dir"]
+    assert settings["compile_threads"] == DriverSettings.compile_threads and settings["state_dir"]
+    assert settings["policy"] == "fasta" and settings["policy_params"] == LIVE_DEFAULTS
+
+
+def test_unreadable_settings_in_the_environment_leave_kernels_to_torch_npu(monkeypatch, caplog):
+    import fasta_sm.npu
+
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, "{not json")
+    assert fasta_sm.npu.current_settings() is None
+    assert fasta_sm.npu.SETTINGS_ENV in caplog.text
 
 
 def test_fasta_sm_npu_alone_switches_torch_npus_fasta_path_on_before_torch_npu_reads_it(monkeypatch):
