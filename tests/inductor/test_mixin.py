@@ -177,3 +177,9 @@ def test_compile_threads_one_compiles_in_the_calling_thread(table_file, tmp_path
     ok = [i for i, error in enumerate(table.errors) if not error][:3]
     kernel._fasta_compile_all(ok)
     assert seen == [threading.current_thread()] * 3
+
+
+def test_the_config_optimizer_keeps_the_integrations_own_configs(table_file, tmp_path):
+    kernel = FastaFake(table_file, tmp_path / "states", must=(0, 5))
+    policy, params = kernel._fasta_plan.policy_args()
+    assert policy == "must-measure" and params["params"]["expert_configs"] == [0, 5]
