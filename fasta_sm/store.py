@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -35,8 +36,8 @@ def default_state_dir() -> Path:
     """`$FASTA_SM_STATE_DIR`, else the per-user cache dir (`~/.cache/fasta-sm/states` on Linux)."""
     configured = os.environ.get(STATE_DIR_ENV)
     if configured:
-        return Path(configured).expanduser()
-    return Path(platformdirs.user_cache_dir("fasta-sm")) / "states"
+        return Path(configured).expanduser().absolute()
+    return Path(platformdirs.user_cache_dir("fasta-sm")).absolute() / "states"
 
 
 def default_lock_timeout() -> float:
@@ -61,7 +62,8 @@ class StateStore:
     """A directory of state files, one per kernel key."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, lock_timeout_s: float | None = None) -> None:
-        self.path = Path(path).expanduser() if path is not None else default_state_dir()
+        # absolute: a later chdir must not send checkpoints away from the lock
+        self.path = Path(path).expanduser().absolute() if path is not None else default_state_dir()
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
         self._ensure_dir()
 
@@ -91,9 +93,10 @@ class StateStore:
                 f"kernel {kernel!r}: another process has held {lock.lock_file} for over {timeout:g} s "
                 f"(raise {LOCK_TIMEOUT_ENV} to wait longer)"
             ) from None
-        except PermissionError as exc:
+        except OSError as exc:  # not writable, read-only, full
             raise StateDirError(
-                f"kernel {kernel!r}: cannot create lock {exc.filename}: state dir is not writable"
+                f"kernel {kernel!r}: cannot create lock {exc.filename or lock.lock_file}: "
+                f"state dir is not writable ({exc.strerror or exc})"
             ) from None
         try:
             yield
@@ -149,7 +152,10 @@ class StateStore:
         Why is also appended to `notes`, for the next state's record.
         """
         target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
-        os.replace(path, target)
+        try:
+            os.replace(path, target)
+        except OSError as exc:
+            raise StateDirError(f"cannot move bad state file {path} aside ({why}): {exc.strerror or exc}") from None
         log.warning("quarantined state file %s as %s (%s); the tune starts afresh", path, target, why)
         if notes is not None:
             notes.append(f"previous state quarantined as {target.name}: {why}")
@@ -178,11 +184,15 @@ class StateStore:
                     f"kernel {kernel or key!r}: cannot write state file {path}: {exc.strerror or exc}"
                 ) from None
             raise
-        dir_fd = os.open(self.path, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            dir_fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:  # the new state is in place; only its survival of a power cut is in doubt
+            log.warning("state file %s written, but its directory could not be synced (%s): a power cut may "
+                        "bring back the previous checkpoint", path, exc.strerror or exc)
         return path
 
     def discard_temp_files(self, key: str) -> None:
@@ -192,12 +202,29 @@ class StateStore:
                 leftover.unlink()
 
     def supersede(self, key: str, why: str) -> Path:
-        """Move a valid but outdated state aside (kept for reading), so a new tune can start."""
+        """Keep a valid but outdated state under a new name (for reading and carrying), so a new tune can start.
+
+        The key's file stays in place until the new tune's first checkpoint
+        replaces it: a crash in between leaves the old state to supersede again,
+        never no state at all.
+        """
         path = self.file_for(key)
         target = path.with_name(f"{path.name}.superseded-{_stamp()}")
-        os.replace(path, target)
-        log.warning("state file %s moved to %s: %s; the tune starts afresh", path, target, why)
+        try:
+            try:
+                os.link(path, target)
+            except OSError:  # a file system without hard links
+                shutil.copyfile(path, target)
+        except OSError as exc:
+            raise StateDirError(
+                f"cannot keep outdated state file {path} as {target.name}: {exc.strerror or exc}"
+            ) from None
+        log.warning("state file %s kept as %s: %s; the tune starts afresh", path, target, why)
         return target
+
+    def superseded_files(self, key: str) -> list[Path]:
+        """The key's superseded states, newest first."""
+        return sorted(self.path.glob(self.file_for(key).name + ".superseded-*"), reverse=True)
 
     def state_files(self) -> list[Path]:
         return sorted(self.path.glob("*" + STATE_SUFFIX))

@@ -176,8 +176,22 @@ def open_tune(
 def _supersede(
     store: StateStore, key: str, old: TuneState, configs: Sequence[Config], why: str, notes: list[str]
 ) -> dict[int, dict]:
-    """Set `key`'s file (holding `old`) aside as superseded; return its results for `configs`, to carry."""
+    """Set `key`'s file (holding `old`) aside as superseded; return the results to carry for `configs`.
+
+    They come from `old` and then from the key's older superseded files, so a
+    config dropped by one list change and brought back by the next is not
+    measured again.
+    """
+    older = store.superseded_files(key)
     carried = carry_results(old, configs)
+    for path in older:
+        try:
+            earlier = store.read(path)
+        except (OSError, StateFileError) as exc:
+            log.info("kernel %s: nothing carried from %s: %s", old.kernel, path.name, exc)
+            continue
+        if earlier.key == key:
+            carried = {**carry_results(earlier, configs), **carried}
     why = f"{why}; results of {len(carried)} kept"
     notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
     return carried

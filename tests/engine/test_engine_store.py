@@ -97,7 +97,7 @@ def read_only_dir(path: Path):
       xfs, btrfs, tmpfs from 6.0); where it is refused the test is skipped
       with the reason rather than faked.
     """
-    path.mkdir(mode=0o700)
+    path.mkdir(mode=0o700, exist_ok=True)
     if os.geteuid() != 0:
         path.chmod(0o500)
         try:
@@ -410,3 +410,36 @@ def test_pack_state_is_what_the_store_writes(store):
     state = sample_state()
     path = save(store, state)
     assert path.read_bytes() == pack_state(state)
+
+
+def test_a_relative_state_dir_stays_where_it_was_after_a_chdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = StateStore("states")
+    monkeypatch.chdir(tmp_path.parent)
+    assert store.path == tmp_path / "states"
+
+
+def test_a_directory_that_cannot_be_synced_after_the_rename_keeps_the_new_checkpoint(tmp_path, monkeypatch, caplog):
+    from test_engine_state import sample_state
+
+    store = StateStore(tmp_path / "states")
+    state = sample_state()
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = save(store, state)
+    assert path.read_bytes() == pack_state(state)
+    assert "could not be synced" in caplog.text
+
+
+def test_a_bad_state_file_that_cannot_be_moved_aside_is_a_state_dir_error_naming_it(tmp_path):
+    store = StateStore(tmp_path / "ro")
+    bad = store.file_for(KEY)
+    bad.write_bytes(b"not msgpack")
+    with read_only_dir(store.path), pytest.raises(StateDirError, match=re.escape(str(bad))):
+        store.load(KEY)

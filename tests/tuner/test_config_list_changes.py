@@ -59,3 +59,32 @@ def test_bad_policy_params_with_a_changed_list_leave_the_old_state_in_place(tabl
     backend = CountingBackend(table)
     tune("k", "toy_mm", table.configs, backend, policy="exhaustive", store=store)
     assert backend.compiled == table.configs[-6:]
+
+
+def test_a_config_dropped_by_one_change_and_restored_by_the_next_is_not_measured_again(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
+    tune("k", "toy_mm", table.configs[:20], ReplayBackend(table), policy="exhaustive", store=store)
+    backend = CountingBackend(table)
+    tune("k", "toy_mm", table.configs, backend, policy="exhaustive", store=store)
+    assert backend.compiled == [] and backend.timed == []
+
+
+def test_a_crash_before_the_new_tunes_first_checkpoint_keeps_the_old_state_to_carry(table_file, state_dir,
+                                                                                  monkeypatch):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("k", "toy_mm", table.configs[:-6], ReplayBackend(table), policy="exhaustive", store=store)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(StateStore, "write", crash)
+        with pytest.raises(KeyboardInterrupt):
+            tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
+    assert store.file_for("k").exists()
+    backend = CountingBackend(table)
+    tune("k", "toy_mm", table.configs, backend, policy="exhaustive", store=store)
+    assert backend.compiled == table.configs[-6:]
