@@ -33,7 +33,7 @@ from typing import Any
 from .config import Config
 from .errors import FastaError, LockTimeout
 from .machine import DEFAULT_CHUNK
-from .policies import policy_names
+from .policies import make_policy, policy_names
 from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import TuneState
 from .store import StateStore
@@ -76,6 +76,20 @@ def integration_params(
             raise ValueError(f"policy_params[{name!r}]={value!r}: must be a plain, finite Python literal")
         plain[name] = value
     return {**(fasta_defaults if policy == "fasta" else {}), **plain}
+
+
+def whole_number(name: str, value: Any, least: int) -> int:
+    """An integration setting that is written into kernel source: a plain int (numpy's too), at least `least`."""
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name}={value!r} must be a whole number ≥ {least}")
+    return value
+
+
+def check_policy(policy: str, params: Mapping[str, Any]) -> None:
+    """Refuse an unknown policy or parameter when an integration is switched on, not once per kernel later."""
+    make_policy(policy, [Config({"XBLOCK": 1}), Config({"XBLOCK": 2})], params)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,15 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..driver import DriverSettings, call_after_import, default_policy, env_flag, integration_params
+from ..driver import (
+    DriverSettings,
+    call_after_import,
+    check_policy,
+    default_policy,
+    env_flag,
+    integration_params,
+    whole_number,
+)
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 
@@ -64,30 +72,25 @@ def enable(
             max_configs = int(raw)
         except ValueError:
             raise ValueError(f"${MAX_CONFIGS_ENV}={raw!r} is not a whole number") from None
-    if max_configs < 1:
-        raise ValueError(f"max_configs={max_configs!r} must be at least 1")
     policy = policy or default_policy()
     params = integration_params(policy, policy_params, FASTA_DEFAULTS)
+    check_policy(policy, params)
     settings = DriverSettings(
         policy=policy,
         policy_params=params,
-        seed=seed,
+        seed=whole_number("seed", seed, 0),
         state_dir=str(StateStore(state_dir).path),
-        max_configs=max_configs,
-        chunk_size=chunk_size,
+        max_configs=whole_number("max_configs", max_configs, 1),
+        chunk_size=whole_number("chunk_size", chunk_size, 1),
     )
     from torch._inductor.codegen import triton as codegen_triton
-    from torch._inductor.runtime import triton_heuristics
 
     from . import autotuner
     from .codegen import patched_codegen_kernel
 
     kernel_cls = codegen_triton.TritonKernel
     if _saved is None:
-        _saved = {
-            "codegen_kernel": kernel_cls.__dict__.get("codegen_kernel"),
-            "cached_autotune": triton_heuristics.cached_autotune,
-        }
+        _saved = {"codegen_kernel": kernel_cls.__dict__.get("codegen_kernel")}
         kernel_cls.codegen_kernel = patched_codegen_kernel(kernel_cls.codegen_kernel, current_settings)
     autotuner.install()
     _settings = settings
@@ -101,14 +104,15 @@ def disable() -> None:
     if _saved is None:
         return
     from torch._inductor.codegen import triton as codegen_triton
-    from torch._inductor.runtime import triton_heuristics
+
+    from . import autotuner
 
     kernel_cls = codegen_triton.TritonKernel
     if _saved["codegen_kernel"] is None:
         del kernel_cls.codegen_kernel
     else:
         kernel_cls.codegen_kernel = _saved["codegen_kernel"]
-    triton_heuristics.cached_autotune = _saved["cached_autotune"]
+    autotuner.uninstall()
     _saved, _settings = None, None
 
 
@@ -150,8 +154,8 @@ def _enable_from_environment() -> None:
         return
     try:
         enable()
-    except ValueError as exc:
-        log.warning("%s=1 but fasta-sm stays off: %s", ENV_VAR, exc)
+    except Exception as exc:  # noqa: BLE001  a bad setting (value, state dir, policy) must not break Inductor
+        log.warning("%s=1 but fasta-sm stays off: %s: %s", ENV_VAR, type(exc).__name__, exc)
 
 
 __all__ = ["ENV_VAR", "autoload", "current_settings", "disable", "enable", "enabled", "is_enabled"]

@@ -124,7 +124,3 @@ def install() -> None:
 
 def uninstall() -> None:
     triton_heuristics.cached_autotune = ORIGINAL_CACHED_AUTOTUNE
-
-
-def installed() -> bool:
-    return triton_heuristics.cached_autotune is cached_autotune

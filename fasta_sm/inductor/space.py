@@ -126,7 +126,8 @@ def generate_space(
     floors: Mapping[str, int] | None = None,
     max_configs: int = 64,
 ) -> list[Config]:
-    """Inductor's `defaults` first, then generated configs, at most `max_configs` in all.
+    """Inductor's `defaults` first, then generated configs up to `max_configs` in all (the defaults are kept even
+    when they alone are more).
 
     Returns the defaults alone when they disagree on anything but blocks,
     warps and stages (a kernel variant this generator does not understand).

@@ -23,7 +23,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..driver import DriverSettings, call_after_import, default_policy, env_flag, integration_params
+from ..driver import (
+    DriverSettings,
+    call_after_import,
+    check_policy,
+    default_policy,
+    env_flag,
+    integration_params,
+    whole_number,
+)
 from ..errors import FastaError
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
@@ -78,6 +86,7 @@ def enable(
     if optimize_configs:
         params["optimize_configs"] = True
     settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size)
+    check_policy(settings.policy, settings.policy_params)
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1", UB_BITS_ENV: "1"}
     before = {name: os.environ.get(name) for name in wanted}
     switch_before = _switch_now(before[NPU_SWITCH_ENV])
@@ -138,9 +147,9 @@ def _settings(
     return DriverSettings(
         policy=policy,
         policy_params=integration_params(policy, policy_params, LIVE_DEFAULTS),
-        seed=seed,
+        seed=whole_number("seed", seed, 0),
         state_dir=str(StateStore(state_dir).path),
-        chunk_size=chunk_size,
+        chunk_size=whole_number("chunk_size", chunk_size, 1),
     )
 
 

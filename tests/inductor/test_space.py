@@ -35,6 +35,10 @@ def kernels(draw):
     return kind, hints, default, limits, draw(st.integers(1, 200))
 
 
+TILE_CAP = {"pointwise": 4096, "reduction": 8192, "persistent_reduction": 8192}
+"""The documented caps, written out here rather than read from the module under test."""
+
+
 @settings(max_examples=150, deadline=None)
 @given(kernels())
 def test_generated_configs_are_legal(case):
@@ -46,6 +50,12 @@ def test_generated_configs_are_legal(case):
     for config in space[1:]:
         assert set(config.kwargs) == set(default.kwargs), "no kwarg the kernel lacks is ever added"
         assert is_legal(kind, config, hints, limits, {}, max(8192, tile_numel(kind, default.kwargs, hints)))
+        numel = tile_numel(kind, config.kwargs, hints)
+        assert numel <= max(TILE_CAP[kind], tile_numel(kind, default.kwargs, hints)), "docs/inductor.md's cap"
+        whole = 1
+        for block in config.kwargs:
+            whole *= min(next_pow2(hints[AXIS_OF_BLOCK[block]]), MAX_BLOCK[block])
+        assert numel >= min(128, whole), "no tile below 128 elements unless the whole kernel is smaller"
         for block, value in config.kwargs.items():
             size = hints[AXIS_OF_BLOCK[block]]
             assert value & (value - 1) == 0 and value <= MAX_BLOCK[block]

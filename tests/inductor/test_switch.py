@@ -19,6 +19,7 @@ from torch._inductor.runtime.hints import DeviceProperties
 from triton.runtime.jit import JITFunction
 
 import fasta_sm.inductor as fi
+from fasta_sm.errors import PolicyError
 from fasta_sm.inductor.autotuner import FastaCachingAutotuner
 from fasta_sm.inductor.codegen import HOOK_LINE, rewrite_source
 
@@ -192,3 +193,38 @@ def test_a_bad_max_configs_in_the_environment_leaves_fasta_sm_off_not_inductor_b
     fi._enable_from_environment()
     assert not fi.is_enabled()
     assert "FASTA_SM_INDUCTOR_MAX_CONFIGS='abc'" in caplog.text
+
+
+def test_an_unusable_state_dir_in_the_environment_leaves_fasta_sm_off_not_inductor_broken(tmp_path, monkeypatch,
+                                                                                          caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("FASTA_SM_STATE_DIR", str(blocker / "states"))
+    fi._enable_from_environment()
+    assert not fi.is_enabled() and str(blocker) in caplog.text
+
+
+def test_numpy_whole_numbers_in_the_settings_are_written_as_plain_ints(tmp_path):
+    import numpy as np
+
+    settings = fi.enable(state_dir=tmp_path, seed=np.int64(3), max_configs=np.int64(8))
+    assert type(settings.seed) is int and settings.seed == 3 and type(settings.max_configs) is int
+    assert "np." not in rewrite_source(SOURCE_WITH_HEURISTIC, fi.current_settings())
+
+
+@pytest.mark.parametrize(("setting", "match"), [({"policy": "fsta"}, "unknown policy 'fsta'"),
+                                                ({"policy_params": {"roundz": 2}}, "unknown parameter 'roundz'")])
+def test_an_unknown_policy_or_parameter_is_refused_by_enable_itself(setting, match, tmp_path):
+    with pytest.raises(PolicyError, match=match):
+        fi.enable(state_dir=tmp_path, **setting)
+    assert not fi.is_enabled()
+
+
+def test_disable_puts_back_inductors_cached_autotune_even_after_the_hook_loaded_first(tmp_path):
+    from fasta_sm.inductor import autotuner
+
+    original = autotuner.ORIGINAL_CACHED_AUTOTUNE
+    autotuner.install()  # what importing fasta_sm.inductor.hook does, from a cached kernel's source
+    fi.enable(state_dir=tmp_path)
+    fi.disable()
+    assert triton_heuristics.cached_autotune is original
