@@ -20,6 +20,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from . import __version__
 from .data import DEFAULT_TABLE, table_names, table_path
@@ -30,8 +31,9 @@ from .state import TuneState
 from .store import StateStore
 from .triton.cli import record_command
 
-console = Console()
-notes = Console(stderr=True)
+console = Console(markup=False)
+"""No markup: kernel names, errors and file names are data, and `[...]` in them must print as it is."""
+notes = Console(stderr=True, markup=False)
 """Where a command says what it wrote, so that its standard output stays what it prints (JSON, say)."""
 state_dir_option = click.option(
     "--state-dir",
@@ -47,10 +49,12 @@ state_dir_option = click.option(
 def main(verbose: bool) -> None:
     """Durable, sample-efficient autotuning for Triton kernels."""
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
+        level=logging.WARNING,
         format="%(message)s",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False, markup=False)],
     )
+    if verbose:  # fasta-sm's own steps; the state machine library's callbacks stay quiet
+        logging.getLogger("fasta_sm").setLevel(logging.INFO)
 
 
 @main.command()
@@ -81,11 +85,11 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     key = f"replay/{replay.kernel}/{replay.fingerprint}/{policy}/seed={seed}/budget={budget}/noise={noise}"
     n = len(replay.configs)
     with Progress(
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[position]}"),
-        TextColumn("best {task.fields[best]}"),
+        TextColumn("{task.fields[position]}", markup=False),
+        TextColumn("best {task.fields[best]}", markup=False),
         TimeElapsedColumn(),
         console=console,
         transient=True,
@@ -118,7 +122,10 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     summary = Table.grid(padding=(0, 2))
     summary.add_row("kernel", f"{replay.kernel}  ({replay.meta.get('device', '?')}, {n} configs)")
     summary.add_row(
-        "state", f"{store.file_for(key)}" + ("  [green](reused: nothing compiled or timed)" if result.reused else "")
+        "state",
+        Text.assemble(
+            str(store.file_for(key)), ("  (reused: nothing compiled or timed)" if result.reused else "", "green")
+        ),
     )
     summary.add_row("winner", f"#{result.best_index} {result.best_config.label()}")
     summary.add_row("measured", f"{format_us(result.best_us)} (recorded mean {format_us(picked_true)})")
@@ -144,19 +151,21 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
 @main.command("ls")
 @state_dir_option
 def list_states(state_dir: Path | None) -> None:
-    """One line per state file: kernel, position, measured/N, best, age, lock."""
-    store = StateStore(state_dir)
-    table = Table("file", "kernel", "phase", "round", "measured/N", "best", "age", "locked", box=None)
+    """One line per state file: kernel, policy, position, measured/N, best, age, lock."""
+    store = _existing_store(state_dir)
+    table = Table("file", "kernel", "policy", "position", "round", "measured/N", "best", "age", "locked", box=None)
+    table.columns[0].no_wrap = True  # the name is what `show` takes: never cut it
     for path in store.state_files():
         locked = "yes" if store.is_locked(path) else "no"
         try:
             state = store.read(path)
         except StateFileError as exc:
-            table.add_row(path.name, f"[red]unreadable: {exc}", "", "", "", "", "", locked)
+            table.add_row(path.name, Text(f"unreadable: {exc}", style="red"), "", "", "", "", "", "", locked)
             continue
         table.add_row(
             path.name,
             state.kernel,
+            f"{state.policy} seed {state.seed}",
             state.position(),
             str(state.round),
             f"{state.measured_count()}/{state.n_configs}",
@@ -164,7 +173,7 @@ def list_states(state_dir: Path | None) -> None:
             age_of(state),
             locked,
         )
-    console.print(table)
+    _print_table(table)
 
 
 @main.command()
@@ -176,26 +185,35 @@ def list_states(state_dir: Path | None) -> None:
     default=None,
     help="Draw measured vs predicted durations per round to a PNG or SVG.",
 )
-@click.option("--top", default=20, show_default=True, help="Measured configs to list (all with --json).")
+@click.option(
+    "--top",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Measured configs to list (all with --json).",
+)
 @state_dir_option
 def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir: Path | None) -> None:
     """One state in full: position, rounds, measured configs by speed, failures, why it stopped."""
-    store = StateStore(state_dir)
-    path = store.resolve(key_or_file)
+    given = Path(key_or_file).expanduser()
+    directory = _state_dir_path(state_dir)
+    in_store = not given.is_file() and directory.is_dir()
+    path = StateStore(directory, lock_timeout_s=0).resolve(key_or_file) if in_store else given
     try:
-        state = store.read(path)
+        state = StateStore.read(path)
     except FileNotFoundError:
-        if key_or_file.endswith(".fsm") or ("/" in key_or_file and Path(key_or_file).parent.is_dir()):
+        if key_or_file.endswith(".fsm") or ("/" in key_or_file and given.parent.is_dir()):
             raise click.ClickException(f"no state file {key_or_file!r}") from None
-        raise click.ClickException(f"no state file for the key {key_or_file!r} (looked for {path})") from None
+        where = f"looked for {path}" if in_store else f"no state dir {directory}"
+        raise click.ClickException(f"no state file for the key {key_or_file!r} ({where})") from None
     if plot is not None:
         from .plot import plot_tune
 
         try:
-            plot_tune(state, plot)
+            written = plot_tune(state, plot)
         except (ImportError, ValueError) as exc:
             raise click.ClickException(f"--plot {plot}: {exc}") from None
-        notes.print(f"wrote {plot}")
+        notes.print(f"wrote {written}")
     if as_json:
         click.echo(json.dumps(state_to_json(state), indent=2, sort_keys=True))
         return
@@ -223,9 +241,19 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         f"compile {state.cost.compile_s:.2f} s, benchmark {state.cost.benchmark_s:.2f} s, "
         f"policy {state.cost.policy_s * 1000:.1f} ms",
     )
-    head.add_row("stopped", state.stop_reason or "(running)")
+    if state.done:
+        head.add_row("stopped", state.stop_reason or "-")
+    else:
+        head.add_row("stopped", "(not finished: resumes at the position above)")
+        timed = set(state.round_done)
+        waiting = [i for i in state.pending if i not in timed]
+        head.add_row(
+            "pending",
+            f"{len(state.pending)} configs in this round ({len(timed & set(state.pending))} timed): "
+            + (", ".join(f"#{i}" for i in waiting[:12]) + (" …" if len(waiting) > 12 else "") if waiting else "-"),
+        )
     if state.last_error:
-        head.add_row("last error", f"[red]{state.last_error}")
+        head.add_row("last error", Text(state.last_error, style="red"))
     for note in state.restarts:
         head.add_row("restarted", note)
     console.print(head)
@@ -248,26 +276,53 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         "config",
         "mean",
         "timings",
-        "predicted",
+        "pred @ pick",
+        "final pred",
         "compile s",
-        title=f"Measured, fastest first (top {top} of {state.measured_count()})",
+        title=f"Measured, fastest first (top {min(top, state.measured_count())} of {state.measured_count()})",
     )
+    at_pick = _predicted_at_pick(state)
     for index in sorted(state.durations, key=lambda i: (state.mean_us(i), i))[:top]:
-        predicted = state.predicted_us[index] if state.predicted_us else None
+        final = state.predicted_us[index] if state.predicted_us else None
         measured.add_row(
             str(index),
             state.configs[index].label(),
             format_us(state.mean_us(index)),
             str(len(state.durations[index])),
-            format_us(predicted),
+            format_us(at_pick.get(index)),
+            format_us(final),
             f"{state.compiled.get(index, float('nan')):.2f}",
         )
     console.print(measured)
     if state.failed:
         failed = Table("#", "config", "error", title="Failed")
         for index in sorted(state.failed):
-            failed.add_row(str(index), state.configs[index].label(), state.failed[index][:120])
+            failed.add_row(str(index), state.configs[index].label(), state.failed[index])
         console.print(failed)
+
+
+def _predicted_at_pick(state: TuneState) -> dict[int, float]:
+    """What the model predicted for each config in the round that first picked it (before it was measured)."""
+    at_pick: dict[int, float] = {}
+    for record in state.rounds:
+        for index, predicted in zip(record.batch, record.predicted_us):
+            if math.isfinite(predicted):
+                at_pick.setdefault(index, predicted)
+    return at_pick
+
+
+def _state_dir_path(state_dir: Path | None) -> Path:
+    from .store import default_state_dir
+
+    return state_dir.expanduser() if state_dir is not None else default_state_dir()
+
+
+def _existing_store(state_dir: Path | None) -> StateStore:
+    """The store a reading command looks in: never created by looking (a typo must not make a directory)."""
+    path = _state_dir_path(state_dir)
+    if not path.is_dir():
+        raise click.ClickException(f"no state dir {path}" + (" (it is not a directory)" if path.exists() else ""))
+    return StateStore(path, lock_timeout_s=0)
 
 
 @main.command()
@@ -280,13 +335,15 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
 )
 def graph(fmt: str, out: Path | None) -> None:
     """Draw the tuning machine: mermaid text always, PNG or SVG where graphviz is installed."""
-    from .diagram import draw_machine
+    from .diagram import MissingGraphviz, draw_machine
 
     if fmt != "mermaid" and out is None:
         raise click.UsageError(f"--format {fmt} needs --out FILE")
+    if out is not None and not out.expanduser().absolute().parent.is_dir():
+        raise click.ClickException(f"--out {out}: no directory {out.parent}")
     try:
         result = draw_machine(fmt, out)
-    except ImportError as exc:
+    except (ImportError, MissingGraphviz) as exc:
         raise click.ClickException(str(exc)) from None
     if out is None:
         click.echo(result)
@@ -307,12 +364,16 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     """Where the tuning time went, per kernel and in total, against exhaustive tuning."""
     from .report import REPORT_COLUMNS, report_rows
 
-    store = StateStore(state_dir)
-    rows = report_rows(store)
+    store = _existing_store(state_dir)
+    if csv_out is not None and not csv_out.expanduser().absolute().parent.is_dir():
+        raise click.ClickException(f"--csv {csv_out}: no directory {csv_out.parent}")
+    rows, unreadable = report_rows(store)
     table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
     for row in rows:
         table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
-    console.print(table)
+    _print_table(table)
+    for why in unreadable:
+        notes.print(Text(f"skipped, unreadable: {why}", style="yellow"), soft_wrap=True)
     if csv_out is not None:
         with csv_out.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(REPORT_COLUMNS))
@@ -332,7 +393,14 @@ def _finite_or_null(value: object) -> object:
     return value
 
 
+def _print_table(table: Table) -> None:
+    """A table of file names and keys: into a pipe or a file it is printed wide, never cut to 80 columns."""
+    (console if console.is_terminal else Console(markup=False, width=max(console.width, 240))).print(table)
+
+
 def _cell(value: object) -> str:
+    if value is None:
+        return "-"
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
@@ -387,8 +455,10 @@ def bench_command(
         raise click.BadParameter(f"{policies!r}: name each policy once, at least one", param_hint="--policies")
     if "exhaustive" in names:
         raise click.BadParameter(EXHAUSTIVE_IN_BENCH, param_hint="--policies")
+    if json_out is not None and not json_out.expanduser().absolute().parent.is_dir():
+        raise click.ClickException(f"--json {json_out}: no directory {json_out.parent}")
     with Progress(
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -437,5 +507,5 @@ def run() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except (FastaError, OSError) as exc:
-        notes.print(f"[red]error:[/red] {exc}", soft_wrap=True, highlight=False)
+        notes.print(Text.assemble(("error:", "red"), f" {exc}"), soft_wrap=True, highlight=False)
         sys.exit(1)

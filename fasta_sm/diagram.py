@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import FastaError
 from .machine import STATES, TRANSITIONS
+
+
+class MissingGraphviz(FastaError):
+    """The graphviz package is there but its `dot` program is not."""
 
 
 class _Model:
@@ -44,5 +49,12 @@ def draw_machine(fmt: str = "mermaid", out: Path | None = None) -> str:
         return text
     if out is None:
         raise ValueError(f"--format {fmt} needs --out FILE")
-    graph.draw(str(out), format=fmt, prog="dot")
+    import graphviz
+
+    try:
+        graph.draw(str(out), format=fmt, prog="dot")
+    except graphviz.ExecutableNotFound:
+        raise MissingGraphviz(
+            f"--format {fmt} needs Graphviz's dot program (apt-get install graphviz); --format mermaid does not"
+        ) from None
     return str(out)

@@ -18,6 +18,8 @@ from .state import TuneState
 
 def plot_tune(state: TuneState, out: Path) -> Path:
     """Draw `state` to `out` (PNG or SVG, by its suffix); needs matplotlib."""
+    if Path(out).suffix.lower() not in (".png", ".svg"):
+        raise ValueError("name a file ending in .png or .svg")
     try:
         import matplotlib
 
@@ -116,6 +118,11 @@ def plot_tune(state: TuneState, out: Path) -> Path:
             s=16,
             color=[colours[measured_round[i]] for i in ordered],
         )
+        if state.best in ordered:
+            right.scatter(
+                [ordered.index(state.best)], [state.best_us], marker="*", s=260, color="crimson", edgecolor="black",
+                zorder=5,
+            )
         right.set_xlabel("measurement order")
     right.set_ylabel("duration (µs)")
     right.set_title("The space: predicted and measured")

@@ -20,9 +20,9 @@ from .store import StateStore
 REPORT_COLUMNS = (
     "kernel",
     "position",
-    "evaluations",
+    "timings",
     "configs",
-    "evals_pct",
+    "timings_pct",
     "compile_s",
     "benchmark_s",
     "policy_s",
@@ -31,6 +31,7 @@ REPORT_COLUMNS = (
     "saved_s",
     "cost_pct",
 )
+"""`timings` counts re-timings too, so `timings_pct` is not `bench`'s `evals_pct` (configs over N)."""
 
 
 @dataclass(frozen=True)
@@ -58,35 +59,42 @@ def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts
     return TuneCosts(spent_s=spent, exhaustive_s=exhaustive_s)
 
 
-def report_rows(store: StateStore) -> list[dict[str, Any]]:
-    """One row per readable state file, then a TOTAL row."""
-    rows = []
+def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per readable state file, then a TOTAL row; and the files that could not be read.
+
+    Seconds saved are counted for finished tunes only (None for the others):
+    an unfinished tune has not yet spent what it will.
+    """
+    rows, unreadable = [], []
     for path in store.state_files():
         try:
             state = store.read(path)
-        except StateFileError:
+        except StateFileError as exc:
+            unreadable.append(str(exc))
             continue
         costs = tune_costs(state)
         rows.append(
             {
                 "kernel": state.kernel,
                 "position": state.position(),
-                "evaluations": state.evaluations(),
+                "timings": state.evaluations(),
                 "configs": state.n_configs,
-                "evals_pct": 100.0 * state.evaluations() / state.n_configs,
+                "timings_pct": 100.0 * state.evaluations() / state.n_configs,
                 "compile_s": state.cost.compile_s,
                 "benchmark_s": state.cost.benchmark_s,
                 "policy_s": state.cost.policy_s,
                 "total_s": state.cost.total_s,
                 "exhaustive_s": costs.exhaustive_s,
-                "saved_s": costs.exhaustive_s - costs.spent_s,
+                "saved_s": costs.exhaustive_s - costs.spent_s if state.done else None,
                 "cost_pct": costs.spent_pct,
             }
         )
     if rows:
-        total = {c: sum(r[c] for r in rows) for c in REPORT_COLUMNS if isinstance(rows[0][c], (int, float))}
-        total["evals_pct"] = 100.0 * total["evaluations"] / total["configs"]
+        numbers = [c for c in REPORT_COLUMNS if c not in ("kernel", "position")]
+        total = {c: sum(r[c] for r in rows if r[c] is not None) for c in numbers}
+        total["timings_pct"] = 100.0 * total["timings"] / total["configs"]
         spent = total["compile_s"] + total["benchmark_s"]
         total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else float("nan")
-        rows.append({"kernel": "TOTAL", "position": f"{len(rows)} tunes", **total})
-    return rows
+        finished = sum(r["saved_s"] is not None for r in rows)
+        rows.append({"kernel": "TOTAL", "position": f"{len(rows)} tunes, {finished} finished", **total})
+    return rows, unreadable

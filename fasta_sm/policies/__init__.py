@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,8 +39,11 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
         raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
     try:
         return factory(list(configs), **dict(params or {}))
-    except TypeError as exc:
-        raise PolicyError(f"policy {name!r}: bad parameters {dict(params or {})!r}: {exc}") from None
+    except TypeError:
+        takes = [p for p in list(inspect.signature(factory).parameters)[1:] if p != "kwargs"]
+        raise PolicyError(
+            f"policy {name!r} takes {', '.join(takes) or 'no parameters'}; got {dict(params or {})!r}"
+        ) from None
 
 
 def _load_builtin() -> None:

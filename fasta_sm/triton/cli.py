@@ -56,7 +56,12 @@ def _spec_path(spec: str) -> str:
     default=None,
     help="Compile workers (default: FASTA_COMPILE_WORKERS, else usable cores less two).",
 )
-@click.option("--limit", type=int, default=None, help="Record only an evenly spaced subset of N configs (smoke runs).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Record only an evenly spaced subset of N configs (smoke runs).",
+)
 @click.option("--no-check", is_flag=True, help="Skip checking each config's output against the reference.")
 @click.option("--deadline-s", type=float, default=None, help="Start no new kernel after this many seconds.")
 def record_command(
@@ -78,9 +83,14 @@ def record_command(
     """
     import torch
 
-    from .compile_pool import CompilePool
+    from .compile_pool import CompilePool, interpreting
     from .record import record, spread, write_table
     from .spec import load_spec
+
+    if device == "cpu" and not interpreting():
+        raise click.BadParameter("cpu needs Triton's interpreter: run with TRITON_INTERPRET=1", param_hint="--device")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise click.BadParameter(f"{device}: torch sees no CUDA device here", param_hint="--device")
 
     command = shlex.join(sys.argv)
     pool = CompilePool(workers)

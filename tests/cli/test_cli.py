@@ -195,3 +195,71 @@ def test_report_to_a_missing_dir_is_one_line_naming_the_file(table_file, state_d
     tune(table_file, state_dir)
     done = fasta_sm("report", "--state-dir", str(state_dir), "--csv", str(tmp_path / "no" / "r.csv"))
     assert done.returncode == 1 and "r.csv" in done.stderr and "Traceback" not in done.stderr
+
+
+CORPUS = Path(__file__).resolve().parents[2] / "states"
+
+
+def test_square_brackets_in_an_error_print_as_they_are(tmp_path):
+    bad = tmp_path / "[bench].json"
+    bad.write_text("{not json")
+    done = fasta_sm("tune", "--replay", str(bad), "--state-dir", str(tmp_path / "s"))
+    assert done.returncode == 1 and "[bench].json" in done.stderr
+
+
+def test_reading_commands_never_create_a_missing_state_dir(tmp_path):
+    missing = tmp_path / "typo" / "dir"
+    for command in ("ls", "report"):
+        result = CliRunner().invoke(main, [command, "--state-dir", str(missing)])
+        assert result.exit_code == 1 and "no state dir" in result.output
+    assert not (tmp_path / "typo").exists()
+
+
+def test_show_lists_the_configs_an_unfinished_round_still_has_to_time():
+    out = invoke("show", str(CORPUS / "v1-handler-error.fsm"))
+    assert "not finished" in out and "#126, #180" in out
+
+
+def test_show_gives_the_prediction_made_when_a_config_was_picked_beside_the_final_one(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = invoke("show", str(CORPUS / "v1-handler-error.fsm"), "--top", "1")
+    assert "pred @ pick" in out and "176.27 µs" in out and "225.01 µs" in out
+
+
+def test_show_needs_a_positive_top():
+    assert "--top" in refused("show", str(CORPUS / "v1-handler-error.fsm"), "--top", "0")
+
+
+def test_verbose_logs_fasta_sm_steps_not_the_state_machine_librarys(table_file, tmp_path):
+    done = fasta_sm("-v", "tune", "--replay", str(table_file), "--state-dir", str(tmp_path / "s"))
+    assert done.returncode == 0 and "Executed callback" not in done.stderr
+
+
+def test_report_counts_no_savings_for_unfinished_tunes_and_names_unreadable_files(tmp_path):
+    states = tmp_path / "s"
+    states.mkdir()
+    shutil.copy(CORPUS / "v1-handler-error.fsm", states / "a.fsm")
+    (states / "b.fsm").write_bytes(b"garbage")
+    out_csv = tmp_path / "r.csv"
+    done = fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv))
+    assert done.returncode == 0 and "b.fsm" in done.stderr
+    rows = list(csv.DictReader(out_csv.open()))
+    assert rows[0]["saved_s"] == "" and float(rows[1]["saved_s"]) == 0.0
+
+
+def test_output_files_in_a_missing_directory_are_refused_before_any_work(tmp_path, table_file):
+    done = fasta_sm("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "random",
+                    "--json", str(tmp_path / "no" / "x.json"))
+    assert done.returncode == 1 and "no directory" in done.stderr and "Per kernel" not in done.stdout
+    done = fasta_sm("graph", "--out", str(tmp_path / "no" / "g.mmd"))
+    assert done.returncode == 1 and not (tmp_path / "no").exists()
+
+
+def test_a_policy_given_parameters_it_does_not_take_says_which_it_takes(table_file, state_dir):
+    done = fasta_sm("tune", "--replay", str(table_file), "--policy", "exhaustive", "--budget", "0.1",
+                    "--state-dir", str(state_dir))
+    assert done.returncode == 1 and "policy 'exhaustive' takes no parameters" in done.stderr
+
+
+def test_record_refuses_a_limit_below_one():
+    assert "--limit" in refused("record", "rmsnorm", "--out", "x", "--limit", "0")
