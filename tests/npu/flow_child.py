@@ -1,0 +1,105 @@
+"""One scenario of fasta-sm over the torch_npu stand-in, in a process of its own; prints what it saw as JSON.
+
+    python flow_child.py SCENARIO TABLE STATE_DIR
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from types import SimpleNamespace
+
+scenario, table_path, state_dir = sys.argv[1:4]
+os.environ["STANDIN_TABLE"] = table_path
+seen: dict = {}
+
+
+def configs(expert=(0, 5), twins=False):
+    from fasta_sm.backends.replay import load_table
+
+    table = load_table(table_path)
+    out = [SimpleNamespace(kwargs=dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages,
+                           from_expert=i in expert) for i, c in enumerate(table.configs)]
+    if twins:
+        out.append(SimpleNamespace(**vars(out[1])))
+    return out
+
+
+def build(space, **meta):
+    from torch_npu._inductor.runtime import triton_heuristics
+
+    fn = SimpleNamespace(__name__="triton_poi_0", fn=object())
+    return triton_heuristics.cached_autotune(
+        {"x": 1024}, space, {}, "pointwise", inductor_meta={"kernel_name": "triton_poi_0", **meta}
+    )(fn)
+
+
+def quiet_device_guard():
+    from fasta_sm.npu.autotuner import FastaNPUAutotuner
+
+    FastaNPUAutotuner._fasta_device_guard = lambda self: contextlib.nullcontext()
+
+
+if scenario == "tune":
+    import fasta_sm.npu
+
+    fasta_sm.npu.enable(state_dir=state_dir)
+    quiet_device_guard()
+    from torch_npu._inductor.runtime import triton_heuristics as th
+
+    space = configs()
+    kernel = build(space)
+    seen["class"] = type(kernel).__name__
+    kernel.precompile(warm_cache_only=True)  # the compile worker's half
+    seen["worker_compiles"] = th.CALLS["compile"]
+    kernel.precompile()
+    seen["ran"] = kernel.run(stream=0)[1]
+    seen["best"] = dict(kernel.best_launcher.config.kwargs) | {"num_warps": kernel.best_launcher.config.num_warps}
+    seen["saved"] = len(th.SAVED)
+    seen["compiles"], seen["benches"] = th.CALLS["compile"], th.CALLS["bench"]
+    kernel.run(stream=0)
+    seen["benches_after_second_run"] = th.CALLS["bench"]
+    seen["n"] = len(space)
+elif scenario == "declined":
+    import fasta_sm.npu
+
+    fasta_sm.npu.enable(state_dir=state_dir)
+    seen["runtime_blocks"] = type(build(configs(), runtime_block_arg_names=["R0_BLOCK"])).__name__
+    os.environ.pop(fasta_sm.npu.ENV_VAR)
+    seen["switched_off"] = type(build(configs())).__name__
+elif scenario == "not_convertible":
+    import fasta_sm.npu
+
+    fasta_sm.npu.enable(state_dir=state_dir)
+    kernel = build(configs(expert=(0, 5), twins=True))
+    seen["configs"] = [dict(c.kwargs) | {"num_warps": c.num_warps} for c in kernel.configs]
+elif scenario == "disable":
+    import fasta_sm.npu
+
+    fasta_sm.npu.enable(state_dir=state_dir)
+    fasta_sm.npu.disable()
+    from torch_npu._inductor import config
+    from torch_npu._inductor.runtime import fasta_autotune
+
+    seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
+    seen["switch"] = config.fasta_autotune
+    seen["env"] = {name: os.environ.get(name) for name in ("FASTAUTOTUNE", "FASTA_SM_NPU", "ENABLE_PRINT_UB_BITS")}
+elif scenario == "autoload":
+    import fasta_sm.npu
+
+    fasta_sm.npu.autoload()  # as torch's backend entry point runs it, with only FASTA_SM_NPU=1 set
+    import torch_npu._inductor  # noqa: F401  torch_npu's own import at the first torch.compile
+    from torch_npu._inductor.runtime import fasta_autotune
+
+    seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
+elif scenario == "enable_fails":
+    import fasta_sm.npu
+
+    try:
+        fasta_sm.npu.enable(state_dir=state_dir)
+    except fasta_sm.npu.NPUUnavailable as exc:
+        seen["error"] = str(exc)
+    seen["env"] = {name: os.environ.get(name) for name in ("FASTAUTOTUNE", "FASTA_SM_NPU", "ENABLE_PRINT_UB_BITS")}
+print(json.dumps(seen))

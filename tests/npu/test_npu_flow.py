@@ -1,0 +1,72 @@
+"""FastaNPUAutotuner through torch_npu's own flow, over a stand-in torch_npu (tests/npu/standin; no Ascend here).
+
+The stand-in mirrors the seams test_contract.py checks against the published
+wheels; each scenario runs in a fresh process, as torch_npu's switch and
+slot are process state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fasta_sm.backends.replay import load_table
+from fasta_sm.store import StateStore
+
+HERE = Path(__file__).resolve().parent
+SWITCHES = ("FASTAUTOTUNE", "FASTA_SM_NPU", "FASTA_SM_NPU_SETTINGS", "ENABLE_PRINT_UB_BITS", "STANDIN_BACKEND_ERROR")
+
+
+def scenario(name, table_file, state_dir, **env):
+    clean = {k: v for k, v in os.environ.items() if k not in SWITCHES}
+    clean["PYTHONPATH"] = os.pathsep.join([str(HERE / "standin"), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, str(HERE / "flow_child.py"), name, str(table_file), str(state_dir)],
+                          capture_output=True, text=True, timeout=120, env={**clean, **env})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_kernel_is_tuned_once_its_winner_recorded_as_torch_npu_records_it(table_file, state_dir):
+    seen = scenario("tune", table_file, state_dir)
+    table = load_table(table_file)
+    (state_file,) = StateStore(state_dir).state_files()
+    state = StateStore.read(state_file)
+    assert seen["class"] == "FastaNPUAutotuner" and state.done
+    assert seen["worker_compiles"] < seen["n"] and seen["compiles"] < seen["n"], "not every config compiled"
+    winner = state.configs[state.best]
+    assert seen["best"] == {**winner.kwargs, "num_warps": winner.num_warps} and seen["ran"] == winner.kwargs
+    assert state.best_us <= min(table.mean_us[i] for i in (0, 5)), "never slower than the expert configs"
+    assert seen["saved"] == 1 and seen["benches"] == state.evaluations()
+    assert seen["benches_after_second_run"] == seen["benches"], "a tuned kernel is not timed again"
+
+
+def test_kernels_fasta_sm_declines_are_built_as_torch_npus_own_autotuner(table_file, state_dir):
+    seen = scenario("declined", table_file, state_dir)
+    assert seen == {"runtime_blocks": "NPUFastAutotuner", "switched_off": "NPUFastAutotuner"}
+
+
+def test_a_space_fasta_sm_cannot_key_is_narrowed_to_the_expert_configs(table_file, state_dir):
+    seen = scenario("not_convertible", table_file, state_dir)
+    table = load_table(table_file)
+    assert seen["configs"] == [{**table.configs[i].kwargs, "num_warps": table.configs[i].num_warps} for i in (0, 5)]
+
+
+def test_disable_puts_back_torch_npus_class_switch_and_environment(table_file, state_dir):
+    seen = scenario("disable", table_file, state_dir)
+    assert seen["slot"] == "NPUFastAutotuner" and seen["switch"] is False
+    assert seen["env"] == {"FASTAUTOTUNE": None, "FASTA_SM_NPU": None, "ENABLE_PRINT_UB_BITS": None}
+
+
+def test_fasta_sm_npu_alone_lets_torch_npu_import_and_installs_the_class(table_file, state_dir):
+    seen = scenario("autoload", table_file, state_dir, FASTA_SM_NPU="1")
+    assert seen["slot"] == "FastaNPUAutotuner"
+
+
+def test_a_torch_npu_that_fails_to_load_its_backend_leaves_the_environment_as_it_was(table_file, state_dir):
+    seen = scenario("enable_fails", table_file, state_dir, STANDIN_BACKEND_ERROR="1")
+    assert "triton-ascend" in seen["error"]
+    assert seen["env"] == {"FASTAUTOTUNE": None, "FASTA_SM_NPU": None, "ENABLE_PRINT_UB_BITS": None}
+
