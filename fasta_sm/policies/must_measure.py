@@ -37,7 +37,8 @@ class MustMeasure:
         decision = self.inner.plan(rng)
         extra = [i for i in self.must if i not in set(decision.batch)]
         batch = sorted({int(i) for i in decision.batch} | set(self.must))
-        reason = f"{decision.reason}; plus {len(extra)} default config(s) always measured"
+        named = ", ".join(f"#{i}" for i in self.must)
+        reason = f"{decision.reason}; default configs {named} always measured ({len(extra)} added to the sample)"
         return Decision(batch=batch, reason=reason, retime=decision.retime, predicted_us=decision.predicted_us)
 
     def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:

@@ -183,3 +183,16 @@ def test_the_config_optimizer_keeps_the_integrations_own_configs(table_file, tmp
     kernel = FastaFake(table_file, tmp_path / "states", must=(0, 5))
     policy, params = kernel._fasta_plan.policy_args()
     assert policy == "must-measure" and params["params"]["expert_configs"] == [0, 5]
+
+
+def test_must_measures_r1_reason_names_the_default_configs_and_how_many_it_added(table_file):
+    import numpy as np
+
+    from fasta_sm.policies import make_policy
+
+    table = load_table(table_file)
+    policy = make_policy("must-measure", table.configs, {"inner": "random", "must": [5, 0], "params": {"budget": 0.1}})
+    decision = policy.plan(np.random.default_rng(0))
+    sample = make_policy("random", table.configs, {"budget": 0.1}).plan(np.random.default_rng(0)).batch
+    added = len({0, 5} - set(sample))
+    assert f"default configs #0, #5 always measured ({added} added to the sample)" in decision.reason
