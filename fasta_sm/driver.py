@@ -272,6 +272,8 @@ class FastaAutotunerMixin:
     _fasta_finished: bool = False
     _fasta_keep_configs: bool = False
     """Whether `configs` must stay set once compiled (torch_npu builds its candidate plan from it)."""
+    _fasta_core_names: tuple[str, str] = ("sm", "SMs")
+    """What the device's `multi_processor_count` counts, in the key and in words."""
 
     def _fasta_setup(self, settings: Mapping[str, Any] | None, must: Sequence[int], prefix: str) -> None:
         self._fasta_space = list(self.configs or ())
@@ -301,14 +303,16 @@ class FastaAutotunerMixin:
         import triton
 
         props = self.device_props
+        short, _ = self._fasta_core_names
         return (
-            f"{prefix}/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-sm{props.multi_processor_count}"
+            f"{prefix}/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-{short}{props.multi_processor_count}"
             f"/triton-{triton.__version__}"
         )
 
     def _fasta_describe(self) -> str:
         props = self.device_props
-        return f"{type(self).__name__} on {props.type} cc{props.cc} ({props.multi_processor_count} SMs)"
+        _, long = self._fasta_core_names
+        return f"{type(self).__name__} on {props.type} cc{props.cc} ({props.multi_processor_count} {long})"
 
     def _fasta_device_guard(self) -> Any:
         from torch._dynamo.device_interface import DeviceGuard

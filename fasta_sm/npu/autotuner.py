@@ -32,6 +32,7 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
     """Built by torch_npu's `cached_autotune` in place of its NPUFastAutotuner."""
 
     _fasta_keep_configs = True
+    _fasta_core_names = ("cores", "cores")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs:  # built by cached_autotune (unpickling passes nothing)
@@ -47,19 +48,6 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
         self._fasta_setup(current_settings(), must, "npu")
         if self._fasta_plan is None and must:  # not tuned after all: the expert configs, as torch_npu's own does
             self.configs = [self._fasta_space[i] for i in must]
-
-    def _fasta_key(self, prefix: str, name: str) -> str:
-        import triton
-
-        props = self.device_props
-        return (
-            f"{prefix}/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-cores{props.multi_processor_count}"
-            f"/triton-{triton.__version__}"
-        )
-
-    def _fasta_describe(self) -> str:
-        props = self.device_props
-        return f"{type(self).__name__} on {props.type} cc{props.cc} ({props.multi_processor_count} cores)"
 
     def _fasta_bench(self, launcher: Any, *args: Any, **kwargs: Any) -> float:
         return self.bench(launcher, *args, runtime_blocks=(), **kwargs)

@@ -35,6 +35,7 @@ def test_a_kernel_is_tuned_once_its_winner_recorded_as_torch_npu_records_it(tabl
     (state_file,) = StateStore(state_dir).state_files()
     state = StateStore.read(state_file)
     assert seen["class"] == "FastaNPUAutotuner" and state.done
+    assert "/npu-ccAscend910B3-cores48/" in state.key, "the key names the NPU's cores"
     assert seen["worker_compiles"] < seen["n"] and seen["compiles"] < seen["n"], "not every config compiled"
     winner = state.configs[state.best]
     assert seen["best"] == {**winner.kwargs, "num_warps": winner.num_warps} and seen["ran"] == winner.kwargs
