@@ -25,6 +25,7 @@ from rich.text import Text
 from . import __version__
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, StateFileError
+from .policies import make_policy
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
 from .state import TuneState
@@ -226,6 +227,11 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
     head.add_row("kernel", f"{state.kernel}   key {state.key!r}")
     head.add_row("position", state.position())
     head.add_row("policy", f"{state.policy} {state.policy_params or ''}  seed {state.seed}")
+    unlike, absent = _params_unlike_defaults(state)
+    if unlike:
+        head.add_row("", "stored params unlike today's defaults: " + ", ".join(f"{k}={v!r}" for k, v in unlike.items()))
+    if absent:
+        head.add_row("", "not stored (older version; the policy's own fallback applies): " + ", ".join(absent))
     head.add_row("backend", state.backend)
     head.add_row(
         "measured",
@@ -299,6 +305,24 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         for index in sorted(state.failed):
             failed.add_row(str(index), state.configs[index].label(), state.failed[index])
         console.print(failed)
+
+
+def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[str]]:
+    """The parameters the policy stored with its state (the ones it ran with) that its defaults would not give,
+    and today's parameters the state does not store.
+
+    Caller-passed `policy_params` are only part of them: defaults change
+    between versions, and the environment (`FASTA_*`) sets some.
+    """
+    stored = state.policy_state.get("params") if isinstance(state.policy_state, dict) else None
+    if not isinstance(stored, dict):
+        return {}, []
+    try:
+        defaults = make_policy(state.policy, state.configs, {}).state_dict().get("params", {})
+    except FastaError:
+        return {}, []
+    unlike = {name: value for name, value in stored.items() if name in defaults and defaults[name] != value}
+    return unlike, [name for name in defaults if name not in stored]
 
 
 def _predicted_at_pick(state: TuneState) -> dict[int, float]:

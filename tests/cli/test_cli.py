@@ -263,3 +263,10 @@ def test_a_policy_given_parameters_it_does_not_take_says_which_it_takes(table_fi
 
 def test_record_refuses_a_limit_below_one():
     assert "--limit" in refused("record", "rmsnorm", "--out", "x", "--limit", "0")
+
+
+def test_show_names_the_stored_params_a_tune_ran_with_that_todays_defaults_would_not_give(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = invoke("show", str(CORPUS / "v1-live-h200-triton-rmsnorm-fasta-window.fsm"))
+    assert "stored params unlike today's defaults: retime_rounds=6, retime_cost=0.05" in out
+    assert "retime_rank" in invoke("show", str(CORPUS / "v1-done-polish-rules.fsm")).split("backend")[0]
