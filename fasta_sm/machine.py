@@ -345,8 +345,8 @@ class Tune:
                     f"kernel {state.kernel!r}: backend returned {len(durations)} durations for {len(chunk)} configs"
                 )
             spent = _check_seconds(state.kernel, "benchmark seconds", outcome.seconds)
-            for position, (index, value) in enumerate(zip(chunk, durations)):
-                value = _check_duration(state.kernel, state.configs[index], value)
+            values = [_check_duration(state.kernel, state.configs[i], value) for i, value in zip(chunk, durations)]
+            for position, (index, value) in enumerate(zip(chunk, values)):  # all checked: nothing half-recorded
                 if math.isinf(value):
                     state.failed[index] = outcome.errors.get(position, "failed at run time")
                     state.durations.pop(index, None)
