@@ -58,9 +58,12 @@ class Method:
     args: ast.arguments
 
     def accepts_keyword(self, keyword: str) -> bool:
+        return self.names(keyword) or self.args.kwarg is not None
+
+    def names(self, keyword: str) -> bool:
+        """Whether `keyword` is a parameter of its own, not only swallowed by `**kwargs` (and perhaps ignored)."""
         a = self.args
-        names = [p.arg for p in a.posonlyargs[1:] + a.args[1:] + a.kwonlyargs]
-        return keyword in names or a.kwarg is not None
+        return keyword in [p.arg for p in a.posonlyargs[1:] + a.args[1:] + a.kwonlyargs]
 
     def params(self) -> list[tuple[str, str, bool]]:
         """(name, kind, required) for every parameter but self."""
