@@ -251,11 +251,13 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         head.add_row("stopped", state.stop_reason or "-")
     else:
         head.add_row("stopped", "(not finished: resumes at the position above)")
-        timed = set(state.round_done)
-        waiting = [i for i in state.pending if i not in timed]
+        timed, pending = set(state.round_done), set(state.pending)
+        failed = pending & set(state.failed)
+        waiting = [i for i in state.pending if i not in timed and i not in failed]
         head.add_row(
             "pending",
-            f"{len(state.pending)} configs in this round ({len(timed & set(state.pending))} timed): "
+            f"{len(state.pending)} configs in this round ({len(timed & pending)} timed, {len(failed)} failed); "
+            f"{len(waiting)} to time: "
             + (", ".join(f"#{i}" for i in waiting[:12]) + (" …" if len(waiting) > 12 else "") if waiting else "-"),
         )
     if state.last_error:
@@ -317,12 +319,16 @@ def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[s
     stored = state.policy_state.get("params") if isinstance(state.policy_state, dict) else None
     if not isinstance(stored, dict):
         return {}, []
+    policy = state.policy
+    if policy == "must-measure":  # an integration's wrapper: the params are the inner policy's
+        policy = str(state.policy_params.get("inner", ""))
     try:
-        defaults = make_policy(state.policy, state.configs, {}).state_dict().get("params", {})
+        defaults = make_policy(policy, state.configs, {}).state_dict().get("params", {})
     except FastaError:
         return {}, []
-    unlike = {name: value for name, value in stored.items() if name in defaults and defaults[name] != value}
-    return unlike, [name for name in defaults if name not in stored]
+    own = [name for name in defaults if name != "expert_configs"]  # the wrapper sets those itself
+    unlike = {name: stored[name] for name in own if name in stored and defaults[name] != stored[name]}
+    return unlike, [name for name in own if name not in stored]
 
 
 def _predicted_at_pick(state: TuneState) -> dict[int, float]:

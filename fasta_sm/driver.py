@@ -88,8 +88,17 @@ def whole_number(name: str, value: Any, least: int) -> int:
 
 
 def check_policy(policy: str, params: Mapping[str, Any]) -> None:
-    """Refuse an unknown policy or parameter when an integration is switched on, not once per kernel later."""
-    make_policy(policy, [Config({"XBLOCK": 1}), Config({"XBLOCK": 2})], params)
+    """Refuse an unknown policy or parameter when an integration is switched on, not once per kernel later.
+
+    fasta's parameters are resolved as its tunes will resolve them (names,
+    values, `FASTA_*`); another policy is built over a two-config probe.
+    """
+    if policy == "fasta":
+        from .policies.fasta.params import resolve_params
+
+        resolve_params(params)
+    else:
+        make_policy(policy, [Config({"XBLOCK": 1}), Config({"XBLOCK": 2})], params)
 
 
 @dataclass(frozen=True)

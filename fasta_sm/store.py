@@ -209,18 +209,20 @@ class StateStore:
         never no state at all.
         """
         path = self.file_for(key)
-        target = path.with_name(f"{path.name}.superseded-{_stamp()}")
-        try:
+        stamp = _stamp()
+        for attempt in range(1000):  # a name of its own: an older superseded state is never overwritten
+            target = path.with_name(f"{path.name}.superseded-{stamp}" + (f"-{attempt}" if attempt else ""))
             try:
-                os.link(path, target)
-            except OSError:  # a file system without hard links
-                shutil.copyfile(path, target)
-        except OSError as exc:
-            raise StateDirError(
-                f"cannot keep outdated state file {path} as {target.name}: {exc.strerror or exc}"
-            ) from None
-        log.warning("state file %s kept as %s: %s; the tune starts afresh", path, target, why)
-        return target
+                _keep_under(path, target)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise StateDirError(
+                    f"cannot keep outdated state file {path} as {target.name}: {exc.strerror or exc}"
+                ) from None
+            log.warning("state file %s kept as %s: %s; the tune starts afresh", path, target, why)
+            return target
+        raise StateDirError(f"cannot keep outdated state file {path}: every name for stamp {stamp} is taken")
 
     def superseded_files(self, key: str) -> list[Path]:
         """The key's superseded states, newest first."""
@@ -238,6 +240,17 @@ class StateStore:
         if in_store.is_file():
             return in_store
         return self.file_for(key_or_file)
+
+
+def _keep_under(path: Path, target: Path) -> None:
+    """A second name for `path`'s content: a hard link, or a copy where links are not supported; never over a file."""
+    try:
+        os.link(path, target)
+    except FileExistsError:
+        raise
+    except OSError:
+        with open(path, "rb") as source, open(target, "xb") as copy:
+            shutil.copyfileobj(source, copy)
 
 
 def _stamp() -> str:

@@ -16,6 +16,7 @@ Importing this package needs neither torch nor torch_npu.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -161,10 +162,15 @@ def current_settings() -> dict[str, Any] | None:
     raw = os.environ.get(SETTINGS_ENV)
     try:
         return DriverSettings.from_dict(json.loads(raw)).to_dict() if raw else _settings().to_dict()
-    except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
-        log.warning("$%s is not usable (%s: %s); torch_npu tunes its own kernels", SETTINGS_ENV, type(exc).__name__,
-                    exc)
+    except Exception as exc:  # noqa: BLE001  bad JSON, not a map, a bad state dir: torch_npu keeps its kernels
+        _warn_unusable(f"{'$' + SETTINGS_ENV + ': ' if raw else ''}{type(exc).__name__}: {exc}")
         return None
+
+
+@functools.cache
+def _warn_unusable(why: str) -> None:
+    """Once per process and reason, not once per kernel."""
+    log.warning("fasta_sm.npu is on but its settings are not usable (%s); torch_npu tunes its own kernels", why)
 
 
 def autoload() -> None:

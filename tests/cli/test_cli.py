@@ -270,3 +270,15 @@ def test_show_names_the_stored_params_a_tune_ran_with_that_todays_defaults_would
     out = invoke("show", str(CORPUS / "v1-live-h200-triton-rmsnorm-fasta-window.fsm"))
     assert "stored params unlike today's defaults: retime_rounds=6, retime_cost=0.05" in out
     assert "retime_rank" in invoke("show", str(CORPUS / "v1-done-polish-rules.fsm")).split("backend")[0]
+
+
+def test_show_names_the_inner_policys_stored_params_for_an_integrations_tune(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = invoke("show", str(CORPUS / "v1-live-h200-inductor-gelu.fsm"))
+    assert "stored params unlike today's defaults: small_budget=0.21" in out
+
+
+def test_show_does_not_count_configs_that_failed_to_compile_as_still_to_time(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = invoke("show", str(CORPUS / "v1-r1-benchmark.fsm"))
+    assert "(4 timed, 2 failed); 7 to time" in out

@@ -443,3 +443,16 @@ def test_a_bad_state_file_that_cannot_be_moved_aside_is_a_state_dir_error_naming
     bad.write_bytes(b"not msgpack")
     with read_only_dir(store.path), pytest.raises(StateDirError, match=re.escape(str(bad))):
         store.load(KEY)
+
+
+def test_two_supersedes_in_the_same_instant_keep_both_states(tmp_path, monkeypatch):
+    import fasta_sm.store
+
+    store = StateStore(tmp_path / "states")
+    monkeypatch.setattr(fasta_sm.store, "_stamp", lambda: "20261201T000000.000000")
+    path = store.file_for(KEY)
+    path.write_bytes(b"first")
+    first = store.supersede(KEY, "test")
+    store.write(KEY, b"second")  # the next checkpoint replaces the name, as a tune's does
+    second = store.supersede(KEY, "test")
+    assert first != second and first.read_bytes() == b"first" and second.read_bytes() == b"second"

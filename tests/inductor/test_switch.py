@@ -228,3 +228,8 @@ def test_disable_puts_back_inductors_cached_autotune_even_after_the_hook_loaded_
     fi.enable(state_dir=tmp_path)
     fi.disable()
     assert triton_heuristics.cached_autotune is original
+
+
+def test_enable_accepts_space_specific_params_without_pruning_a_probe_space(tmp_path, caplog):
+    settings = fi.enable(state_dir=tmp_path, policy_params={"optimize_configs": True, "expert_configs": [3]})
+    assert settings.policy_params["expert_configs"] == [3] and "pruned" not in caplog.text

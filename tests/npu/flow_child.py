@@ -94,6 +94,14 @@ elif scenario == "autoload":
     from torch_npu._inductor.runtime import fasta_autotune
 
     seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
+elif scenario == "unusable_settings":
+    import logging
+
+    import fasta_sm.npu
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    fasta_sm.npu.autoload()
+    seen["classes"] = [type(build(configs())).__name__ for _ in range(2)]
 elif scenario == "enable_fails":
     import fasta_sm.npu
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fasta_sm.backends.replay import load_table
 from fasta_sm.store import StateStore
 
@@ -20,12 +22,14 @@ HERE = Path(__file__).resolve().parent
 SWITCHES = ("FASTAUTOTUNE", "FASTA_SM_NPU", "FASTA_SM_NPU_SETTINGS", "ENABLE_PRINT_UB_BITS", "STANDIN_BACKEND_ERROR")
 
 
-def scenario(name, table_file, state_dir, **env):
+def scenario(name, table_file, state_dir, stderr=None, **env):
     clean = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     clean["PYTHONPATH"] = os.pathsep.join([str(HERE / "standin"), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, str(HERE / "flow_child.py"), name, str(table_file), str(state_dir)],
                           capture_output=True, text=True, timeout=120, env={**clean, **env})
     assert done.returncode == 0, done.stderr
+    if stderr is not None:
+        stderr.append(done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -71,3 +75,12 @@ def test_a_torch_npu_that_fails_to_load_its_backend_leaves_the_environment_as_it
     assert "triton-ascend" in seen["error"]
     assert seen["env"] == {"FASTAUTOTUNE": None, "FASTA_SM_NPU": None, "ENABLE_PRINT_UB_BITS": None}
 
+
+
+@pytest.mark.parametrize("env", [{"FASTA_SM_NPU_SETTINGS": "null"}, {"FASTA_SM_NPU_SETTINGS": "{not json"},
+                                 {"FASTA_SM_LOCK_TIMEOUT": "abc"}])
+def test_unusable_settings_leave_every_kernel_to_torch_npu_with_one_warning(env, table_file, state_dir):
+    logs: list[str] = []
+    seen = scenario("unusable_settings", table_file, state_dir, stderr=logs, FASTA_SM_NPU="1", **env)
+    assert seen["classes"] == ["NPUFastAutotuner", "NPUFastAutotuner"]
+    assert logs[0].count("settings are not usable") == 1
