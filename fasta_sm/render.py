@@ -43,6 +43,7 @@ def state_to_json(state: TuneState) -> dict[str, Any]:
         "stop_reason": state.stop_reason,
         "last_error": state.last_error,
         "pending": list(state.pending),
+        "round_done": list(state.round_done),
         "measured": [
             {
                 "index": i,
