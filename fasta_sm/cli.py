@@ -29,7 +29,7 @@ from .policies import make_policy
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
 from .state import TuneState
-from .store import StateStore
+from .store import StateStore, default_state_dir
 from .triton.cli import record_command
 
 console = Console(markup=False)
@@ -341,9 +341,13 @@ def _predicted_at_pick(state: TuneState) -> dict[int, float]:
     return at_pick
 
 
-def _state_dir_path(state_dir: Path | None) -> Path:
-    from .store import default_state_dir
+def _check_directory_of(option: str, path: Path | None) -> None:
+    """An output file's directory must exist before any work is done: a typo must not cost a whole run."""
+    if path is not None and not path.expanduser().absolute().parent.is_dir():
+        raise click.ClickException(f"{option} {path}: no directory {path.parent}")
 
+
+def _state_dir_path(state_dir: Path | None) -> Path:
     return state_dir.expanduser() if state_dir is not None else default_state_dir()
 
 
@@ -369,8 +373,7 @@ def graph(fmt: str, out: Path | None) -> None:
 
     if fmt != "mermaid" and out is None:
         raise click.UsageError(f"--format {fmt} needs --out FILE")
-    if out is not None and not out.expanduser().absolute().parent.is_dir():
-        raise click.ClickException(f"--out {out}: no directory {out.parent}")
+    _check_directory_of("--out", out)
     try:
         result = draw_machine(fmt, out)
     except (ImportError, MissingGraphviz) as exc:
@@ -395,8 +398,7 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     from .report import REPORT_COLUMNS, report_rows
 
     store = _existing_store(state_dir)
-    if csv_out is not None and not csv_out.expanduser().absolute().parent.is_dir():
-        raise click.ClickException(f"--csv {csv_out}: no directory {csv_out.parent}")
+    _check_directory_of("--csv", csv_out)
     rows, unreadable = report_rows(store)
     table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
     for row in rows:
@@ -485,8 +487,7 @@ def bench_command(
         raise click.BadParameter(f"{policies!r}: name each policy once, at least one", param_hint="--policies")
     if "exhaustive" in names:
         raise click.BadParameter(EXHAUSTIVE_IN_BENCH, param_hint="--policies")
-    if json_out is not None and not json_out.expanduser().absolute().parent.is_dir():
-        raise click.ClickException(f"--json {json_out}: no directory {json_out.parent}")
+    _check_directory_of("--json", json_out)
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
