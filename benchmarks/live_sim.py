@@ -58,8 +58,8 @@ class SimulatedLive(ReplayBackend):
         self._free = [0.0] * workers  # when each worker is next free
         self._guesses: dict[str, float] = {}  # started guess -> when it is compiled
         self._list = prefetch.GuessList()
-        self.waits: list[tuple[str, float]] = []  # per compile call: d/r/n per config, wait seconds
-        self.guided = False
+        self.waits: list[tuple[str, float, int]] = []  # per compile call: d/r/n per config, wait s, configs before
+        self.asked = 0  # configs compiled so far
 
     # the tuning process's own seconds count as they pass
     def _enter(self) -> None:
@@ -119,10 +119,41 @@ class SimulatedLive(ReplayBackend):
             self._run_until(end)
             self._list.release()
             self._top_up()
-        self.waits.append(("".join(states), self.now - start))
+        self.waits.append(("".join(states), self.now - start, self.asked))
+        self.asked += len(configs)
         outcomes = super().compile(configs)
         self._leave()
         return outcomes
+
+    def compile_first(self, configs: Sequence[Config]) -> dict[int, CompileOutcome]:
+        """As the live backend's: back once the first config is compiled, with every one done by then;
+        the others compile on as started guesses."""
+        self._enter()
+        start = self.now
+        ends, states = [], []
+        for config in configs:
+            key = config.identity
+            self._list.remove(key)
+            if key in self._guesses:
+                end = self._guesses.pop(key)
+                states.append("d" if end <= self.now else "r")
+            else:
+                end = self._submit(self.now, float(self.table.compile_s[self.table.index_of(config)]))
+                states.append("n")
+            ends.append(end)
+        self._run_until(min(ends))
+        done = [position for position, end in enumerate(ends) if end <= self.now]
+        for position, config in enumerate(configs):
+            if position not in done:
+                self._guesses[config.identity] = ends[position]
+        for _ in configs:  # each done compile frees its reserved worker; each one compiling on holds it as a guess
+            self._list.release()
+        self._top_up()
+        self.waits.append(("".join(states[p] for p in done), self.now - start, self.asked))
+        self.asked += len(done)
+        outcomes = super().compile([configs[p] for p in done])
+        self._leave()
+        return dict(zip(done, outcomes))
 
     def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
         self._enter()
@@ -140,7 +171,8 @@ def simulate(table: ReplayTable, policy: str, seed: int, opts) -> dict:
     result = tune(f"sim-{seed}", table.kernel, table.configs, backend, policy=policy, policy_params=params,
                   seed=seed, store=store)
     rounds = result.state.rounds
-    waits = backend.waits[1:] if policy == "fasta" else []  # the first compile call is R1's
+    r1 = len(rounds[0].batch)
+    waits = [(states, wait) for states, wait, before in backend.waits if before >= r1] if policy == "fasta" else []
     picked = table.mean_us[result.best_index]
     return {
         "wall_s": backend.now + opts.pool_start_s,
@@ -163,10 +195,14 @@ def main() -> None:
     parser.add_argument("--params", default="{}", help="fasta policy params (JSON), over the live defaults")
     parser.add_argument("--spare", type=int, default=None, help="prefetch.SPARE for this run")
     parser.add_argument("--r1-guess-untimed", type=int, default=None, help="machine.R1_GUESS_UNTIMED for this run")
+    parser.add_argument("--whole-chunks", action="store_true",
+                        help="model a backend without compile_first: each chunk compiles whole before any timing")
     parser.add_argument("--json", default=None)
     opts = parser.parse_args()
     opts.params = json.loads(opts.params)
     opts.scratch = Path("/tmp/fasta-live-sim")
+    if opts.whole_chunks:
+        del SimulatedLive.compile_first
     if opts.spare is not None:
         prefetch.SPARE = opts.spare
     if opts.r1_guess_untimed is not None:

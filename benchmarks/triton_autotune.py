@@ -197,7 +197,7 @@ def run_kernel(name: str, opts) -> dict:
     spec = load(name, opts.small, opts.max_configs)
     device = "cpu" if interpreting() else "cuda"
     args = spec.make_args(device)
-    key = [k for k in spec.shape if isinstance(spec.shape[k], int)]
+    key = [k for k in spec.shape if isinstance(spec.shape[k], int) and k in spec.fn.arg_names]
     configs = [to_triton_config(c) for c in spec.configs]
     do_bench = make_do_bench(opts.warmup_ms, opts.rep_ms)
     row: dict = {"kernel": spec.name, "N": len(configs)}
@@ -294,7 +294,7 @@ def crash_child(opts) -> None:
 
     TritonBackend.time_ms = logged
     args = spec.make_args("cpu" if interpreting() else "cuda")
-    key = [k for k in spec.shape if isinstance(spec.shape[k], int)]
+    key = [k for k in spec.shape if isinstance(spec.shape[k], int) and k in spec.fn.arg_names]
     kernel = fasta_sm.autotune([to_triton_config(c) for c in spec.configs], key=key, seed=opts.seed,
                                do_bench=make_do_bench(opts.warmup_ms, opts.rep_ms),
                                state_dir=opts.state_dir)(spec.fn)

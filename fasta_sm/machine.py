@@ -29,7 +29,7 @@ from transitions import Machine
 from .config import Config
 from .errors import BackendError, PolicyError, TuneFailed
 from .lookahead import likely_next
-from .protocols import Backend, Decision, Observations, Policy
+from .protocols import Backend, CompileOutcome, Decision, Observations, Policy
 from .state import (
     PHASES,
     RoundRecord,
@@ -246,13 +246,10 @@ class Tune:
         chunk = todo[: self.chunk_size]
         if chunk:
             self._prefetch(reserve=len(chunk), rest=todo[len(chunk) :])
-            outcomes = self.backend.compile([state.configs[i] for i in chunk])
-            if len(outcomes) != len(chunk):
-                raise BackendError(
-                    f"kernel {state.kernel!r}: backend compiled {len(outcomes)} outcomes for {len(chunk)} configs"
-                )
+            outcomes = self._compile([state.configs[i] for i in chunk])
             spent = 0.0
-            for index, outcome in zip(chunk, outcomes):
+            for position, outcome in sorted(outcomes.items()):
+                index = chunk[position]
                 seconds = _check_seconds(state.kernel, "compile seconds", outcome.seconds)
                 spent += seconds
                 if outcome.error is None:
@@ -262,9 +259,45 @@ class Tune:
                     log.info("kernel %s: config #%d failed to compile: %s", state.kernel, index, outcome.error)
             state.cost.compile_s += spent
             state.rounds[-1].compile_s += spent
-        if len(todo) <= len(chunk):
+        uncompiled = [i for i in todo if i not in state.compiled and i not in state.failed]
+        if not uncompiled or (self._compiles_on and self._untimed()):
             state.step = "benchmark"
+        if not uncompiled:
             self._prefetch(reserve=0, rest=[])
+
+    @property
+    def _compiles_on(self) -> bool:
+        """Whether the backend returns from compiling before the whole chunk is done (`compile_first`)."""
+        return callable(getattr(self.backend, "compile_first", None))
+
+    def _compile(self, configs: list[Config]) -> dict[int, CompileOutcome]:
+        """Outcomes by position in `configs`: all of them, or with `compile_first` those done first.
+
+        A backend whose `compile_first(configs)` returns as soon as any config
+        is compiled (the others compiling on) lets the machine time that one
+        while the rest compile: the round then waits on its slowest compile,
+        not on that plus every timing.
+        """
+        if not self._compiles_on:
+            listed = self.backend.compile(configs)
+            if len(listed) != len(configs):
+                raise BackendError(
+                    f"kernel {self.state.kernel!r}: backend compiled {len(listed)} outcomes for {len(configs)} configs"
+                )
+            return dict(enumerate(listed))
+        outcomes = dict(self.backend.compile_first(configs))
+        if not outcomes or not all(isinstance(p, int) and 0 <= p < len(configs) for p in outcomes):
+            raise BackendError(
+                f"kernel {self.state.kernel!r}: compile_first returned positions {sorted(outcomes)} "
+                f"for {len(configs)} configs (at least one, each below {len(configs)})"
+            )
+        return outcomes
+
+    def _untimed(self) -> list[int]:
+        """The batch's configs compiled and not yet timed this round."""
+        state = self.state
+        done = set(state.round_done)
+        return [i for i in state.pending if i not in done and i in state.compiled and i not in state.failed]
 
     def _prefetch(self, reserve: int, rest: list[int]) -> None:
         """Offer a backend that compiles ahead the configs it will be asked for, then those likeliest to come next.
@@ -327,7 +360,7 @@ class Tune:
     def _benchmark_chunk(self) -> None:
         state = self.state
         done = set(state.round_done)
-        todo = [i for i in state.pending if i not in done and i in state.compiled and i not in state.failed]
+        todo = self._untimed()
         for index in [i for i in todo if state.carried.get(i, {}).get("durations_us")]:
             state.durations[index] = [float(x) for x in state.carried.pop(index)["durations_us"]]
             state.round_done.append(index)
@@ -356,10 +389,11 @@ class Tune:
             state.cost.benchmark_s += spent
             state.rounds[-1].benchmark_s += spent
             self._update_best()
+        uncompiled = [i for i in state.pending if i not in state.compiled and i not in state.failed]
         if len(todo) <= len(chunk):
-            state.step = "refine"
-        elif state.phase == "R1" and len(todo) - len(chunk) <= R1_GUESS_UNTIMED:
-            self._prefetch(reserve=0, rest=[])
+            state.step = "compile" if uncompiled else "refine"
+        elif state.phase == "R1" and len(todo) - len(chunk) + len(uncompiled) <= R1_GUESS_UNTIMED:
+            self._prefetch(reserve=0, rest=uncompiled)
 
     def _reuse_compile(self, index: int) -> None:
         """Take a compile outcome carried over from the tune this one superseded: no new compile."""

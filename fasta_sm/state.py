@@ -499,14 +499,13 @@ def _check_consistent(state: TuneState, source: str, list_hash: str | None = Non
             )
     if not state.done and not state.pending:
         raise StateFileError(f"{source}: at {state.position()} no config is pending (a round in progress has a batch)")
-    if state.step in ("benchmark", "refine"):
-        waiting = [i for i in state.pending if i not in state.compiled and i not in state.failed]
-        if waiting:
-            raise StateFileError(
-                f"{source}: at {state.position()} config #{waiting[0]} of the batch was never compiled"
-            )
+    done = set(state.round_done)
+    waiting = [i for i in state.pending if i not in state.compiled and i not in state.failed]
+    ready = [i for i in state.pending if i in state.compiled and i not in done and i not in state.failed]
+    if waiting and (state.step == "refine" or (state.step == "benchmark" and not ready)):
+        # a benchmark step times what compiled while the rest compiles on; it needs something to time
+        raise StateFileError(f"{source}: at {state.position()} config #{waiting[0]} of the batch was never compiled")
     if state.step == "refine":
-        done = set(state.round_done)
         untimed = [i for i in state.pending if i not in done and i not in state.failed]
         if untimed:
             raise StateFileError(f"{source}: at {state.position()} config #{untimed[0]} of the batch was never timed")

@@ -18,7 +18,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..config import Config
@@ -182,24 +182,50 @@ class TritonBackend:
         jobs = self._jobs(configs)
         if jobs is None:
             return self._compile_here(configs)
+        outcomes = self._compile_in_pool(configs, jobs, first=False)
+        return [outcomes[position] for position in range(len(configs))]
+
+    def compile_first(self, configs: Sequence[Config]) -> dict[int, CompileOutcome]:
+        """Outcomes by position, back as soon as any config is compiled, with every one done by then.
+
+        The others compile on in their workers, kept as started guesses that
+        the next call collects, so the machine times what is ready while the
+        rest compile. A kernel compiled in this process alone is compiled
+        whole, as by `compile`.
+        """
+        if self.interpreting:
+            return dict(enumerate(self.compile(configs)))
+        jobs = self._jobs(configs)
+        if jobs is None:
+            return dict(enumerate(self._compile_here(configs)))
+        return self._compile_in_pool(configs, jobs, first=True)
+
+    def _compile_in_pool(
+        self, configs: Sequence[Config], jobs: list[CompileJob], first: bool
+    ) -> dict[int, CompileOutcome]:
+        """Through the pool (threads here while it starts), guesses taken over; loaded here as each ends."""
         guesses = [self.prefetcher.take(config.identity) for config in configs]
         started = {position: future for position, future in enumerate(guesses) if future is not None}
-        outcomes: list[CompileOutcome | None] = [None] * len(configs)
+        outcomes: dict[int, CompileOutcome] = {}
         load_here = self._loader_for_threads()
 
         def compile_here(position: int) -> tuple[str | None, float]:
             outcomes[position] = load_here(configs[position])
             return outcomes[position].error, outcomes[position].seconds
 
-        for index, error, seconds in self.pool.run(jobs, started, in_process=compile_here):
+        def compiling_on(position: int, future: Future) -> None:
+            self.prefetcher.adopt(configs[position].identity, future)
+
+        detach = compiling_on if first else None
+        for index, error, seconds in self.pool.run(jobs, started, in_process=compile_here, detach=detach):
             self.prefetcher.release()
-            if outcomes[index] is not None:  # compiled and loaded here already
+            if index in outcomes:  # compiled and loaded here already
                 continue
             if error is not None:
                 outcomes[index] = CompileOutcome(error=error, seconds=seconds)
             else:
                 outcomes[index] = self._load(configs[index], seconds)
-        return [outcome for outcome in outcomes if outcome is not None]
+        return outcomes
 
     def _compile_here(self, configs: Sequence[Config]) -> list[CompileOutcome]:
         """Compile in threads of this process, for a kernel the workers cannot import.

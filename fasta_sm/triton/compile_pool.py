@@ -724,8 +724,15 @@ class CompilePool:
         jobs: Sequence[CompileJob],
         started: Mapping[int, Future] | None = None,
         in_process: Callable[[int], tuple[str | None, float]] | None = None,
+        detach: Callable[[int, Future], None] | None = None,
     ) -> Iterator[tuple[int, str | None, float]]:
         """Yield (position, error, seconds) as each job finishes, in completion order; each position once.
+
+        With `detach`, the run ends as soon as any job has finished: it
+        yields every job finished by then (and those this process was
+        compiling, once they end), hands each job still in a worker to
+        `detach(position, future)` to be collected later (as `started`), and
+        drops the jobs not started. A run isolating a crash goes on to the end.
 
         `started` maps positions to futures of jobs already submitted (a
         prefetch), which are awaited instead of submitted again; one that was
@@ -743,7 +750,7 @@ class CompilePool:
         down with it; those are run again in a fresh pool one at a time, so
         the one that kills a worker alone is the one that fails.
         """
-        state = _Run(self, jobs, in_process)
+        state = _Run(self, jobs, in_process, detach)
         started = dict(started or {})
         for index in range(len(jobs)):
             future = started.get(index)
@@ -768,8 +775,9 @@ class _Run:
         pool: CompilePool,
         jobs: Sequence[CompileJob],
         in_process: Callable[[int], tuple[str | None, float]] | None,
+        detach: Callable[[int, Future], None] | None = None,
     ) -> None:
-        self.pool, self.jobs, self.in_process = pool, jobs, in_process
+        self.pool, self.jobs, self.in_process, self.detach = pool, jobs, in_process, detach
         self.queue: deque[int] = deque()
         self.lock = threading.Lock()
         self.done_here: SimpleQueue[tuple[int, str | None, float]] = SimpleQueue()
@@ -842,16 +850,23 @@ class _Run:
             self.restart([])
 
     def drive(self) -> Iterator[tuple[int, str | None, float]]:
+        yielded = 0
         while self.busy():
             if self.raised is not None:
                 raise self.raised
+            if yielded and self.detach is not None and not self.suspects and self.isolated is None:
+                yield from self.end_early()
+                return
             self.local_threads()
             self.feed_pool()
             while not self.done_here.empty():
+                yielded += 1
                 yield self.done_here.get()
             if not self.in_flight:
                 with contextlib.suppress(Empty):
-                    yield self.done_here.get(timeout=POLL_S)
+                    found = self.done_here.get(timeout=POLL_S)
+                    yielded += 1
+                    yield found
                 continue
             finished, _ = wait(self.in_flight, timeout=POLL_S, return_when=FIRST_COMPLETED)
             lost, broken = [], False
@@ -871,6 +886,7 @@ class _Run:
                         continue
                     broken = True
                     if alone:
+                        yielded += 1
                         yield index, "BrokenProcessPool: the compile worker died compiling it, alone", 0.0
                     else:
                         lost.append(index)
@@ -879,13 +895,29 @@ class _Run:
                     _warn_torch_in_workers(self.jobs[index].module)
                 if result.unavailable and self.in_process is not None:
                     _warn_unavailable(self.jobs[index], result.error)
+                    yielded += 1
                     yield index, *self.in_process(index)
                     continue
+                yielded += 1
                 yield index, result.error, result.seconds
             if broken:
                 self.restart(lost)
         if self.raised is not None:
             raise self.raised
+
+    def end_early(self) -> Iterator[tuple[int, str | None, float]]:
+        """Stop a detaching run: what this process is compiling ends here, the workers' jobs go on."""
+        with self.lock:
+            self.queue.clear()
+        for thread in self.threads:
+            thread.join()
+        while not self.done_here.empty():
+            yield self.done_here.get()
+        if self.raised is not None:
+            raise self.raised
+        in_flight, self.in_flight = self.in_flight, {}
+        for future, index in in_flight.items():
+            self.detach(index, future)
 
     def restart(self, lost: list[int]) -> None:
         """A dead worker breaks the whole executor: every job still in it is lost too."""

@@ -123,6 +123,17 @@ class Prefetcher:
             self._list.remove(key)
             return self._started.pop(key, None)
 
+    def adopt(self, key: str, future: Future) -> None:
+        """A compile the tune stopped waiting for (`compile_first`): kept as a started guess until taken.
+
+        It holds the worker reserved for it, now counted among the guesses' busy ones.
+        """
+        with self._lock:
+            self._list.remove(key)
+            self._list.release()
+            self._started[key] = future
+        future.add_done_callback(self._guess_done)
+
     def cancel(self) -> None:
         """Start no more guesses and drop those not yet running (a finished tune needs none)."""
         with self._lock:

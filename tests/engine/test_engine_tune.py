@@ -509,3 +509,77 @@ def test_a_prefetch_that_raises_does_not_fail_the_tune(table, backend, caplog):
         t.close()
     assert state.done and state.best is not None
     assert "prefetch failed: RuntimeError: pool is gone" in caplog.text
+
+
+class CompilesOnBackend(CountingBackend):
+    """A backend whose `compile_first` hands back one config of the chunk (its last), the others still compiling."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.calls: list[tuple[str, int]] = []
+
+    def compile_first(self, configs):
+        outcome = self.compile([configs[-1]])[0]
+        self.calls.append(("compile_first", outcome.error is None))
+        return {len(configs) - 1: outcome}
+
+    def benchmark(self, configs, repeat=None):
+        self.calls.append(("benchmark", len(configs)))
+        return super().benchmark(configs, repeat=repeat)
+
+
+def drive_fresh(table, backend, policy="fasta", **kw):
+    t = Tune.start("k", "mm", table.configs, backend, make_policy(policy, table.configs), seed=3, **kw)
+    try:
+        return t.drive()
+    finally:
+        t.close()
+
+
+def test_a_config_compiled_first_is_timed_before_the_rest_of_its_batch_compiles(table, backend):
+    counting = CompilesOnBackend(backend)
+    state = drive_fresh(table, counting, policy="exhaustive")
+    compiled = [i for i, call in enumerate(counting.calls) if call == ("compile_first", True)]
+    assert compiled and all(counting.calls[i + 1] == ("benchmark", 1) for i in compiled)
+    assert sum(call[0] == "benchmark" for call in counting.calls) == len(compiled)
+    assert sorted(map(table.index_of, counting.compiled)) == list(range(len(table.configs)))  # each once
+    assert sorted(map(table.index_of, counting.benchmarked)) == sorted(state.durations)
+    assert state.best == table.true_best
+
+
+def test_a_tune_timed_as_compiles_end_decides_exactly_as_one_that_compiles_whole_batches(table):
+    first = drive_fresh(table, CompilesOnBackend(ReplayBackend(table, noise=True, seed=7)))
+    whole = drive_fresh(table, ReplayBackend(table, noise=True, seed=7))
+    assert [(r.phase, r.batch, r.retime) for r in first.rounds] == [(r.phase, r.batch, r.retime) for r in whole.rounds]
+    assert first.durations == whole.durations and first.best == whole.best
+    assert first.policy_state == whole.policy_state and first.rng_state == whole.rng_state
+
+
+def test_a_tune_stopped_while_part_of_a_batch_still_compiles_resumes_from_its_file(table):
+    counting = CompilesOnBackend(ReplayBackend(table, noise=True, seed=7))
+    t = Tune.start("k", "mm", table.configs, counting, make_policy("fasta", table.configs), seed=3)
+    try:
+        state = t.drive(until=lambda s: s.step == "benchmark" and any(i not in s.compiled for i in s.pending)
+                                         and s.phase == "R2")
+    finally:
+        t.close()
+    assert not state.done
+    reread = unpack_state(pack_state(state))
+    resumed = Tune(reread, CountingBackend(ReplayBackend(table, noise=True, seed=7)),
+                   make_policy("fasta", table.configs))
+    try:
+        resumed.drive()
+    finally:
+        resumed.close()
+    whole = drive_fresh(table, ReplayBackend(table, noise=True, seed=7))
+    assert resumed.state.durations == whole.durations and resumed.state.best == whole.best
+
+
+@pytest.mark.parametrize("answer", [{}, {5: CompileOutcome(error=None, seconds=0.1)}])
+def test_compile_first_must_return_at_least_one_position_of_the_chunk(table, backend, answer):
+    class Wrong(CountingBackend):
+        def compile_first(self, configs):
+            return answer
+
+    with pytest.raises(BackendError, match=r"compile_first returned positions .* for 2 configs"):
+        drive_fresh(table, Wrong(backend), policy="exhaustive", chunk_size=2)

@@ -49,3 +49,16 @@ class _Crash:
 
 
 crash_kernel = _Crash()
+
+
+class _Slow:
+    """Stands in for a kernel that takes `SECONDS` to compile (passed as a keyword), then fails as `grid` does."""
+
+    def warmup(self, *args, SECONDS=0.0, **kwargs):
+        import time
+
+        time.sleep(SECONDS)
+        raise AttributeError("slow stand-in compiled")
+
+
+slow_kernel = _Slow()

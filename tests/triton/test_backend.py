@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import multiprocessing.forkserver
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -558,3 +560,60 @@ def test_a_pool_that_fails_to_start_is_tried_once_per_batch_not_on_every_poll(mo
     finally:
         pool.close()
     assert len(results) == 6 and len(attempts) == 1
+
+
+def slow_jobs(*seconds):
+    return [CompileJob("kernels", "slow_kernel", (), {"SECONDS": s}) for s in seconds]
+
+
+def test_a_detaching_run_ends_at_the_first_finished_job_and_hands_over_the_rest():
+    pool = CompilePool(3)
+    detached = {}
+    try:
+        pool.start()
+        results = list(pool.run(slow_jobs(3.0, 0.0, 3.0, 3.0), detach=lambda i, f: detached.setdefault(i, f)))
+        assert [index for index, _, _ in results] == [1]
+        assert sorted(detached) == [0, 2]  # in workers; job 3 had none free and was dropped
+        later = list(pool.run(slow_jobs(3.0, 0.0, 3.0), started={0: detached[0], 2: detached[2]}))
+    finally:
+        pool.close()
+    assert sorted(index for index, _, _ in later) == [0, 1, 2]
+    assert all(error == "AttributeError: slow stand-in compiled" for _, error, _ in results + later)
+
+
+def test_a_detaching_run_waits_for_what_this_process_compiles_and_drops_what_it_has_not_started():
+    pool = CompilePool(2)
+    pool.start = threading.Event().wait  # a pool that never becomes ready: two threads here do the work
+    seconds = [0.0, 0.3, 0.3, 0.3]
+
+    def compile_here(index):
+        time.sleep(seconds[index])
+        return None, seconds[index]
+
+    try:
+        results = sorted(pool.run(slow_jobs(*seconds), in_process=compile_here, detach=lambda i, f: None))
+    finally:
+        pool.close()
+    # job 0 ends at once and its thread takes job 2; the run ends then: jobs 1 and 2 finish, job 3 never starts
+    assert results == [(0, None, 0.0), (1, None, 0.3), (2, None, 0.3)]
+
+
+def test_compile_first_returns_what_is_done_and_the_next_call_collects_the_rest():
+    backend, _, _ = make_backend(pool=CompilePool(3))
+    backend.interpreting = False  # compiles are no-ops in the interpreter; pretend a device
+    backend._jobs = lambda cs: slow_jobs(*(c.kwargs["BLOCK"] / 1000 for c in cs))
+    submitted = []
+    try:
+        backend.pool.start()
+        first = backend.compile_first(configs(2000, 0, 3000))
+        assert sorted(first) == [1]
+        submit = backend.pool.submit
+        backend.pool.submit = lambda job: (submitted.append(job), submit(job))[1]
+        second = backend.compile_first(configs(2000, 3000))
+        third = backend.compile_first(configs(3000))
+    finally:
+        backend.pool.close()
+    assert sorted(second) == [0] and sorted(third) == [0]
+    assert submitted == []  # the first call's compiles, collected later: none started again
+    outcomes = [*first.values(), *second.values(), *third.values()]
+    assert all(o.error == "AttributeError: slow stand-in compiled" for o in outcomes)

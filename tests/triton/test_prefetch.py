@@ -195,3 +195,16 @@ def test_no_guess_starts_while_a_run_isolates_the_suspects_of_a_crash():
         assert guess is not None and guess.result(timeout=60)[0].startswith("AttributeError")
     finally:
         pool.close()
+
+
+def test_an_adopted_compile_takes_the_worker_reserved_for_it_and_is_handed_over_once():
+    pool = RecordingPool()
+    pool.workers = 14
+    prefetcher = Prefetcher(pool)
+    prefetcher.offer(ranked(*"abcdef"), reserve=12)  # 14 workers, 12 kept for the batch: 2 guesses
+    assert pool.names() == ["a", "b"]
+    running = Future()
+    prefetcher.adopt("z", running)  # z runs on one of the 12 kept for the batch
+    pool.submitted[0][1].set_result(None)  # guess a ends: its worker is free again
+    assert eventually(lambda: pool.names() == ["a", "b", "c"])
+    assert prefetcher.take("z") is running and prefetcher.take("z") is None
