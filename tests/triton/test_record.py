@@ -70,7 +70,7 @@ def test_record_command_writes_one_table_per_spec(tmp_path):
 def test_record_with_a_bad_spec_is_a_clear_error_naming_it(spec, params, says, tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", "from fasta_sm.cli import run; run()", "record", spec, *params, "--out", str(tmp_path),
-         "--device", "cpu"],
+         "--device", DEVICE],
         capture_output=True, text=True,
     )
     assert done.returncode in (1, 2) and says in done.stderr and "Traceback" not in done.stderr, done.stderr
