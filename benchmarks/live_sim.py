@@ -7,11 +7,13 @@ Each change to the lookahead or the prefetcher would need a device call to
 judge; this replays the same decisions against the table's recorded compile
 seconds instead: `WORKERS` workers, the prefetcher's own list and rules
 (`prefetch.GuessList`: `SPARE`, reserve, certain work; top-up as each guess
-ends), a timing of `--timing-ms` per config, and the
-tuning process's own seconds (policy and lookahead) added as they are spent.
-It reports wall seconds per tune, the seconds spent waiting on compiles in
-guided rounds, and how each guided batch's configs stood when asked for
-(done, running, never started), over seeds; also the same for the
+ends), the live backend's `compile_first` (back at the first compile done,
+the rest compiling on as guesses; `--whole-chunks` models the older order,
+every compile of a chunk before any timing), a timing of `--timing-ms` per
+config, and the tuning process's own seconds (policy and lookahead) added as
+they are spent. It reports wall seconds per tune, the seconds spent waiting
+on compiles in guided rounds, and how the guided configs handed back stood
+when asked for (done, running, never started), over seeds; also the same for the
 exhaustive policy, the baseline of the live target (fasta ≤ 0.3× its wall time).
 
 A model, not a measurement: it says which change is worth a device call,

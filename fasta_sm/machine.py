@@ -7,7 +7,9 @@ machine is shared by every tune in the process; a tune is a model added to it.
 Within a round the machine compiles the batch, benchmarks what compiled, then
 asks the policy to refine: a new R2 round, or DONE. Compile and benchmark work
 in chunks (compiles in parallel batches, timings a few at a time) so that a
-crash loses at most one chunk of work. A backend that can compile ahead
+crash loses at most one chunk of work. A backend that returns from compiling
+as soon as any config is done (`compile_first`) has each config timed while
+the rest of its batch compiles. A backend that can compile ahead
 (`prefetch`) is told the rest of a batch too large for one chunk, and which
 untried configs the next round is likeliest to pick (as an R2 batch starts
 compiling and again once it is compiled, and while R1's last chunks are
