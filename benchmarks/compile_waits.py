@@ -1,8 +1,9 @@
 """Where a live fasta tune waits: each compile call's wall time and guesses, each load's seconds.
 
-Runs `triton_autotune.run_kernel` with the backend's `compile`, `_load` and
+Runs `triton_autotune.run_kernel` with the backend's compiles in the pool
+(`_compile_in_pool`, under both `compile` and `compile_first`), `_load` and
 `benchmark` and the prefetcher's `take` wrapped to log, per compile call,
-how many configs it had, how long it took, and whether each config's guess
+how many configs it had (and how many it handed back), how long it took, and whether each config's guess
 had finished (d), was still compiling (r) or was never started (n); and per
 load in the tuning process, its seconds (on Triton 3.6 the first loads from
 a cold Triton cache build Triton's C launcher with gcc).
@@ -43,11 +44,12 @@ def wrap_take(take):
 
 
 def wrap_compile(compile_):
-    def logged(self, configs):
-        start, first = time.perf_counter(), len(LOG)
-        outcomes = compile_(self, configs)
-        takes = [event["state"] for event in LOG[first:] if event["what"] == "take"]
-        log(what="compile", n=len(configs), wall=round(time.perf_counter() - start, 3), takes=takes)
+    def logged(self, configs, jobs, first):
+        start, logged_before = time.perf_counter(), len(LOG)
+        outcomes = compile_(self, configs, jobs, first)
+        takes = [event["state"] for event in LOG[logged_before:] if event["what"] == "take"]
+        log(what="compile", n=len(configs), back=len(outcomes), wall=round(time.perf_counter() - start, 3),
+            takes=takes)
         return outcomes
 
     return logged
@@ -81,7 +83,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     prefetch.Prefetcher.take = wrap_take(prefetch.Prefetcher.take)
-    backend.TritonBackend.compile = wrap_compile(backend.TritonBackend.compile)
+    backend.TritonBackend._compile_in_pool = wrap_compile(backend.TritonBackend._compile_in_pool)
     backend.TritonBackend._load = wrap_load(backend.TritonBackend._load)
     backend.TritonBackend.benchmark = wrap_benchmark(backend.TritonBackend.benchmark)
     opts = triton_autotune.run_options(args.methods, small=args.small)

@@ -51,6 +51,8 @@ LOCAL_THREADS = (2, 8)
 compiles; a pool that starts in about a second should find few of them to wait for, and one that
 fails to start leaves the work to eight (Triton releases the GIL in LLVM and ptxas)."""
 SLOW_POOL_S = 2.0
+START_RETRY_S = 10.0
+"""A pool that failed to start is tried again by a compile this long after, not before (nor on every step)."""
 POLL_S = 0.01
 
 
@@ -613,6 +615,8 @@ class CompilePool:
         self._guesses_allowed = threading.Event()
         self._guesses_allowed.set()
         self._starting = False
+        self._asked_at: float | None = None  # when a start was first asked for: how long compiles have waited
+        self._failed_at: float | None = None
         self._generation = 0
         _POOLS.add(self)
 
@@ -640,6 +644,7 @@ class CompilePool:
             self._close_pipe()
             self._ready.clear()
             self._starting = False
+            self._asked_at = self._failed_at = None
 
     def replace_executor(self) -> None:
         """A fresh executor after a crash; its workers start on demand, so it counts as ready."""
@@ -668,20 +673,30 @@ class CompilePool:
                 self._ready.set()
 
     def start_in_background(self) -> None:
-        """`start` in a daemon thread, once: the caller compiles in process meanwhile."""
+        """`start` in a daemon thread, once (again `START_RETRY_S` after a failure): the caller compiles in
+        process meanwhile."""
         with self._lock:
-            if self._starting:
+            now = time.perf_counter()
+            if self._starting or (self._failed_at is not None and now - self._failed_at < START_RETRY_S):
                 return
             self._starting = True
+            if self._asked_at is None:
+                self._asked_at = now
         threading.Thread(target=self._start_quietly, name="fasta-compile-pool-start", daemon=True).start()
+
+    def waiting_s(self) -> float:
+        """Seconds since this pool's start was first asked for (0 when it is ready or was never asked)."""
+        asked = self._asked_at
+        return 0.0 if asked is None or self.ready else time.perf_counter() - asked
 
     def _start_quietly(self) -> None:
         try:
             self.start()
-        except Exception as error:  # noqa: BLE001  the caller compiles in process; a later batch tries again
+        except Exception as error:  # noqa: BLE001  the caller compiles in process; a later compile tries again
             logger.warning("the compile pool did not start: %s", describe_error(error))
             with self._lock:
                 self._starting = False
+                self._failed_at = time.perf_counter()
 
     def submit(self, job: CompileJob) -> Future:
         """Start one job now; hand its future to `run` later to collect it.
@@ -782,7 +797,6 @@ class _Run:
         self.lock = threading.Lock()
         self.done_here: SimpleQueue[tuple[int, str | None, float]] = SimpleQueue()
         self.threads: list[threading.Thread] = []
-        self.started = time.perf_counter()
         self.in_flight: dict[Future, int] = {}
         self.suspects: deque[int] = deque()
         self.isolated: Future | None = None
@@ -812,11 +826,11 @@ class _Run:
         """While the pool is not ready, keep threads of this process on the queue (more once it is slow)."""
         if self.in_process is None or self.pool.ready or not self.queue:
             return
-        if not self.start_asked:  # once per run: a pool that failed to start is tried again by the next batch
+        if not self.start_asked:  # once per run; the pool itself waits `START_RETRY_S` after a failure
             self.start_asked = True
             self.pool.start_in_background()
         first, slow = LOCAL_THREADS
-        wanted = slow if time.perf_counter() - self.started > SLOW_POOL_S else first
+        wanted = slow if self.pool.waiting_s() > SLOW_POOL_S else first
         alive = sum(thread.is_alive() for thread in self.threads)
         for _ in range(min(wanted - alive, len(self.queue))):
             thread = threading.Thread(target=self.compile_here, name="fasta-compile", daemon=True)
@@ -906,8 +920,13 @@ class _Run:
             raise self.raised
 
     def end_early(self) -> Iterator[tuple[int, str | None, float]]:
-        """Stop a detaching run: what this process is compiling ends here, the workers' jobs go on."""
+        """Stop a detaching run: what this process is compiling ends here, the workers' jobs go on.
+
+        Jobs not started yet go to the pool too when it is up (its executor
+        queues them); while it starts they are dropped, for the caller to ask again.
+        """
         with self.lock:
+            queued = list(self.queue)
             self.queue.clear()
         for thread in self.threads:
             thread.join()
@@ -916,6 +935,12 @@ class _Run:
         if self.raised is not None:
             raise self.raised
         in_flight, self.in_flight = self.in_flight, {}
+        if self.pool.ready:
+            for index in queued:
+                try:
+                    in_flight[self.pool.submit(self.jobs[index])] = index
+                except (BrokenProcessPool, RuntimeError):  # a broken or closed executor: the next run redoes them
+                    break
         for future, index in in_flight.items():
             self.detach(index, future)
 

@@ -64,6 +64,7 @@ def test_a_new_process_view_reuses_the_done_tune_and_times_nothing(tuned_dir, mo
 
     monkeypatch.setattr(TritonBackend, "benchmark", no_benchmark)
     monkeypatch.setattr(TritonBackend, "compile", no_benchmark)
+    monkeypatch.setattr(TritonBackend, "compile_first", no_benchmark)
     kernel = make_tuned(str(state_dir))
     x, out = launch(kernel)
     torch.testing.assert_close(out, 2.0 * x)

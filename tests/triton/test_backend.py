@@ -573,11 +573,11 @@ def test_a_detaching_run_ends_at_the_first_finished_job_and_hands_over_the_rest(
         pool.start()
         results = list(pool.run(slow_jobs(3.0, 0.0, 3.0, 3.0), detach=lambda i, f: detached.setdefault(i, f)))
         assert [index for index, _, _ in results] == [1]
-        assert sorted(detached) == [0, 2]  # in workers; job 3 had none free and was dropped
-        later = list(pool.run(slow_jobs(3.0, 0.0, 3.0), started={0: detached[0], 2: detached[2]}))
+        assert sorted(detached) == [0, 2, 3]  # 0 and 2 in workers, 3 queued in the pool for the next free one
+        later = list(pool.run(slow_jobs(3.0, 0.0, 3.0, 3.0), started={i: detached[i] for i in (0, 2, 3)}))
     finally:
         pool.close()
-    assert sorted(index for index, _, _ in later) == [0, 1, 2]
+    assert sorted(index for index, _, _ in later) == [0, 1, 2, 3]
     assert all(error == "AttributeError: slow stand-in compiled" for _, error, _ in results + later)
 
 
@@ -617,3 +617,50 @@ def test_compile_first_returns_what_is_done_and_the_next_call_collects_the_rest(
     assert submitted == []  # the first call's compiles, collected later: none started again
     outcomes = [*first.values(), *second.values(), *third.values()]
     assert all(o.error == "AttributeError: slow stand-in compiled" for o in outcomes)
+
+
+def test_a_pool_slow_to_start_gets_eight_threads_here_however_short_each_detaching_run(monkeypatch):
+    """The wait is the pool's, not each run's: runs that end at their first compile still escalate."""
+    from fasta_sm.triton import compile_pool
+
+    monkeypatch.setattr(compile_pool, "SLOW_POOL_S", 0.2)
+    never_ready = threading.Event()
+    pool = CompilePool(2)
+    pool.start = never_ready.wait
+    lock, running, most = threading.Lock(), [0], []
+
+    def compile_here(index):
+        with lock:
+            running[0] += 1
+            most.append(running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return None, 0.05
+
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            list(pool.run(slow_jobs(*[0.0] * 10), in_process=compile_here, detach=lambda i, f: None))
+    finally:
+        never_ready.set()
+        pool.close()
+    assert max(most) == 8
+
+
+def test_a_pool_that_fails_to_start_is_not_tried_again_at_every_detaching_run(monkeypatch):
+    attempts = []
+
+    def failing_start(self):
+        attempts.append(1)
+        raise OSError("fork server cannot start")
+
+    monkeypatch.setattr(CompilePool, "start", failing_start)
+    pool = CompilePool(4)
+    try:
+        for _ in range(5):
+            list(pool.run(slow_jobs(0.0, 0.0), in_process=lambda i: (time.sleep(0.05), (None, 0.05))[1],
+                          detach=lambda i, f: None))
+    finally:
+        pool.close()
+    assert len(attempts) == 1
