@@ -33,19 +33,25 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
 
     _fasta_keep_configs = True
     _fasta_core_names = ("cores", "cores")
+    _fasta_settings: dict[str, Any] | None = None
+    """The settings this kernel tunes with, read once by `__new__`."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:  # built by cached_autotune (unpickling passes nothing)
+        settings = None
+        if args or kwargs:  # built by cached_autotune (unpickling passes nothing, and calls no __init__)
             meta = kwargs.get("inductor_meta") or {}
-            if current_settings() is None or meta.get("runtime_block_arg_names"):
+            settings = current_settings()
+            if settings is None or meta.get("runtime_block_arg_names"):
                 log.debug("fasta_sm: kernel %s left to torch_npu's FastA", meta.get("kernel_name", "?"))
                 return _ORIGINAL["cls"](*args, **kwargs)
-        return super().__new__(cls)
+        tuner = super().__new__(cls)
+        tuner._fasta_settings = settings
+        return tuner
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         must = [i for i, c in enumerate(self.configs) if getattr(c, "from_expert", False)]
-        self._fasta_setup(current_settings(), must, "npu")
+        self._fasta_setup(self._fasta_settings, must, "npu")
         if self._fasta_plan is None and must:  # not tuned after all: the expert configs, as torch_npu's own does
             self.configs = [self._fasta_space[i] for i in must]
 

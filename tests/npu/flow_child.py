@@ -49,9 +49,14 @@ if scenario == "tune":
     quiet_device_guard()
     from torch_npu._inductor.runtime import triton_heuristics as th
 
+    from fasta_sm.npu import autotuner
+
+    reads, read_settings = [], autotuner.current_settings
+    autotuner.current_settings = lambda: (reads.append(1), read_settings())[1]
     space = configs()
     kernel = build(space)
     seen["class"] = type(kernel).__name__
+    seen["settings_reads"] = len(reads)
     kernel.precompile(warm_cache_only=True)  # the compile worker's half
     seen["worker_compiles"] = th.CALLS["compile"]
     kernel.precompile()

@@ -48,6 +48,10 @@ def test_a_kernel_is_tuned_once_its_winner_recorded_as_torch_npu_records_it(tabl
     assert seen["benches_after_second_run"] == seen["benches"], "a tuned kernel is not timed again"
 
 
+def test_a_kernel_reads_the_settings_once_when_it_is_built(table_file, state_dir):
+    assert scenario("tune", table_file, state_dir)["settings_reads"] == 1
+
+
 def test_kernels_fasta_sm_declines_are_built_as_torch_npus_own_autotuner(table_file, state_dir):
     seen = scenario("declined", table_file, state_dir)
     assert seen == {"runtime_blocks": "NPUFastAutotuner", "switched_off": "NPUFastAutotuner"}
