@@ -103,10 +103,9 @@ class SimulatedLive(ReplayBackend):
         self._top_up()
         self._leave()
 
-    def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
-        self._enter()
-        start = self.now
-        ready, states = [], []
+    def _take_or_start(self, configs: Sequence[Config]) -> tuple[list[float], list[str]]:
+        """When each config's compile ends (its guess's, or one started now), and how each stood: d/r/n."""
+        ends, states = [], []
         for config in configs:
             key = config.identity
             self._list.remove(key)
@@ -116,7 +115,13 @@ class SimulatedLive(ReplayBackend):
             else:
                 end = self._submit(self.now, float(self.table.compile_s[self.table.index_of(config)]))
                 states.append("n")
-            ready.append(end)
+            ends.append(end)
+        return ends, states
+
+    def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
+        self._enter()
+        start = self.now
+        ready, states = self._take_or_start(configs)
         for end in sorted(ready):
             self._run_until(end)
             self._list.release()
@@ -132,17 +137,7 @@ class SimulatedLive(ReplayBackend):
         the others compile on as started guesses."""
         self._enter()
         start = self.now
-        ends, states = [], []
-        for config in configs:
-            key = config.identity
-            self._list.remove(key)
-            if key in self._guesses:
-                end = self._guesses.pop(key)
-                states.append("d" if end <= self.now else "r")
-            else:
-                end = self._submit(self.now, float(self.table.compile_s[self.table.index_of(config)]))
-                states.append("n")
-            ends.append(end)
+        ends, states = self._take_or_start(configs)
         self._run_until(min(ends))
         done = [position for position, end in enumerate(ends) if end <= self.now]
         for position, config in enumerate(configs):

@@ -543,9 +543,9 @@ def test_a_bug_in_a_heuristic_stops_the_tune_instead_of_failing_every_config(tmp
         kernel[grid](x, torch.zeros_like(x), 256, 2.0)
 
 
-def test_a_pool_that_fails_to_start_is_tried_once_per_batch_not_on_every_poll(monkeypatch):
-    import time
-
+@pytest.fixture
+def start_attempts(monkeypatch):
+    """Every start of a CompilePool fails; the list counts the attempts."""
     attempts = []
 
     def failing_start(self):
@@ -553,13 +553,17 @@ def test_a_pool_that_fails_to_start_is_tried_once_per_batch_not_on_every_poll(mo
         raise OSError("fork server cannot start")
 
     monkeypatch.setattr(CompilePool, "start", failing_start)
+    return attempts
+
+
+def test_a_pool_that_fails_to_start_is_tried_once_per_batch_not_on_every_poll(start_attempts):
     pool = CompilePool(4)
     jobs = [CompileJob("kernels", "accumulate_kernel", (), {}) for _ in range(6)]
     try:
         results = list(pool.run(jobs, in_process=lambda i: (time.sleep(0.05), (None, 0.05))[1]))
     finally:
         pool.close()
-    assert len(results) == 6 and len(attempts) == 1
+    assert len(results) == 6 and len(start_attempts) == 1
 
 
 def slow_jobs(*seconds):
@@ -648,14 +652,7 @@ def test_a_pool_slow_to_start_gets_eight_threads_here_however_short_each_detachi
     assert max(most) == 8
 
 
-def test_a_pool_that_fails_to_start_is_not_tried_again_at_every_detaching_run(monkeypatch):
-    attempts = []
-
-    def failing_start(self):
-        attempts.append(1)
-        raise OSError("fork server cannot start")
-
-    monkeypatch.setattr(CompilePool, "start", failing_start)
+def test_a_pool_that_fails_to_start_is_not_tried_again_at_every_detaching_run(start_attempts):
     pool = CompilePool(4)
     try:
         for _ in range(5):
@@ -663,4 +660,4 @@ def test_a_pool_that_fails_to_start_is_not_tried_again_at_every_detaching_run(mo
                           detach=lambda i, f: None))
     finally:
         pool.close()
-    assert len(attempts) == 1
+    assert len(start_attempts) == 1
