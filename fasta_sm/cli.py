@@ -254,10 +254,11 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         timed, pending = set(state.round_done), set(state.pending)
         failed = pending & set(state.failed)
         waiting = [i for i in state.pending if i not in timed and i not in failed]
+        compiling = sum(i not in state.compiled for i in waiting)
         head.add_row(
             "pending",
             f"{len(state.pending)} configs in this round ({len(timed & pending)} timed, {len(failed)} failed); "
-            f"{len(waiting)} to time: "
+            f"{len(waiting)} to time" + (f" ({compiling} not compiled yet)" if compiling else "") + ": "
             + (", ".join(f"#{i}" for i in waiting[:12]) + (" …" if len(waiting) > 12 else "") if waiting else "-"),
         )
     if state.last_error:

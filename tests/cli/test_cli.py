@@ -220,6 +220,12 @@ def test_show_lists_the_configs_an_unfinished_round_still_has_to_time():
     assert "not finished" in out and "#126, #180" in out
 
 
+def test_show_says_which_configs_of_an_unfinished_round_are_not_compiled_yet(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = invoke("show", str(CORPUS / "v1-r2-benchmark-compiling.fsm"))
+    assert "(0 timed, 0 failed); 4 to time (3 not compiled yet): #126, #129, #180, #183" in out
+
+
 def test_show_gives_the_prediction_made_when_a_config_was_picked_beside_the_final_one(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     out = invoke("show", str(CORPUS / "v1-handler-error.fsm"), "--top", "1")

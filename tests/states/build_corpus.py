@@ -43,6 +43,14 @@ class FailingAfter(ReplayBackend):
         return super().benchmark(configs, repeat)
 
 
+class CompilesOn(ReplayBackend):
+    """Hands back one config of each compile call (its last), the others still compiling: as the live
+    Triton backend's `compile_first` does when that one finishes first."""
+
+    def compile_first(self, configs):
+        return {len(configs) - 1: self.compile([configs[-1]])[0]}
+
+
 def snapshot(table: ReplayTable, out: Path, name: str, *, stop: Stop | None = None, policy: str = "fasta",
              backend: ReplayBackend | None = None, configs=None,
              prepare: Callable[[StateStore, str], None] | None = None, chunk_size: int = 16, seed: int = 0) -> None:
@@ -93,6 +101,8 @@ def build(tables: Path | None, out: Path) -> None:
     snapshot(small, out, "v1-coverage-done", configs=small.configs[:: max(1, len(small.configs) // 10)][:10])
     snapshot(load("attention_fwd_fp16_d64"), out, "v1-done-polish-rules")
     snapshot(matmul, out, "v1-done-retime-contenders", seed=36)
+    snapshot(matmul, out, "v1-r2-benchmark-compiling", backend=CompilesOn(matmul, noise=True, seed=0),
+             stop=lambda s: s.phase == "R2" and s.step == "benchmark" and any(i not in s.compiled for i in s.pending))
 
 
 def main() -> None:
