@@ -745,9 +745,10 @@ class CompilePool:
 
         With `detach`, the run ends as soon as any job has finished: it
         yields every job finished by then (and those this process was
-        compiling, once they end), hands each job still in a worker to
-        `detach(position, future)` to be collected later (as `started`), and
-        drops the jobs not started. A run isolating a crash goes on to the end.
+        compiling, once they end) and hands each job still in a worker, or
+        still queued (submitted to the pool if it is up, else dropped), to
+        `detach(position, future)`, to be collected later (as `started`). A
+        run isolating a crash goes on to the end.
 
         `started` maps positions to futures of jobs already submitted (a
         prefetch), which are awaited instead of submitted again; one that was
@@ -864,7 +865,7 @@ class _Run:
             self.restart([])
 
     def drive(self) -> Iterator[tuple[int, str | None, float]]:
-        yielded = 0
+        yielded = False
         while self.busy():
             if self.raised is not None:
                 raise self.raised
@@ -874,12 +875,12 @@ class _Run:
             self.local_threads()
             self.feed_pool()
             while not self.done_here.empty():
-                yielded += 1
+                yielded = True
                 yield self.done_here.get()
             if not self.in_flight:
                 with contextlib.suppress(Empty):
                     found = self.done_here.get(timeout=POLL_S)
-                    yielded += 1
+                    yielded = True
                     yield found
                 continue
             finished, _ = wait(self.in_flight, timeout=POLL_S, return_when=FIRST_COMPLETED)
@@ -900,7 +901,7 @@ class _Run:
                         continue
                     broken = True
                     if alone:
-                        yielded += 1
+                        yielded = True
                         yield index, "BrokenProcessPool: the compile worker died compiling it, alone", 0.0
                     else:
                         lost.append(index)
@@ -909,10 +910,10 @@ class _Run:
                     _warn_torch_in_workers(self.jobs[index].module)
                 if result.unavailable and self.in_process is not None:
                     _warn_unavailable(self.jobs[index], result.error)
-                    yielded += 1
+                    yielded = True
                     yield index, *self.in_process(index)
                     continue
-                yielded += 1
+                yielded = True
                 yield index, result.error, result.seconds
             if broken:
                 self.restart(lost)
