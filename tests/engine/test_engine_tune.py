@@ -5,10 +5,13 @@ from __future__ import annotations
 import copy
 import json
 import math
+import random
 import re
 
 import pytest
 from engine_harness import CountingBackend, write_table
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
@@ -583,3 +586,43 @@ def test_compile_first_must_return_at_least_one_position_of_the_chunk(table, bac
 
     with pytest.raises(BackendError, match=r"compile_first returned positions .* for 2 configs"):
         drive_fresh(table, Wrong(backend), policy="exhaustive", chunk_size=2)
+
+
+class PartialCompiles(CountingBackend):
+    """`compile_first` hands back a random non-empty part of each chunk, the rest still compiling."""
+
+    def __init__(self, inner, rng: random.Random):
+        super().__init__(inner)
+        self.rng = rng
+
+    def compile_first(self, configs):
+        positions = sorted(self.rng.sample(range(len(configs)), self.rng.randint(1, len(configs))))
+        return dict(zip(positions, self.compile([configs[p] for p in positions])))
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(policy=st.sampled_from(["fasta", "exhaustive", "random"]), chunk=st.sampled_from([1, 2, 3, 5, 16]),
+       benchmark_chunk=st.sampled_from([1, 2, 4]), seed=st.integers(0, 2**32 - 1))
+def test_compiles_handed_back_in_any_order_with_crashes_between_end_as_a_whole_batch_tune(
+        table, policy, chunk, benchmark_chunk, seed):
+    """Each step may crash; the tune resumes from its last checkpoint with or without compile_first."""
+    rng = random.Random(seed)
+    sizes = {"chunk_size": chunk, "benchmark_chunk": benchmark_chunk}
+    backends = [PartialCompiles(ReplayBackend(table, noise=True, seed=7), rng)]
+    t = Tune.start("k", "mm", table.configs, backends[0], make_policy(policy, table.configs), seed=3, **sizes)
+    for _ in range(5000):
+        if t.state.done:
+            break
+        t.advance()
+        if rng.random() < 0.1:
+            blob = t._last_blob
+            t.close()
+            inner = ReplayBackend(table, noise=True, seed=7)
+            backends.append(PartialCompiles(inner, rng) if rng.random() < 0.5 else CountingBackend(inner))
+            t = Tune(unpack_state(blob), backends[-1], make_policy(policy, table.configs), **sizes)
+    t.close()
+    compiled = [table.index_of(c) for backend in backends for c in backend.compiled]
+    assert t.state.done and len(compiled) == len(set(compiled)), "every config compiled once, no round stalled"
+    whole = drive_fresh(table, ReplayBackend(table, noise=True, seed=7), policy=policy)
+    assert [(r.batch, r.retime) for r in t.state.rounds] == [(r.batch, r.retime) for r in whole.rounds]
+    assert t.state.durations == whole.durations and t.state.best == whole.best
