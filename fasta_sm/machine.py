@@ -241,10 +241,9 @@ class Tune:
 
     def _compile_chunk(self) -> None:
         state = self.state
-        todo = [i for i in state.pending if i not in state.compiled and i not in state.failed]
-        for index in [i for i in todo if i in state.carried]:
+        for index in [i for i in self._uncompiled() if i in state.carried]:
             self._reuse_compile(index)
-        todo = [i for i in todo if i not in state.compiled and i not in state.failed]
+        todo = self._uncompiled()
         chunk = todo[: self.chunk_size]
         if chunk:
             self._prefetch(reserve=len(chunk), rest=todo[len(chunk) :])
@@ -261,7 +260,7 @@ class Tune:
                     log.info("kernel %s: config #%d failed to compile: %s", state.kernel, index, outcome.error)
             state.cost.compile_s += spent
             state.rounds[-1].compile_s += spent
-        uncompiled = [i for i in todo if i not in state.compiled and i not in state.failed]
+        uncompiled = self._uncompiled()
         if not uncompiled or (self._compiles_on and self._untimed()):
             state.step = "benchmark"
         if not uncompiled:
@@ -294,6 +293,11 @@ class Tune:
                 f"for {len(configs)} configs (at least one, each below {len(configs)})"
             )
         return outcomes
+
+    def _uncompiled(self) -> list[int]:
+        """The batch's configs neither compiled nor failed yet."""
+        state = self.state
+        return [i for i in state.pending if i not in state.compiled and i not in state.failed]
 
     def _untimed(self) -> list[int]:
         """The batch's configs compiled and not yet timed this round."""
@@ -391,7 +395,7 @@ class Tune:
             state.cost.benchmark_s += spent
             state.rounds[-1].benchmark_s += spent
             self._update_best()
-        uncompiled = [i for i in state.pending if i not in state.compiled and i not in state.failed]
+        uncompiled = self._uncompiled()
         if len(todo) <= len(chunk):
             state.step = "compile" if uncompiled else "refine"
         elif state.phase == "R1" and len(todo) - len(chunk) + len(uncompiled) <= R1_GUESS_UNTIMED:
