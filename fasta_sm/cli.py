@@ -539,5 +539,5 @@ def run() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except (FastaError, OSError) as exc:
-        notes.print(Text.assemble(("error:", "red"), f" {exc}"), soft_wrap=True, highlight=False)
+        click.ClickException(str(exc)).show()
         sys.exit(1)

@@ -133,6 +133,13 @@ def test_bench_on_a_missing_tables_dir_is_one_line_naming_it(tmp_path):
     assert done.returncode == 1 and "nowhere" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_errors_of_fasta_sm_and_of_click_share_one_prefix(tmp_path, table_file):
+    ours = fasta_sm("bench", "--tables", str(tmp_path / "nowhere"), "--seeds", "1")
+    clicks = fasta_sm("bench", "--tables", str(table_file.parent), "--seeds", "0")
+    assert ours.stderr.startswith("Error: ") and (ours.returncode, clicks.returncode) == (1, 2)
+    assert clicks.stderr.splitlines()[-1].startswith("Error: ")
+
+
 def test_bench_on_a_dir_without_tables_is_one_line_naming_it(tmp_path):
     done = fasta_sm("bench", "--tables", str(tmp_path), "--seeds", "1")
     assert done.returncode == 1 and "no *.json replay tables" in done.stderr and "Traceback" not in done.stderr
