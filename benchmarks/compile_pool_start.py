@@ -66,24 +66,24 @@ if __name__ == "__main__":
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "triton"))  # workers get this path
-    from fasta_sm.triton import compile_pool
+    from fasta_sm.triton import compile_pool, worker
 
     start = time.perf_counter()
     pool = compile_pool.CompilePool()
     if opts.torch_at_import:
         pool.start()
         ready = time.perf_counter() - start
-        list(pool.run([compile_pool.CompileJob("torch_at_import", "noop", (), {}) for _ in range(pool.workers)]))
+        list(pool.run([worker.CompileJob("torch_at_import", "noop", (), {}) for _ in range(pool.workers)]))
         print(f"FASTA_WORKER_TORCH={os.environ.get('FASTA_WORKER_TORCH', '0')}: pool ready {ready:.2f} s, "
               f"first job on each of {pool.workers} workers (module uses torch on import) done at "
               f"{time.perf_counter() - start:.2f} s")
     else:
         executor, _ = pool._get()
-        first = executor.submit(compile_pool._started)
+        first = executor.submit(worker.do_nothing)
         server_up = time.perf_counter() - start
         first.result()
         first_ready = time.perf_counter() - start
-        rest = [executor.submit(compile_pool._started) for _ in range(pool.workers - 1)]
+        rest = [executor.submit(worker.do_nothing) for _ in range(pool.workers - 1)]
         forked = time.perf_counter() - start
         wait(rest)
         print(f"pool start: server up + 1st fork {server_up:.2f} s, 1st worker ready {first_ready:.2f} s, "

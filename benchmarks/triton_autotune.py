@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fasta_sm.triton.compile_pool import interpreting
+from fasta_sm.triton.fork_server import interpreting
 
 SMALL_SHAPES = {
     "mm_bf16_gelu": dict(M=64, N=64, K=64), "mm_fp16": dict(M=64, N=64, K=64),

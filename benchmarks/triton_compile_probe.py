@@ -32,7 +32,7 @@ import torch
 import triton
 
 IMPORT_S = now()
-from fasta_sm.triton import compile_pool, zoo
+from fasta_sm.triton import compile_pool, worker, zoo
 from fasta_sm.triton.backend import TritonBackend
 from fasta_sm.triton.record import spread
 
@@ -52,8 +52,8 @@ def probe(job):
     t = {"key_cached": triton_key.cache_info().currsize, "pid": os.getpid()}
     dev, t["device"] = seconds(driver.active.get_current_device)
     _, t["stream"] = seconds(lambda: driver.active.get_current_stream(dev))
-    fn, t["resolve"] = seconds(lambda: compile_pool.resolve(job.module, job.qualname))
-    args = [compile_pool._stand_in(arg) for arg in job.args]
+    fn, t["resolve"] = seconds(lambda: worker.resolve(job.module, job.qualname))
+    args = [worker.stand_in(arg) for arg in job.args]
     _, t["warmup"] = seconds(lambda: fn.warmup(*args, grid=(1,), **job.kwargs))
     return t
 

@@ -31,7 +31,9 @@ from ..state import remember_configs
 from ..store import StateStore
 from ..tuner import TuneResult, tune
 from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
-from .compile_pool import kernel_path, note_kernel_module, shared_pool, start_fork_server, unwrap_jit
+from .compile_pool import shared_pool
+from .fork_server import note_kernel_module, start_fork_server
+from .worker import kernel_path, unwrap_jit
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
 

@@ -23,21 +23,19 @@ from typing import Any
 
 from ..config import Config
 from ..protocols import BenchmarkOutcome, CompileOutcome
-from .compile_pool import (
-    LOCAL_THREADS,
+from .compile_pool import LOCAL_THREADS, CompilePool, shared_pool
+from .fork_server import interpreting
+from .prefetch import Prefetcher
+from .worker import (
     CompileJob,
-    CompilePool,
     TensorArg,
     describe_error,
-    interpreting,
     kernel_path,
     module_root,
     resolve,
-    shared_pool,
     tuning_triton_key,
     unwrap_jit,
 )
-from .prefetch import Prefetcher
 
 logger = logging.getLogger("fasta_sm.triton.backend")
 

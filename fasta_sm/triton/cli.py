@@ -83,7 +83,8 @@ def record_command(
     """
     import torch
 
-    from .compile_pool import CompilePool, interpreting
+    from .compile_pool import CompilePool
+    from .fork_server import interpreting
     from .record import record, spread, write_table
     from .spec import load_spec
 

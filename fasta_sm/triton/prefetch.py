@@ -23,7 +23,8 @@ from collections.abc import Container, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from .compile_pool import CompileJob, CompilePool, describe_error
+from .compile_pool import CompilePool
+from .worker import CompileJob, describe_error
 
 logger = logging.getLogger("fasta_sm.triton.prefetch")
 

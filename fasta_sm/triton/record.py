@@ -23,8 +23,9 @@ from typing import Any
 
 from ..config import Config
 from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
-from .compile_pool import CompilePool, describe_error
+from .compile_pool import CompilePool
 from .spec import KernelSpec
+from .worker import describe_error
 
 logger = logging.getLogger("fasta_sm.triton.record")
 

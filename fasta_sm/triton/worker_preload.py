@@ -12,7 +12,7 @@ import sys
 
 import triton  # noqa: F401
 
-from .compile_pool import defer_import, set_up_specializer_without_torch, skip_main_in_workers
+from .worker import defer_import, set_up_specializer_without_torch, skip_main_in_workers
 
 skip_main_in_workers()
 

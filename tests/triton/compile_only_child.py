@@ -18,7 +18,8 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
     from triton.backends.compiler import GPUTarget
 
-    from fasta_sm.triton.compile_pool import CompileJob, CompileOnlyDriver, CompilePool, TensorArg, tuning_triton_key
+    from fasta_sm.triton.compile_pool import CompilePool
+    from fasta_sm.triton.worker import CompileJob, CompileOnlyDriver, TensorArg, tuning_triton_key
 
     target = GPUTarget("cuda", 90, 32)
     launch = {"BLOCK": 256, "num_warps": 4, "num_stages": 1}

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 if __name__ == "__main__":
-    from fasta_sm.triton.compile_pool import CompileJob, shared_pool
+    from fasta_sm.triton.compile_pool import shared_pool
+    from fasta_sm.triton.worker import CompileJob
 
     started = Path(tempfile.mkdtemp()) / "started"
     pool = shared_pool()

@@ -16,7 +16,8 @@ import torch.nn  # noqa: F401  a script's usual first line: imports torch itself
 sys.path.insert(0, str(Path(__file__).parent))
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-from fasta_sm.triton.compile_pool import CompileJob, CompilePool  # noqa: E402
+from fasta_sm.triton.compile_pool import CompilePool  # noqa: E402
+from fasta_sm.triton.worker import CompileJob  # noqa: E402
 
 with open(sys.argv[1], "a") as runs:
     runs.write(f"{os.getpid()}\n")

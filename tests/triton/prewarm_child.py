@@ -66,6 +66,6 @@ if __name__ == "__main__":
                                       in_main="--in-main" in sys.argv)
     print("started" if started else "not started", flush=True)
     if "--torch-table" in sys.argv:
-        from fasta_sm.triton.compile_pool import preload_modules
+        from fasta_sm.triton.fork_server import preload_modules
 
         print(" ".join(preload_modules()), flush=True)

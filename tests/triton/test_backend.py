@@ -16,7 +16,8 @@ from triton_device import DEVICE, HAS_CUDA
 from fasta_sm.config import Config
 from fasta_sm.protocols import Backend, CompileOutcome
 from fasta_sm.triton.backend import TritonBackend, interpreting
-from fasta_sm.triton.compile_pool import CompileJob, CompilePool, TensorArg, WorkerResult, describe_error, pool_size
+from fasta_sm.triton.compile_pool import CompilePool, pool_size
+from fasta_sm.triton.worker import CompileJob, TensorArg, WorkerResult, describe_error
 
 N = 1000
 
@@ -168,7 +169,7 @@ def test_workers_die_with_a_killed_parent():
 
 def test_workers_take_the_environment_of_the_tuning_process_as_the_pool_starts(monkeypatch):
     """Not the fork server's, which may have started at import, before the program set TRITON_CACHE_DIR."""
-    from fasta_sm.triton.compile_pool import worker_context
+    from fasta_sm.triton.fork_server import worker_context
 
     monkeypatch.setenv("FASTA_TEST_PROBE", "at the server's start")
     worker_context()
@@ -184,7 +185,7 @@ def test_workers_take_the_environment_of_the_tuning_process_as_the_pool_starts(m
 
 
 def test_workers_import_a_kernel_module_from_a_path_the_program_added_after_they_started(tmp_path, monkeypatch):
-    from fasta_sm.triton.compile_pool import module_root
+    from fasta_sm.triton.worker import module_root
 
     pool = CompilePool(1)
     try:

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fasta_sm.triton import compile_pool
-from fasta_sm.triton.compile_pool import CompileJob, CompilePool, DeferredModule, defer_import, preload_modules
+from fasta_sm.triton import fork_server
+from fasta_sm.triton.compile_pool import CompilePool
+from fasta_sm.triton.fork_server import preload_modules
+from fasta_sm.triton.worker import CompileJob, DeferredModule, defer_import
 
 HERE = Path(__file__).parent
 
@@ -97,20 +99,20 @@ def test_a_kernel_module_that_uses_torch_on_import_is_named_once_with_the_remedy
 
 
 def test_fasta_worker_torch_forces_torch_into_the_fork_server_or_out(monkeypatch):
-    monkeypatch.setattr(compile_pool, "_torch_on_import", set())
+    monkeypatch.setattr(fork_server, "_torch_on_import", set())
     monkeypatch.setenv("FASTA_WORKER_TORCH", "1")
     assert preload_modules()[0] == "torch"
-    monkeypatch.setattr(compile_pool, "_torch_on_import", {"a_module"})
+    monkeypatch.setattr(fork_server, "_torch_on_import", {"a_module"})
     monkeypatch.setenv("FASTA_WORKER_TORCH", "0")
     assert "torch" not in preload_modules()
 
 
 def test_unset_the_fork_server_imports_torch_once_a_noted_kernel_module_uses_it(monkeypatch):
     monkeypatch.delenv("FASTA_WORKER_TORCH", raising=False)
-    monkeypatch.setattr(compile_pool, "_torch_on_import", set())
-    compile_pool.note_kernel_module("plain", {"torch": torch, "N": 3})
+    monkeypatch.setattr(fork_server, "_torch_on_import", set())
+    fork_server.note_kernel_module("plain", {"torch": torch, "N": 3})
     assert "torch" not in preload_modules()
-    compile_pool.note_kernel_module("with_table", {"torch": torch, "DTYPES": {"bf16": torch.bfloat16}})
+    fork_server.note_kernel_module("with_table", {"torch": torch, "DTYPES": {"bf16": torch.bfloat16}})
     assert preload_modules()[0] == "torch"
 
 
@@ -122,14 +124,14 @@ def test_unset_the_fork_server_imports_torch_once_a_noted_kernel_module_uses_it(
     {"Tensor": torch.Tensor},
 ], ids=["dtype table", "device", "submodule", "function", "class"])
 def test_torch_objects_in_a_modules_globals_mean_it_uses_torch_on_import(namespace):
-    assert compile_pool.uses_torch_on_import(namespace)
+    assert fork_server.uses_torch_on_import(namespace)
 
 
 def test_the_torch_module_alone_does_not_mean_it_uses_torch_on_import():
     import triton
 
     namespace = {"torch": torch, "triton": triton, "N": 3, "CONFIGS": [triton.Config({"BLOCK": 16})], "f": len}
-    assert not compile_pool.uses_torch_on_import(namespace)
+    assert not fork_server.uses_torch_on_import(namespace)
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 
-from fasta_sm.triton.compile_pool import CompileJob
 from fasta_sm.triton.prefetch import Prefetcher
+from fasta_sm.triton.worker import CompileJob
 
 
 class RecordingPool:

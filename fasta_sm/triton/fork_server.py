@@ -1,0 +1,152 @@
+"""Where compile workers come from: a fork server that imported Triton, started early, named apart.
+
+Workers are never forked from the tuning process (it holds a CUDA context):
+they fork from a server that imported Triton once, so starting fourteen of
+them costs one import, not fourteen (spawn where the platform has no fork
+server). What the server imports, torch included or deferred, is decided
+when it starts (`preload_modules`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import multiprocessing
+import os
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from .worker import WORKER_NAME, describe_error, warm_triton_key
+
+logger = logging.getLogger("fasta_sm.triton.fork_server")
+
+PRELOAD = ("fasta_sm.triton.worker_preload",)
+"""Imported once by the fork server, inherited by every worker it forks (it imports Triton, not torch)."""
+
+
+_LOOK_INTO = 64
+_torch_on_import: set[str] = set()
+"""Decorated kernels' modules that hold torch objects made when they were imported (`note_kernel_module`)."""
+
+
+def uses_torch_on_import(namespace: Mapping[str, Any]) -> bool:
+    """Whether a module's globals hold what only a loaded torch makes: a dtype, a device, a torch function or submodule.
+
+    A compile worker importing such a module must load torch; one whose
+    globals hold only the `torch` module itself need not. Containers are
+    looked into one level deep (a dtype table), their first
+    `_LOOK_INTO` entries only: this runs when a kernel is decorated.
+    """
+    for value in list(namespace.values()):
+        items = [value]
+        if isinstance(value, dict):
+            for key, entry in itertools.islice(value.items(), _LOOK_INTO):
+                items += [key, entry]
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            items += itertools.islice(value, _LOOK_INTO)
+        for item in items:
+            if isinstance(item, types.ModuleType):
+                origin = item.__name__ if item.__name__ != "torch" else ""
+            elif isinstance(item, (type, types.FunctionType, types.BuiltinFunctionType)):
+                origin = getattr(item, "__module__", None) or ""
+            else:
+                origin = type(item).__module__
+            if origin == "torch" or origin.startswith("torch."):
+                return True
+    return False
+
+
+def note_kernel_module(name: str, namespace: Mapping[str, Any]) -> None:
+    """Remember a decorated kernel's module that uses torch on import: the fork server then imports torch itself."""
+    if uses_torch_on_import(namespace):
+        _torch_on_import.add(name)
+
+
+def preload_modules() -> list[str]:
+    """What the fork server imports: `PRELOAD`, after torch where a kernel module needs it.
+
+    `FASTA_WORKER_TORCH` 1 or 0 forces torch in or out; unset, torch is
+    imported by the server once a decorated kernel's module uses torch on
+    import (one import, shared by every worker it forks, instead of one per
+    worker), and deferred otherwise.
+    """
+    setting = os.environ.get("FASTA_WORKER_TORCH", "").strip().lower()
+    if setting in ("1", "true", "yes", "on") or (setting in ("", "auto") and _torch_on_import):
+        return ["torch", *PRELOAD]
+    return list(PRELOAD)
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """A fork server that has imported Triton, else spawn: never a fork of this process."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = _named_worker_context()
+    context.set_forkserver_preload(preload_modules())
+    return context
+
+
+@functools.cache
+def _named_worker_context() -> multiprocessing.context.BaseContext:
+    """The fork-server context, with every process it makes named `WORKER_NAME`."""
+    return _NamedProcesses(multiprocessing.get_context("forkserver"))  # type: ignore[return-value]
+
+
+class _NamedProcesses:
+    """A multiprocessing context whose processes carry one name (multiprocessing numbers them otherwise)."""
+
+    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    def Process(self, *args: Any, **kwargs: Any) -> multiprocessing.process.BaseProcess:  # noqa: N802  multiprocessing's name
+        return self._context.Process(*args, **kwargs, name=WORKER_NAME)
+
+
+def interpreting(fn: Any = None) -> bool:
+    """True when kernels run in Triton's CPU interpreter (TRITON_INTERPRET read as Triton reads it)."""
+    try:
+        from triton import knobs
+
+        on = bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):  # a Triton without knobs
+        on = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes", "y")
+    return on or type(fn).__name__ == "InterpretedFunction"
+
+
+def start_fork_server() -> bool:
+    """Start the workers' fork server now, so that the first tune of this process finds it ready.
+
+    The server imports Triton in a process of its own (under a second),
+    and until it has, a tune compiles in threads of this process, which
+    Triton's front end serializes on the GIL. This process hashes Triton's
+    library meanwhile (`warm_triton_key`), for its own loads and for the
+    workers, which are given the key with each job. Started
+    when a kernel is decorated, usually at import, it is ready by the time a
+    program that first builds a model or loads data calls the kernel. It
+    costs this process one process spawn. Nothing is started in a child
+    process (a compile worker importing the kernel's module, a data loader),
+    under Triton's interpreter, where there is no fork server, or when
+    `FASTA_PREWARM` is 0. The workers it forks later take this process's
+    environment as of the pool's start, not the server's (`init_worker`).
+    Returns whether a server is now running or starting.
+    """
+    if os.environ.get("FASTA_PREWARM", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if interpreting() or multiprocessing.parent_process() is not None:
+        return False
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    from multiprocessing import forkserver
+
+    try:
+        worker_context()  # sets the server's preload
+        forkserver.ensure_running()
+    except Exception as error:  # noqa: BLE001  decorating must not fail: the first tune starts it, or compiles here
+        logger.debug("the fork server did not start ahead: %s", describe_error(error))
+        return False
+    warm_triton_key()
+    return True

@@ -1,0 +1,406 @@
+"""What runs in a compile worker: the job it is given, how it compiles without torch or a device, what it returns.
+
+A job names the kernel by module and qualified name, its tensors by their
+dtypes' names, and the tuning process's device by Triton's target: a worker
+compiles through the kernel's own `JITFunction.warmup` against a driver that
+answers with that target, so the binary lands in Triton's on-disk cache
+under the very key the tuning process's launch computes. Compiling needs
+neither torch nor a device, so a worker loads torch only if the kernel's
+module uses it on import (`defer_import`): importing torch took 4.2-5.5 s on
+the H200 machine, most of a cold tune.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+logger = logging.getLogger("fasta_sm.triton.worker")
+
+_ERROR_CHARS = 400
+
+
+def describe_error(error: BaseException) -> str:
+    """`Type: first line of the message`, short enough for a state file or a table."""
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message}"[:_ERROR_CHARS]
+
+
+def unwrap_jit(obj: Any) -> Any:
+    """The jit function (or, under `TRITON_INTERPRET=1`, the interpreted one) under autotuner and
+    heuristics wrappers, each of which keeps the next in `.fn`."""
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(obj, JITFunction) and type(obj).__name__ != "InterpretedFunction" and hasattr(obj, "fn"):
+        obj = obj.fn
+    return obj
+
+
+def kernel_path(fn: Any) -> tuple[str, str] | None:
+    """The module and qualified name a worker imports a jit function by, or None when no worker can.
+
+    A kernel defined inside a function has no such path, and one defined in
+    the main script has none that a worker sees: workers do not run
+    `__main__` (`skip_main_in_workers`).
+    """
+    module = getattr(fn, "module", None) or getattr(fn.fn, "__module__", None)
+    qualname = fn.fn.__qualname__
+    if "<locals>" in qualname or module in (None, "__main__"):
+        return None
+    return module, qualname
+
+
+def module_root(module: str) -> str | None:
+    """The `sys.path` entry an imported module was found under: its file's folder, up one per package level."""
+    file = getattr(sys.modules.get(module), "__file__", None)
+    if not file:
+        return None
+    folder = os.path.dirname(os.path.abspath(file))
+    for _ in range(module.count(".") + (os.path.basename(file) == "__init__.py")):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def resolve(module: str, qualname: str) -> Any:
+    """Import a kernel by module path, as a worker must."""
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return unwrap_jit(obj)
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A tensor argument as a worker compiles for it: its dtype's name (`str(tensor.dtype)`).
+
+    That name is all Triton reads of a tensor it compiles for (a worker's
+    stand-ins are 16-byte aligned, as the parent checks its tensors are), and
+    unlike a torch dtype it unpickles without importing torch.
+    """
+
+    dtype: str
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """What a worker needs to compile one config: no tensors, no CUDA objects.
+
+    `target` is Triton's `GPUTarget` of the tuning process's device; with it
+    a worker compiles without a driver of its own, hence without torch or a
+    CUDA context. Without it (None) the worker asks its own driver.
+    `triton_key` is the tuning process's `tuning_triton_key()`; without it
+    each worker hashes Triton's library itself before its first compile.
+    `root` is the directory the module is imported from, for a worker
+    whose `sys.path` lacks it (a path the program added after the fork
+    server started, as a notebook or a test does).
+    """
+
+    module: str
+    qualname: str
+    args: tuple
+    kwargs: dict[str, Any]
+    target: Any = None
+    triton_key: str | None = None
+    root: str | None = None
+
+
+def _exit_with_parent(alive: Connection) -> None:
+    """Block on a pipe only the tuning process writes to; its end of file means that process died."""
+    try:
+        alive.recv()
+    except (EOFError, OSError):
+        pass
+    os._exit(0)
+
+
+def init_worker(alive: Connection, environ: Mapping[str, str]) -> None:
+    """Make the worker die with the tuning process and give it that process's environment.
+
+    A tune killed with SIGKILL must not leave its workers behind: they would
+    hold the pipes of whoever waits on the process. The worker's parent is
+    the fork server, which lives as long as any worker does, so the worker
+    watches the tuning process itself, through `alive`.
+
+    A forked worker inherits the fork server's environment, which is the
+    tuning process's as it was when the server started, often at import
+    (`start_fork_server`). `environ` is the tuning process's as the pool
+    starts, so that a `TRITON_CACHE_DIR` set in between is where the worker
+    writes, and the parent finds what it compiled.
+    """
+    os.environ.clear()
+    os.environ.update(environ)
+    threading.Thread(target=_exit_with_parent, args=(alive,), daemon=True).start()
+
+
+def do_nothing() -> None:
+    """A job that does nothing: one per worker makes the executor start them all."""
+
+
+class CompileOnlyDriver:
+    """Triton's active driver in a compile worker: the tuning process's target, and no device.
+
+    Triton's launch path asks the driver for the target, which is all a
+    compile needs, and for the current device and stream, which a real
+    driver answers through torch and a CUDA context (the context took
+    1.2-1.5 s of a worker's first compile on the H200, and held device
+    memory for nothing). Anything else, such as a kernel module asking for
+    its torch device on import, goes to the real driver, made on first use.
+    """
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def get_current_target(self) -> Any:
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: Any = None) -> int:
+        return 0
+
+    def set_current_device(self, device: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        from triton.runtime.driver import driver
+
+        return getattr(driver.default, name)
+
+
+_given: dict[str, Any] = {}
+"""What earlier jobs set this worker's Triton up with: "target", "triton_key"."""
+
+
+def _use_driver_for(target: Any) -> None:
+    """Compile for `target` without a device; with no target, use the real driver but not its streams."""
+    if "target" in _given and _given["target"] == target:
+        return
+    from triton.runtime.driver import driver
+
+    if target is not None:
+        driver.set_active(CompileOnlyDriver(target))
+    else:
+        try:
+            driver.active.get_current_stream = _null_stream
+        except Exception:  # noqa: BLE001  no driver (CPU): each job reports its own error
+            return
+    _given["target"] = target
+
+
+def _null_stream(device: Any = None) -> int:
+    return 0
+
+
+class DeferredModule(types.ModuleType):
+    """Stands in `sys.modules` for a module not imported yet, and imports it on first use.
+
+    `import torch` then binds this stand-in at no cost; the first attribute
+    read (`torch.float16`, or `import torch.nn`, which reads `__path__`)
+    imports the real module, to which every read is then forwarded.
+    `importlib.util.LazyLoader` would not do: its module loads as soon as the
+    import system reads its `__spec__`, that is at the next `import torch`.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        real = sys.modules.get(self.__name__)
+        if real is self or real is None:
+            with _DEFERRED_LOCK:
+                if sys.modules.get(self.__name__) is self:
+                    del sys.modules[self.__name__]
+                real = importlib.import_module(self.__name__)
+        return getattr(real, name)
+
+
+_DEFERRED_LOCK = threading.Lock()
+
+
+def set_up_specializer_without_torch() -> None:
+    """Run Triton's one-time argument-specializer setup against a torch that has only a dummy `Tensor`.
+
+    That setup, done at a process's first launch or warm-up, looks up
+    `torch.Tensor` to recognise tensors quickly (Triton 3.9 does; seen on
+    this project's CPU box), and so would load a deferred torch. Done in the fork server against this dummy,
+    it is inherited by every worker; tensors, which a worker never sees,
+    would still be recognised by their `data_ptr`. Where the setup differs,
+    it runs later, as before, and the worker loads torch then.
+    """
+    previous = sys.modules.get("torch")
+    dummy = types.ModuleType("torch")
+    dummy.Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
+    sys.modules["torch"] = dummy
+    try:
+        from triton.runtime.jit import mangle_type
+
+        mangle_type(1)
+    except Exception as error:  # noqa: BLE001  an older or newer Triton: the setup happens later
+        logger.debug("Triton's specializer was not set up ahead: %s", describe_error(error))
+    finally:
+        if previous is None:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = previous
+
+
+def defer_import(name: str) -> None:
+    """Make `import name` free until the module is used (torch, in the compile workers' fork server)."""
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return
+    stand_in = DeferredModule(name)
+    stand_in.__spec__ = spec
+    sys.modules[name] = stand_in
+
+
+def _triton_key_function() -> Callable[[], str] | None:
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # Triton before 3.2 kept it in the compiler
+        try:
+            from triton.compiler.compiler import triton_key
+        except ImportError:
+            return None
+    return triton_key
+
+
+_TRITON_KEY_LOCK = threading.Lock()
+
+
+def tuning_triton_key() -> str | None:
+    """Triton's cache-key prefix in this process: a hash of its library (0.4 s), computed once.
+
+    Callers at the same time wait for one hash rather than each computing
+    it (Triton caches the result, but does not make a second caller wait).
+    None where this Triton has no such key, or computing it failed; the
+    compile that needs it will then raise the error properly.
+    """
+    function = _triton_key_function()
+    if function is None:
+        return None
+    with _TRITON_KEY_LOCK:
+        try:
+            return function()
+        except Exception as error:  # noqa: BLE001
+            logger.debug("triton_key() failed ahead of time: %s", describe_error(error))
+            return None
+
+
+@functools.cache
+def warm_triton_key() -> None:
+    """`tuning_triton_key` in a daemon thread, once per process: hashed off the critical path, ready when asked."""
+    threading.Thread(target=tuning_triton_key, name="fasta-triton-key", daemon=True).start()
+
+
+def _use_triton_key(key: str | None) -> None:
+    """Give this worker's Triton the tuning process's cache-key prefix, so that it never hashes its library.
+
+    The key is the same Triton's, so this changes no cache key, only who
+    computes it; Triton's own warm-up pool does the same. Every Triton
+    module that imported the key function by name gets the answer.
+    """
+    if key is None or _given.get("triton_key") == key:
+        return
+    original = _triton_key_function()
+    if original is None:
+        return
+
+    def given() -> str:
+        return key
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("triton") and getattr(module, "triton_key", None) is original:
+            module.triton_key = given
+    _given["triton_key"] = key
+
+
+class WorkerResult(NamedTuple):
+    """A compile job's outcome, and whether the job made its worker import torch (the kernel's module used it).
+
+    `unavailable` says the worker could not reach the kernel at all (its
+    module did not import there, the driver did not set up): a fact about
+    the worker, not the config, so the caller compiles the config elsewhere
+    instead of recording a failure that would outlive the cause.
+    """
+
+    error: str | None
+    seconds: float
+    loaded_torch: bool = False
+    unavailable: bool = False
+
+
+def compile_in_worker(job: CompileJob) -> WorkerResult:
+    start = time.perf_counter()
+    torch_deferred = isinstance(sys.modules.get("torch"), DeferredModule)
+    error, unavailable = None, False
+    try:
+        _use_driver_for(job.target)
+        _use_triton_key(job.triton_key)
+        if job.root is not None and job.root not in sys.path:
+            sys.path.append(job.root)
+            importlib.invalidate_caches()
+        fn = resolve(job.module, job.qualname)
+    except Exception as failure:  # noqa: BLE001  reported, and the config is compiled elsewhere
+        error, unavailable = describe_error(failure), True
+    else:
+        try:
+            fn.warmup(*[stand_in(arg) for arg in job.args], grid=(1,), **job.kwargs)
+        except Exception as failure:  # every compiler failure is data, not a crash
+            error = describe_error(failure)
+    loaded_torch = torch_deferred and not isinstance(sys.modules.get("torch"), DeferredModule)
+    return WorkerResult(error, time.perf_counter() - start, loaded_torch, unavailable)
+
+
+def stand_in(arg: Any) -> Any:
+    if isinstance(arg, TensorArg):
+        from triton.runtime.jit import MockTensor
+
+        return MockTensor(arg.dtype)
+    return arg
+
+
+WORKER_NAME = "fasta-compile-worker"
+"""The name of every compile worker process; the fork server runs no `__main__` for those (`skip_main_in_workers`)."""
+
+
+def skip_main_in_workers() -> None:
+    """Make the fork server's compile workers skip re-running the tuning process's `__main__`.
+
+    A fork-server or spawned child runs the parent's main script again (as
+    `__mp_main__`) before its first job; hence the multiprocessing rule that
+    a script guard its top level with `if __name__ == "__main__":`. Kernel
+    authors' scripts often have no guard, and `triton.autotune` never needed
+    one: run again in each worker, such a script would allocate, tune and
+    launch there, and even a guarded one that starts with `import torch.nn`
+    makes every worker import torch before its first compile. Workers need
+    no `__main__`: a kernel defined there is compiled in the tuning process
+    (`TritonBackend._jobs`). Runs in the fork server (`worker_preload`);
+    other children of that server, which multiprocessing shares within a
+    process, still run `__main__` as usual.
+    """
+    from multiprocessing import process, spawn
+
+    for name in ("_fixup_main_from_path", "_fixup_main_from_name"):
+        original = getattr(spawn, name, None)
+        if original is None or getattr(original, "skips_compile_workers", False):
+            continue
+
+        @functools.wraps(original)
+        def fixup(main: str, original: Callable[[str], None] = original) -> None:
+            if process.current_process().name != WORKER_NAME:
+                original(main)
+
+        fixup.skips_compile_workers = True  # type: ignore[attr-defined]
+        setattr(spawn, name, fixup)
