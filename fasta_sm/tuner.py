@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from .config import Config, check_config_list, configs_hash
 from .errors import FastaError, PolicyError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune
@@ -71,7 +73,7 @@ def tune(
         )
     store = store if store is not None else StateStore()
     wanted = configs_hash(configs)
-    done = _peek_done(store, key, wanted)
+    done = _peek_done(store, key, wanted, policy, policy_params or {}, seed)
     if done is not None:
         return TuneResult(done, reused=True)
     with store.lock(key, kernel, lock_timeout_s):
@@ -135,6 +137,11 @@ def open_tune(
         fresh = fresh_policy()
         why = f"its config list changed ({state.n_configs} → {len(configs)} configs)"
         carried = _supersede(store, key, state, configs, why, notes)
+        state = None
+    changed = _settings_changed(state, policy, params, seed) if state is not None else None
+    if state is not None and changed:
+        fresh = fresh_policy()
+        carried = _supersede(store, key, state, configs, f"its {changed}", notes)
         state = None
     if state is not None and state.done:
         return None
@@ -222,12 +229,35 @@ def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:
     return carried
 
 
-def _peek_done(store: StateStore, key: str, wanted: str) -> TuneState | None:
-    """A DONE state for `key` over the same configs, read without the lock or side effects."""
+def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], seed: int) -> str | None:
+    """How the tune asked for differs from the one `state` holds (policy, its parameters, seed); None if not.
+
+    A tune is its settings as much as its configs: a caller who changes them
+    wants a new tune (the measurements carry over), not the old winner.
+    Parameters are compared as the state file keeps them (tuples as lists).
+    """
+    changes = []
+    if state.policy != policy:
+        changes.append(f"policy {state.policy!r} → {policy!r}")
+    if _as_stored(state.policy_params) != _as_stored(params):
+        changes.append(f"policy_params {state.policy_params!r} → {dict(params)!r}")
+    if state.seed != seed:
+        changes.append(f"seed {state.seed!r} → {seed!r}")
+    return "changed " + ", ".join(changes) if changes else None
+
+
+def _as_stored(params: Mapping[str, Any]) -> Any:
+    return msgpack.unpackb(msgpack.packb(dict(params), use_bin_type=True), raw=False, strict_map_key=False)
+
+
+def _peek_done(
+    store: StateStore, key: str, wanted: str, policy: str, params: Mapping[str, Any], seed: int
+) -> TuneState | None:
+    """A DONE state for `key` over the same configs and settings, read without the lock or side effects."""
     try:
         state = store.read(store.file_for(key))
     except (FileNotFoundError, StateFileError):
         return None
     if state.done and state.key == key and state.configs_hash == wanted:
-        return state
+        return None if _settings_changed(state, policy, params, seed) else state
     return None

@@ -37,13 +37,16 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
         factory = _REGISTRY[name]
     except KeyError:
         raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    given = dict(params or {})
     try:
-        return factory(list(configs), **dict(params or {}))
+        inspect.signature(factory).bind(list(configs), **given)
     except TypeError:
         takes = [p for p in list(inspect.signature(factory).parameters)[1:] if p != "kwargs"]
-        raise PolicyError(
-            f"policy {name!r} takes {', '.join(takes) or 'no parameters'}; got {dict(params or {})!r}"
-        ) from None
+        raise PolicyError(f"policy {name!r} takes {', '.join(takes) or 'no parameters'}; got {given!r}") from None
+    try:
+        return factory(list(configs), **given)
+    except (TypeError, ValueError) as exc:  # a value of the wrong kind, found by the policy itself
+        raise PolicyError(f"policy {name!r} cannot take {given!r}: {exc}") from None
 
 
 def _load_builtin() -> None:

@@ -26,6 +26,8 @@ import triton
 from triton.runtime.jit import JITFunction, KernelInterface
 
 from ..config import Config
+from ..driver import check_policy, whole_number
+from ..errors import FastaError
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
 from ..store import StateStore
@@ -119,7 +121,11 @@ class Autotuner(KernelInterface):
         self.policy_params = {**(LIVE_DEFAULTS if policy == "fasta" else {}), **(policy_params or {})}
         if budget is not None:
             self.policy_params["budget"] = budget
-        self.seed = seed
+        try:  # refused here, where the decorator is written, not at the first launch
+            check_policy(policy, self.policy_params)
+            self.seed = whole_number("seed", seed, 0)
+        except (FastaError, ValueError) as exc:
+            raise ValueError(f"fasta_sm.autotune({self.kernel_name}): {exc}") from None
         self.state_dir = state_dir
         self._store: StateStore | None = None
         self.cache: dict[tuple, triton.Config] = {}

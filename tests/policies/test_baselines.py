@@ -12,7 +12,7 @@ import pytest
 from driving import drive
 
 from fasta_sm.bench import bench, percentile, run_policy
-from fasta_sm.errors import MissingDependency
+from fasta_sm.errors import MissingDependency, PolicyError
 from fasta_sm.policies import coordinate, make_policy, trees  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
 from fasta_sm.protocols import Observations
@@ -134,3 +134,9 @@ def test_bench_seed_start_runs_the_seeds_from_there(tmp_path):
 def test_exhaustive_cost_compiles_everything_and_times_what_ran():
     ran = sum(e is None for e in MATMUL.errors)
     assert MATMUL.exhaustive_cost_s == pytest.approx(MATMUL.compile_s.sum() + 0.125 * ran)
+
+
+def test_a_parameter_of_the_wrong_kind_is_reported_as_such_not_as_an_unknown_one():
+    with pytest.raises(PolicyError, match=r"policy 'must-measure' cannot take .*'must': 5") as refused:
+        make_policy("must-measure", BOWL.configs, {"inner": "random", "must": 5})
+    assert "takes" not in str(refused.value)

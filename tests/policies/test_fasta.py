@@ -106,6 +106,18 @@ def test_unknown_incumbent_basis_is_an_error_naming_it():
         FastaPolicy(MATMUL.configs, incumbent_basis="rfb")
 
 
+@pytest.mark.parametrize("knob, value, kind", [
+    ("retime_rounds", "x", "a whole number"),
+    ("retime_tol", "0.1", "a finite number"),
+    ("retime_z", float("nan"), "a finite number"),
+    ("rounds", 2.5, "a whole number"),
+    ("twin_deep", "no", "True or False"),
+], ids=["a string for an int", "a string for a float", "NaN", "a fraction for an int", "a string for a flag"])
+def test_a_knob_of_the_wrong_kind_is_refused_naming_it(knob, value, kind):
+    with pytest.raises(PolicyError, match=rf"{knob}=.* must be {kind}"):
+        make_policy("fasta", MATMUL.configs, {knob: value})
+
+
 def test_a_single_cell_column_may_be_given_as_a_string():
     assert FastaPolicy(MATMUL.configs, cell_columns="BLOCK_M").params.cell_columns == ("BLOCK_M",)
 

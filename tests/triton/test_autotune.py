@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -302,6 +303,16 @@ def test_a_key_name_that_is_no_argument_of_the_kernel_is_an_error(tmp_path):
 def test_an_empty_config_list_is_an_error_naming_the_kernel(tmp_path):
     with pytest.raises(ValueError, match=r"accumulate_kernel\): the config list is empty"):
         fasta_sm.autotune([], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"policy_params": {"retime_rounds": "x"}}, "retime_rounds='x'"),
+    ({"seed": -1}, "seed=-1"),
+    ({"policy": "no_such_policy"}, "no_such_policy"),
+], ids=["a parameter of the wrong kind", "a negative seed", "an unknown policy"])
+def test_bad_tune_settings_are_refused_when_the_kernel_is_decorated(tmp_path, settings, named):
+    with pytest.raises(ValueError, match=rf"accumulate_kernel\): .*{re.escape(named)}"):
+        fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), **settings)(accumulate_kernel)
 
 
 def test_a_tuned_parameter_also_passed_at_launch_is_a_conflict_error(tmp_path):

@@ -10,10 +10,14 @@ user would reasonably want to set globally.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+import numpy as np
 
 from ...errors import PolicyError
 
@@ -91,6 +95,7 @@ class FastaParams:
     expert_configs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        self._check_kinds()
         for name in ("r1_frac", "small_budget", "base_budget", "large_budget", "coverage_budget"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
@@ -139,6 +144,26 @@ class FastaParams:
                 f"fasta: incumbent_basis={self.incumbent_basis!r} must be one of {', '.join(BASIS_NAMES)}"
             )
 
+    def _check_kinds(self) -> None:
+        """Each knob of its declared kind (a float knob takes an int too), numbers finite: a string or NaN
+        would otherwise surface mid-tune, as a comparison that fails or never holds."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool":
+                fits = isinstance(value, (bool, np.bool_))
+            elif f.type in ("int", "float"):
+                kinds = (numbers.Integral,) if f.type == "int" else (numbers.Real,)
+                fits = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_))
+                fits = fits and math.isfinite(value)
+            elif f.type == "str":
+                fits = isinstance(value, str)
+            else:  # the tuples: bases and cell_columns of str, expert_configs of int (checked below)
+                fits = isinstance(value, tuple)
+                if fits and f.name != "expert_configs":
+                    fits = all(isinstance(item, str) for item in value)
+            if not fits:
+                raise PolicyError(f"fasta: {f.name}={value!r} must be {_KIND_NAMES.get(f.type, f.type)}")
+
     def to_dict(self) -> dict[str, Any]:
         """Msgpack-able form, stored in the policy state."""
         out = dataclasses.asdict(self)
@@ -146,6 +171,16 @@ class FastaParams:
         out["cell_columns"] = list(self.cell_columns)
         out["expert_configs"] = list(self.expert_configs)
         return out
+
+
+_KIND_NAMES = {
+    "bool": "True or False",
+    "int": "a whole number",
+    "float": "a finite number",
+    "str": "a string",
+    "tuple[str, ...]": "a sequence of names",
+    "tuple[int, ...]": "a sequence of config indices",
+}
 
 
 LIVE_DEFAULTS: dict[str, Any] = {"retime_rounds": 6, "retime_cost": 0.05}

@@ -1,4 +1,5 @@
-"""Results belong to configs, not to config lists: a changed list keeps what was measured."""
+"""Results belong to configs: a changed config list, or changed tune settings, start a new tune that keeps what was
+measured."""
 
 from __future__ import annotations
 
@@ -88,3 +89,62 @@ def test_a_crash_before_the_new_tunes_first_checkpoint_keeps_the_old_state_to_ca
     backend = CountingBackend(table)
     tune("k", "toy_mm", table.configs, backend, policy="exhaustive", store=store)
     assert backend.compiled == table.configs[-6:]
+
+
+def test_a_done_tune_asked_for_with_another_seed_is_tuned_again_keeping_its_results(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="random", policy_params={"budget": 0.3},
+                 seed=1, store=store)
+    backend = CountingBackend(table)
+    second = tune("k", "toy_mm", table.configs, backend, policy="random", policy_params={"budget": 0.3}, seed=2,
+                  store=store)
+    assert not second.reused and second.state.seed == 2
+    assert "seed 1 → 2" in second.state.restarts[0]
+    assert not set(backend.compiled) & {table.configs[i] for i in first.state.compiled}
+
+
+def test_a_done_tune_asked_for_with_another_policy_is_not_reused(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="random", policy_params={"budget": 0.3},
+         store=store)
+    result = tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
+    assert not result.reused and result.state.policy == "exhaustive"
+    assert len(result.state.durations) + len(result.state.failed) == len(table.configs)
+
+
+def test_an_unfinished_tune_with_changed_policy_params_starts_afresh_keeping_its_results(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    with pytest.raises(KeyboardInterrupt):
+        tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="fasta", store=store,
+             on_step=interrupt_after(3))
+    measured = set(store.load("k").compiled)
+    backend = CountingBackend(table)
+    result = tune("k", "toy_mm", table.configs, backend, policy="fasta", policy_params={"retime_top": 1},
+                  store=store)
+    assert result.state.policy_params == {"retime_top": 1} and "policy_params" in result.state.restarts[0]
+    assert not set(backend.compiled) & {table.configs[i] for i in measured}
+
+
+def test_the_same_settings_reuse_a_done_tune_whatever_the_sequence_type_of_a_parameter(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    params = {"bases": ("linear", "rbf"), "incumbent_basis": "rbf"}
+    tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="fasta", policy_params=params, store=store)
+    again = tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="fasta", policy_params=params,
+                 store=store)
+    assert again.reused
+
+
+def interrupt_after(steps):
+    """An on_step callback that stops the tune, as a kill would, after `steps` checkpoints."""
+    seen = []
+
+    def on_step(state):
+        seen.append(state.position())
+        if len(seen) == steps:
+            raise KeyboardInterrupt
+
+    return on_step
