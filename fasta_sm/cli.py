@@ -157,10 +157,10 @@ def list_states(state_dir: Path | None) -> None:
     table = Table("file", "kernel", "policy", "position", "round", "measured/N", "best", "age", "locked", box=None)
     table.columns[0].no_wrap = True  # the name is what `show` takes: never cut it
     for path in store.state_files():
-        locked = "yes" if store.is_locked(path) else "no"
+        locked = {True: "yes", False: "no", None: "?"}[store.is_locked(path)]
         try:
             state = store.read(path)
-        except StateFileError as exc:
+        except (StateFileError, OSError) as exc:
             table.add_row(path.name, Text(f"unreadable: {exc}", style="red"), "", "", "", "", "", "", locked)
             continue
         table.add_row(

@@ -69,7 +69,7 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
     for path in store.state_files():
         try:
             state = store.read(path)
-        except StateFileError as exc:
+        except (StateFileError, OSError) as exc:
             unreadable.append(str(exc))
             continue
         costs = tune_costs(state)

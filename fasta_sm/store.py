@@ -23,6 +23,11 @@ import platformdirs
 from .errors import LockTimeout, StateDirError, StateFileError
 from .state import TuneState, unpack_state
 
+try:
+    import fcntl
+except ImportError:  # Windows, where filelock locks through msvcrt
+    fcntl = None
+
 log = logging.getLogger("fasta_sm.store")
 
 STATE_DIR_ENV = "FASTA_SM_STATE_DIR"
@@ -103,18 +108,33 @@ class StateStore:
         finally:
             lock.release()
 
-    def is_locked(self, state_file: Path) -> bool:
-        """Whether some process holds the lock beside `state_file` right now."""
+    def is_locked(self, state_file: Path) -> bool | None:
+        """Whether some process holds the lock beside `state_file` right now; None when this process cannot tell.
+
+        The lock is probed through a read-only descriptor, so that `ls` answers
+        on a state dir it may not write (a read-only mount, another user's
+        cache). None: the lock file cannot be opened at all.
+        """
         lock_path = state_file.with_suffix(LOCK_SUFFIX)
-        if not lock_path.exists():
-            return False
-        lock = filelock.FileLock(str(lock_path), timeout=0)
+        if fcntl is None:
+            return _is_locked_by_filelock(lock_path)
         try:
-            lock.acquire()
-        except (filelock.Timeout, PermissionError):
+            fd = os.open(lock_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             return True
-        lock.release()
-        return False
+        except OSError:
+            return None
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
 
     def load(self, key: str, notes: list[str] | None = None) -> TuneState | None:
         """The state for `key`, or None if there is none or it had to be quarantined.
@@ -256,3 +276,18 @@ def _keep_under(path: Path, target: Path) -> None:
 def _stamp() -> str:
     """A UTC timestamp for file names, to the microsecond (never rounded up into the next second)."""
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
+
+
+def _is_locked_by_filelock(lock_path: Path) -> bool | None:
+    """The probe where there is no `fcntl` (Windows): take the lock and give it back; it needs write access."""
+    if not lock_path.exists():
+        return False
+    lock = filelock.FileLock(str(lock_path), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        return True
+    except OSError:
+        return None
+    lock.release()
+    return False

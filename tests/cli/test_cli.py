@@ -45,6 +45,20 @@ def test_ls_lists_one_line_per_state(table_file, state_dir):
     assert out.count("toy_mm") == 2 and "DONE" in out
 
 
+def test_ls_lists_an_entry_it_cannot_open_as_unreadable_and_the_others_as_usual(table_file, state_dir):
+    tune(table_file, state_dir)
+    (state_dir / "dangling.fsm").symlink_to(state_dir / "nowhere")
+    out = invoke("ls", "--state-dir", str(state_dir))
+    assert "unreadable" in out and "dangling.fsm" in out and "DONE" in out
+
+
+def test_report_counts_the_readable_states_beside_an_entry_it_cannot_open(table_file, state_dir):
+    tune(table_file, state_dir)
+    (state_dir / "dangling.fsm").symlink_to(state_dir / "nowhere")
+    out = invoke("report", "--state-dir", str(state_dir))
+    assert "toy_mm" in out and "dangling.fsm" in out
+
+
 def test_show_json_is_the_documented_format(table_file, state_dir):
     tune(table_file, state_dir)
     state_file = next(state_dir.glob("*.fsm"))

@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import filelock
 import msgpack
 import pytest
 from engine_harness import CountingBackend
@@ -456,3 +457,43 @@ def test_two_supersedes_in_the_same_instant_keep_both_states(tmp_path, monkeypat
     store.write(KEY, b"second")  # the next checkpoint replaces the name, as a tune's does
     second = store.supersede(KEY, "test")
     assert first != second and first.read_bytes() == b"first" and second.read_bytes() == b"second"
+
+
+def test_is_locked_tells_a_held_lock_from_a_free_one(table, backend, store):
+    run_tune(table, backend, store)
+    state_file = store.file_for(KEY)
+    with filelock.FileLock(str(state_file.with_suffix(".lock"))):
+        assert store.is_locked(state_file) is True
+    assert store.is_locked(state_file) is False
+
+
+def test_is_locked_answers_on_a_state_dir_it_may_not_write(table, backend, store, monkeypatch):
+    run_tune(table, backend, store)
+    mount_read_only(monkeypatch, store.file_for(KEY).parent)
+    assert store.is_locked(store.file_for(KEY)) is False
+
+
+def test_is_locked_says_it_cannot_tell_when_the_lock_file_cannot_be_opened(table, backend, store, monkeypatch):
+    run_tune(table, backend, store)
+    lock_path = str(store.file_for(KEY).with_suffix(".lock"))
+    real_open = os.open
+
+    def refuse(path, flags, *args, **kwargs):
+        if os.fspath(path) == lock_path:
+            raise PermissionError(errno.EACCES, "Permission denied", lock_path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)
+    assert store.is_locked(store.file_for(KEY)) is None
+
+
+def mount_read_only(monkeypatch, folder: Path) -> None:
+    """Make every open for writing under `folder` fail as on a read-only mount (EROFS), root or not."""
+    real_open = os.open
+
+    def open_(path, flags, *args, **kwargs):
+        if Path(os.fspath(path)).parent == folder and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
