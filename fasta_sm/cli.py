@@ -146,7 +146,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
         "regret", f"{(picked_true - best_true) / best_true:.2%} against the table's true best {format_us(best_true)}"
     )
     summary.add_row("stopped", state.stop_reason or "-")
-    console.print(summary)
+    _print_table(summary)
 
 
 @main.command("ls")
@@ -265,7 +265,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         head.add_row("last error", Text(state.last_error, style="red"))
     for note in state.restarts:
         head.add_row("restarted", note)
-    console.print(head)
+    _print_table(head)
 
     rounds = Table("round", "batch", "why", "compile s", "bench s", "policy ms", title="Rounds")
     for record in state.rounds:
@@ -278,7 +278,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
             f"{record.benchmark_s:.2f}",
             f"{record.policy_s * 1000:.2f}",
         )
-    console.print(rounds)
+    _print_table(rounds)
 
     measured = Table(
         "#",
@@ -302,12 +302,12 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
             format_us(final),
             f"{state.compiled.get(index, float('nan')):.2f}",
         )
-    console.print(measured)
+    _print_table(measured)
     if state.failed:
         failed = Table("#", "config", "error", title="Failed")
         for index in sorted(state.failed):
             failed.add_row(str(index), state.configs[index].label(), state.failed[index])
-        console.print(failed)
+        _print_table(failed)
 
 
 def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[str]]:
@@ -427,7 +427,8 @@ def _finite_or_null(value: object) -> object:
 
 
 def _print_table(table: Table) -> None:
-    """A table of file names and keys: into a pipe or a file it is printed wide, never cut to 80 columns."""
+    """A table into a pipe or a file is printed wide, never cut to 80 columns: its cells (kernel names,
+    configs, keys) are what a user greps for or pastes."""
     (console if console.is_terminal else Console(markup=False, width=max(console.width, 240))).print(table)
 
 
@@ -509,11 +510,11 @@ def bench_command(
     per_kernel = Table("kernel", "policy", "N", *columns, title=f"Per kernel ({seeds} seeds each, from {seed_start})")
     for row in result["kernels"]:
         per_kernel.add_row(row["kernel"], row["policy"], str(row["N"]), *(f"{row[c]:.3f}" for c in columns))
-    console.print(per_kernel)
+    _print_table(per_kernel)
     overall = Table("policy", *columns, title="Overall (means over kernels; regret percentiles over all runs)")
     for policy, row in result["overall"].items():
         overall.add_row(policy, *(f"{row[c]:.3f}" for c in columns))
-    console.print(overall)
+    _print_table(overall)
     if json_out is not None:
         json_out.write_text(json.dumps(_finite_or_null(result), indent=2, allow_nan=False))
         console.print(f"wrote {json_out}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,15 @@ def test_report_counts_the_readable_states_beside_an_entry_it_cannot_open(table_
     (state_dir / "dangling.fsm").symlink_to(state_dir / "nowhere")
     out = invoke("report", "--state-dir", str(state_dir))
     assert "toy_mm" in out and "dangling.fsm" in out
+
+
+def test_show_and_bench_into_a_pipe_print_every_cell_whole(tmp_path):
+    shipped = {"FASTA_SM_STATE_DIR": str(tmp_path)}
+    assert fasta_sm("tune", env=shipped).returncode == 0
+    shown = fasta_sm("show", str(next(tmp_path.glob("*.fsm"))), env=shipped)
+    benched = fasta_sm("bench", "--seeds", "1", "--policies", "fasta")
+    assert "BLOCK_M=" in shown.stdout and "…" not in shown.stdout
+    assert "attention_fwd_bf16_d128" in benched.stdout and "…" not in benched.stdout
 
 
 def test_show_json_is_the_documented_format(table_file, state_dir):
@@ -118,10 +128,10 @@ def test_import_and_help_load_neither_torch_nor_triton():
     assert out.strip() == "[]"
 
 
-def fasta_sm(*args: str) -> subprocess.CompletedProcess:
-    """The installed entry point, as a user runs it: errors handled by `run`, not by the test runner."""
+def fasta_sm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The installed entry point, as a user runs it (into a pipe): errors handled by `run`, not by the test runner."""
     return subprocess.run([sys.executable, "-c", "from fasta_sm.cli import run; run()", *args],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "", **(env or {})})
 
 
 def refused(*args: str):
