@@ -24,8 +24,8 @@ from rich.text import Text
 
 from . import __version__
 from .data import DEFAULT_TABLE, table_names, table_path
-from .errors import FastaError, StateFileError
-from .policies import make_policy
+from .errors import FastaError, PolicyError, StateFileError
+from .policies import make_policy, policy_names
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
 from .state import TuneState
@@ -66,7 +66,8 @@ def main(verbose: bool) -> None:
     default=None,
     help=f"Replay table: a path, or the name of a shipped table (default: {DEFAULT_TABLE}).",
 )
-@click.option("--policy", default="fasta", show_default=True, help="Search policy.")
+@click.option("--policy", default="fasta", show_default=True, callback=lambda _ctx, _param, name: _known_policy(name),
+              help="Search policy.")
 @click.option(
     "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for the policy and the replay noise."
 )
@@ -81,8 +82,12 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     from .tuner import tune as run_tune
 
     replay = load_table(table_path(table or DEFAULT_TABLE))
-    store = StateStore(state_dir)
     params = {} if budget is None else {"budget": budget}
+    try:  # a bad budget is refused before anything is written to the state dir
+        make_policy(policy, replay.configs, params)
+    except PolicyError as exc:
+        raise PolicyError(f"kernel {replay.kernel!r}: {exc}") from None
+    store = StateStore(state_dir)
     key = f"replay/{replay.kernel}/{replay.fingerprint}/{policy}/seed={seed}/budget={budget}/noise={noise}"
     n = len(replay.configs)
     with Progress(
@@ -426,6 +431,13 @@ def _finite_or_null(value: object) -> object:
     return value
 
 
+def _known_policy(name: str, option: str = "--policy") -> str:
+    """`name` if a user can run that policy; a usage error listing those they can otherwise."""
+    if name not in policy_names():
+        raise click.BadParameter(f"unknown policy {name!r}; known: {', '.join(policy_names())}", param_hint=option)
+    return name
+
+
 def _print_table(table: Table) -> None:
     """A table into a pipe or a file is printed wide, never cut to 80 columns: its cells (kernel names,
     configs, keys) are what a user greps for or pastes."""
@@ -489,6 +501,8 @@ def bench_command(
         raise click.BadParameter(f"{policies!r}: name each policy once, at least one", param_hint="--policies")
     if "exhaustive" in names:
         raise click.BadParameter(EXHAUSTIVE_IN_BENCH, param_hint="--policies")
+    for name in names:
+        _known_policy(name, "--policies")
     _check_directory_of("--json", json_out)
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),

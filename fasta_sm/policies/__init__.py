@@ -13,21 +13,29 @@ from ..protocols import Policy
 PolicyFactory = Callable[..., Policy]
 
 _REGISTRY: dict[str, PolicyFactory] = {}
+_UNLISTED: set[str] = set()
 
 
-def register(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
-    """Make a policy available by name to the engine and the CLI."""
+def register(name: str, *, listed: bool = True) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Make a policy available by name to the engine, and, when `listed`, to users (the CLI, error messages).
+
+    An unlisted policy is one the integrations build with arguments no user
+    passes (a wrapper around another policy).
+    """
 
     def add(factory: PolicyFactory) -> PolicyFactory:
         _REGISTRY[name] = factory
+        if not listed:
+            _UNLISTED.add(name)
         return factory
 
     return add
 
 
 def policy_names() -> list[str]:
+    """The policies a user can name."""
     _load_builtin()
-    return sorted(_REGISTRY)
+    return sorted(set(_REGISTRY) - _UNLISTED)
 
 
 def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] | None = None) -> Policy:
@@ -36,7 +44,7 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(policy_names())}") from None
     given = dict(params or {})
     try:
         inspect.signature(factory).bind(list(configs), **given)

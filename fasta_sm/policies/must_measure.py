@@ -13,7 +13,7 @@ from ..protocols import Decision, Observations
 from . import make_policy, register
 
 
-@register("must-measure")
+@register("must-measure", listed=False)
 class MustMeasure:
     """Wraps a policy so that given configs (Inductor's own) are always in R1.
 

@@ -69,6 +69,19 @@ def test_show_and_bench_into_a_pipe_print_every_cell_whole(tmp_path):
     assert "attention_fwd_bf16_d128" in benched.stdout and "…" not in benched.stdout
 
 
+def test_a_bad_budget_is_refused_before_anything_is_written(tmp_path):
+    done = fasta_sm("tune", "--budget", "0", "--state-dir", str(tmp_path))
+    assert done.returncode == 1 and "budget=0.0" in done.stderr
+    assert done.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [("tune", "--policy"), ("bench", "--seeds", "1", "--policies")],
+                         ids=["tune", "bench"])
+def test_a_policy_users_cannot_run_is_refused_listing_those_they_can(args):
+    result = CliRunner().invoke(main, [*args, "must-measure"])
+    assert result.exit_code == 2 and "unknown policy 'must-measure'; known: coordesc, exhaustive" in result.output
+
+
 def test_show_json_is_the_documented_format(table_file, state_dir):
     tune(table_file, state_dir)
     state_file = next(state_dir.glob("*.fsm"))
