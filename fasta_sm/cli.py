@@ -136,10 +136,12 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     summary.add_row("winner", f"#{result.best_index} {result.best_config.label()}")
     summary.add_row("measured", f"{format_us(result.best_us)} (recorded mean {format_us(picked_true)})")
     tried = state.measured_count() + len(state.failed)
+    rounds = len(state.rounds)
+    span = state.rounds[0].name + (f" to {state.rounds[-1].name}" if rounds > 1 else "") if rounds else "none"
     summary.add_row(
         "configs tried",
-        f"{tried}/{n} ({tried / n:.0%}), {len(state.failed)} failed; "
-        f"{state.evaluations()} timings in {len(state.rounds)} rounds",
+        f"{tried}/{n} ({tried / n:.0%}): {state.measured_count()} ran, {len(state.failed)} failed; "
+        f"{state.evaluations()} timings in {rounds} round{'s' if rounds != 1 else ''} ({span})",
     )
     summary.add_row(
         "tuning cost",

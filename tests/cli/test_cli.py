@@ -34,6 +34,13 @@ def test_tune_prints_winner_configs_tried_cost_and_regret(table_file, state_dir)
         assert word in out
 
 
+def test_tune_counts_configs_and_rounds_as_ls_does(table_file, state_dir):
+    out = invoke("tune", "--replay", str(table_file), "--state-dir", str(state_dir))
+    listed = invoke("ls", "--state-dir", str(state_dir)).splitlines()[-1].split()
+    ran, round_number = listed[listed.index("DONE") + 2].split("/")[0], listed[listed.index("DONE") + 1]
+    assert f": {ran} ran, " in out and f"to R2_{round_number})" in out
+
+
 def test_second_tune_reuses_the_done_state(table_file, state_dir):
     tune(table_file, state_dir)
     assert "reused" in tune(table_file, state_dir)
