@@ -97,9 +97,14 @@ def check_policy(policy: str, params: Mapping[str, Any]) -> None:
     values, `FASTA_*`); another policy is built over a two-config probe.
     """
     if policy == "fasta":
+        from .policies.baseline import check_budget
         from .policies.fasta.params import resolve_params
 
-        resolve_params(params)
+        knobs = dict(params)
+        budget = knobs.pop("budget", None)  # the constructor's, not a knob
+        if budget is not None:
+            check_budget(budget, "fasta: ")
+        resolve_params(knobs)
     else:
         make_policy(policy, [Config({"XBLOCK": 1}), Config({"XBLOCK": 2})], params)
 

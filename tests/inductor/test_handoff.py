@@ -104,7 +104,10 @@ def test_must_measure_is_built_in_so_a_process_that_never_imports_the_driver_res
     import subprocess
     import sys
 
-    probe = "from fasta_sm.policies import policy_names; print('must-measure' in policy_names())"
+    probe = ("from fasta_sm.config import Config; from fasta_sm.policies import make_policy; "
+             "configs = [Config({'X': 1}), Config({'X': 2})]; "
+             "policy = make_policy('must-measure', configs, {'inner': 'random', 'must': [1]}); "
+             "print(policy.name == 'must-measure')")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "True", done.stderr
 

@@ -309,7 +309,8 @@ def test_an_empty_config_list_is_an_error_naming_the_kernel(tmp_path):
     ({"policy_params": {"retime_rounds": "x"}}, "retime_rounds='x'"),
     ({"seed": -1}, "seed=-1"),
     ({"policy": "no_such_policy"}, "no_such_policy"),
-], ids=["a parameter of the wrong kind", "a negative seed", "an unknown policy"])
+    ({"budget": 1.5}, "budget=1.5"),
+], ids=["a parameter of the wrong kind", "a negative seed", "an unknown policy", "a budget over 1"])
 def test_bad_tune_settings_are_refused_when_the_kernel_is_decorated(tmp_path, settings, named):
     with pytest.raises(ValueError, match=rf"accumulate_kernel\): .*{re.escape(named)}"):
         fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), **settings)(accumulate_kernel)
