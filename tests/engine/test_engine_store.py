@@ -19,6 +19,7 @@ import msgpack
 import pytest
 from engine_harness import CountingBackend
 
+from fasta_sm import store as store_module
 from fasta_sm.errors import LockTimeout, StateDirError
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore
@@ -461,6 +462,15 @@ def test_two_supersedes_in_the_same_instant_keep_both_states(tmp_path, monkeypat
 
 def test_is_locked_tells_a_held_lock_from_a_free_one(table, backend, store):
     run_tune(table, backend, store)
+    state_file = store.file_for(KEY)
+    with filelock.FileLock(str(state_file.with_suffix(".lock"))):
+        assert store.is_locked(state_file) is True
+    assert store.is_locked(state_file) is False
+
+
+def test_is_locked_where_there_is_no_fcntl_takes_the_lock_to_tell(table, backend, store, monkeypatch):
+    run_tune(table, backend, store)
+    monkeypatch.setattr(store_module, "fcntl", None)
     state_file = store.file_for(KEY)
     with filelock.FileLock(str(state_file.with_suffix(".lock"))):
         assert store.is_locked(state_file) is True
