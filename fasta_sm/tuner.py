@@ -234,12 +234,13 @@ def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], 
 
     A tune is its settings as much as its configs: a caller who changes them
     wants a new tune (the measurements carry over), not the old winner.
-    Parameters are compared as the state file keeps them (tuples as lists).
+    The caller's parameters are compared as a state file keeps them (tuples
+    as lists); `state` was read from one.
     """
     changes = []
     if state.policy != policy:
         changes.append(f"policy {state.policy!r} → {policy!r}")
-    if _as_stored(state.policy_params) != _as_stored(params):
+    if state.policy_params != _as_stored(params):
         changes.append(f"policy_params {state.policy_params!r} → {dict(params)!r}")
     if state.seed != seed:
         changes.append(f"seed {state.seed!r} → {seed!r}")

@@ -46,10 +46,11 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
     except KeyError:
         raise PolicyError(f"unknown policy {name!r}; known: {', '.join(policy_names())}") from None
     given = dict(params or {})
+    signature = inspect.signature(factory)
     try:
-        inspect.signature(factory).bind(list(configs), **given)
+        signature.bind(list(configs), **given)
     except TypeError:
-        takes = [p for p in list(inspect.signature(factory).parameters)[1:] if p != "kwargs"]
+        takes = [p for p in list(signature.parameters)[1:] if p != "kwargs"]
         raise PolicyError(f"policy {name!r} takes {', '.join(takes) or 'no parameters'}; got {given!r}") from None
     try:
         return factory(list(configs), **given)
