@@ -1,9 +1,11 @@
 """tune(): load or start a kernel's tune, drive it to DONE under its lock, return the winner.
 
 This is the entry point every integration calls. A DONE state over the same
-config list is reused without taking the lock, compiling or benchmarking. A
-process that finds the kernel being tuned waits for the lock, then reuses or
-resumes what the other process left.
+config list and settings (policy, its parameters, seed) is reused without
+taking the lock, compiling or benchmarking. A process that finds the kernel
+being tuned waits for the lock, then reuses or resumes what the other
+process left. A state over another list or other settings is superseded:
+the new tune carries its measurements.
 """
 
 from __future__ import annotations
