@@ -187,11 +187,30 @@ def autoload() -> None:
     os.environ.setdefault(UB_BITS_ENV, "1")
 
     def install_quietly() -> None:
-        from .autotuner import install
+        """Runs inside torch_npu's import of the slot: whatever happens, that import must go on."""
+        autotuner = sys.modules.get(f"{__name__}.autotuner")
+        if autotuner is not None and not hasattr(autotuner, "install"):
+            # fasta_sm.npu.autotuner is importing the slot itself: it installs once it is defined
+            _pending_install.append(switch_before)
+            return
+        try:
+            from .autotuner import install
 
-        install(switch_before)
+            install(switch_before)
+        except Exception as exc:  # noqa: BLE001  torch_npu keeps its own autotuner, and says so once
+            log.warning("fasta_sm.npu is on but could not install its autotuner (%s: %s); torch_npu tunes its "
+                        "own kernels", type(exc).__name__, exc)
 
     call_after_import(SLOT_MODULE, install_quietly)
+
+
+_pending_install: list[bool] = []
+"""torch_npu's switch as `autoload` found it, while the install waits for `fasta_sm.npu.autotuner` to load."""
+
+
+def take_pending_install() -> bool | None:
+    """The switch value of an install `autoload` deferred until `fasta_sm.npu.autotuner` was defined, once."""
+    return _pending_install.pop() if _pending_install else None
 
 
 __all__ = ["ENV_VAR", "NPUUnavailable", "autoload", "current_settings", "disable", "enable"]

@@ -21,7 +21,7 @@ from torch_npu._inductor.runtime import fasta_autotune
 from torch_npu._inductor.runtime.triton_heuristics import NPUCachingAutotuner
 
 from ..driver import FastaAutotunerMixin
-from . import current_settings
+from . import current_settings, take_pending_install
 
 log = logging.getLogger("fasta_sm.npu.autotuner")
 
@@ -96,3 +96,8 @@ def uninstall() -> None:
     if fasta_autotune.NPUFastAutotuner is FastaNPUAutotuner:
         fasta_autotune.NPUFastAutotuner = _ORIGINAL["cls"]
         npu_config.fasta_autotune = _ORIGINAL.pop("switch", False)
+
+
+_deferred = take_pending_install()
+if _deferred is not None:  # FASTA_SM_NPU=1 and this module was the first to import torch_npu's slot
+    install(_deferred)

@@ -65,6 +65,36 @@ def to_triton_config(config: Config) -> triton.Config:
     )
 
 
+def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
+    """`configs` with each config once: Triton would time a repeat again and keep one of the two.
+
+    Two configs fasta-sm cannot tell apart (the same kwargs and launch
+    options) that differ by a `pre_hook` or an `ir_override` are an error:
+    which of them won could not be told from the state file.
+    """
+    first_of: dict[str, triton.Config] = {}
+    kept = []
+    for config in configs:
+        identity = to_fasta_config(config).identity
+        first = first_of.setdefault(identity, config)
+        if first is config:
+            kept.append(config)
+        elif _extras(first) != _extras(config):
+            raise ValueError(
+                f"fasta_sm.autotune({kernel}): two configs differ only by a pre_hook or an ir_override "
+                f"({to_fasta_config(config).label()}); fasta-sm keys a config by its kwargs and launch options"
+            )
+    if len(kept) < len(configs):
+        logger.warning("fasta_sm.autotune(%s): %d repeated configs dropped, each kept once", kernel,
+                       len(configs) - len(kept))
+    return kept
+
+
+def _extras(config: triton.Config) -> tuple:
+    """What a config holds beyond its kwargs and launch options."""
+    return (config.pre_hook, getattr(config, "ir_override", None))
+
+
 class Autotuner(KernelInterface):
     """The object `@fasta_sm.autotune(...)` puts in place of the kernel; launch it as `kernel[grid](...)`."""
 
@@ -96,7 +126,8 @@ class Autotuner(KernelInterface):
             base = base.fn
         self.base_fn = base
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
-        self.configs = [c if isinstance(c, triton.Config) else to_triton_config(c) for c in configs]
+        self.configs = _distinct(self.kernel_name, [c if isinstance(c, triton.Config) else to_triton_config(c)
+                                                    for c in configs])
         if not self.configs:
             raise ValueError(f"fasta_sm.autotune({self.kernel_name}): the config list is empty")
         # Converted, hashed and handed to the state reader once, here: a warm start must not

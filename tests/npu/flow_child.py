@@ -99,6 +99,27 @@ elif scenario == "autoload":
     from torch_npu._inductor.runtime import fasta_autotune
 
     seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
+elif scenario == "autoload_then_import_the_class":
+    import fasta_sm.npu
+
+    fasta_sm.npu.autoload()
+    from fasta_sm.npu.autotuner import FastaNPUAutotuner  # its import is the first of torch_npu's slot
+
+    seen["ours"] = FastaNPUAutotuner.__name__
+    from torch_npu._inductor.runtime import fasta_autotune
+
+    seen["is_ours"] = fasta_autotune.NPUFastAutotuner is FastaNPUAutotuner
+elif scenario == "install_fails":
+    import logging
+
+    import fasta_sm.npu
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    fasta_sm.npu.autoload()
+    sys.modules["fasta_sm.npu.autotuner"] = None  # its import now fails, as a broken install would
+    from torch_npu._inductor.runtime import fasta_autotune
+
+    seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
 elif scenario == "unusable_settings":
     import logging
 

@@ -74,6 +74,17 @@ def test_fasta_sm_npu_alone_lets_torch_npu_import_and_installs_the_class(table_f
     assert seen["slot"] == "FastaNPUAutotuner"
 
 
+def test_fasta_sm_npu_alone_installs_the_class_when_its_own_import_loads_torch_npus_slot(table_file, state_dir):
+    seen = scenario("autoload_then_import_the_class", table_file, state_dir, FASTA_SM_NPU="1")
+    assert seen["is_ours"] is True
+
+
+def test_an_install_that_fails_inside_torch_npus_import_warns_and_lets_the_import_finish(table_file, state_dir):
+    logs: list[str] = []
+    seen = scenario("install_fails", table_file, state_dir, stderr=logs, FASTA_SM_NPU="1")
+    assert seen["slot"] == "NPUFastAutotuner" and logs[0].count("could not install its autotuner") == 1
+
+
 def test_a_torch_npu_that_fails_to_load_its_backend_leaves_the_environment_as_it_was(table_file, state_dir):
     seen = scenario("enable_fails", table_file, state_dir, STANDIN_BACKEND_ERROR="1")
     assert "triton-ascend" in seen["error"]

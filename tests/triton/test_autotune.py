@@ -316,6 +316,19 @@ def test_bad_tune_settings_are_refused_when_the_kernel_is_decorated(tmp_path, se
         fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), **settings)(accumulate_kernel)
 
 
+def test_a_repeated_config_is_kept_once_with_a_warning(tmp_path, caplog):
+    repeated = [SMALL[0], SMALL[1], triton.Config({"BLOCK": 64}, num_warps=1, num_stages=1)]
+    with caplog.at_level("WARNING", logger="fasta_sm.triton.autotune"):
+        kernel = fasta_sm.autotune(repeated, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+    assert kernel.configs == [SMALL[0], SMALL[1]] and "1 repeated configs dropped" in caplog.text
+
+
+def test_configs_that_differ_only_by_a_pre_hook_are_refused_when_decorating(tmp_path):
+    hooked = triton.Config({"BLOCK": 64}, num_warps=1, num_stages=1, pre_hook=lambda args: None)
+    with pytest.raises(ValueError, match=r"accumulate_kernel\): two configs differ only by a pre_hook"):
+        fasta_sm.autotune([SMALL[0], hooked], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
 def test_a_tuned_parameter_also_passed_at_launch_is_a_conflict_error(tmp_path):
     kernel = small_tuned(tmp_path)
     x, out = torch.randn(512, device=DEVICE), torch.zeros(512, device=DEVICE)
