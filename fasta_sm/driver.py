@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import Config
-from .errors import FastaError, LockTimeout
+from .errors import FastaError, LockTimeout, PolicyError
 from .machine import DEFAULT_CHUNK
 from .policies import make_policy, policy_names
 from .protocols import BenchmarkOutcome, CompileOutcome
@@ -64,6 +64,8 @@ def integration_params(
     number becomes the Python number it holds, and anything whose repr does
     not read back as itself (inf, NaN, objects) is refused, naming it.
     """
+    if params is not None and not isinstance(params, Mapping):
+        raise ValueError(f"policy_params={params!r} must be a mapping of parameter names to values")
     plain = {}
     for name, value in (params or {}).items():
         value = _python_scalar(value)
@@ -96,6 +98,8 @@ def check_policy(policy: str, params: Mapping[str, Any]) -> None:
     fasta's parameters are resolved as its tunes will resolve them (names,
     values, `FASTA_*`); another policy is built over a two-config probe.
     """
+    if policy not in policy_names():  # an unlisted policy takes arguments only fasta-sm's integrations pass
+        raise PolicyError(f"unknown policy {policy!r}; known: {', '.join(policy_names())}")
     if policy == "fasta":
         from .policies.baseline import check_budget
         from .policies.fasta.params import resolve_params
@@ -137,6 +141,21 @@ class DriverSettings:
     def from_dict(cls, data: Mapping[str, Any]) -> DriverSettings:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
+
+    def checked(self) -> DriverSettings:
+        """These settings, if a tune can run with them; else the error naming the first bad one.
+
+        For settings read from where a user may write anything (an environment
+        variable), checked once rather than failing kernel after kernel.
+        """
+        check_policy(self.policy, self.policy_params)
+        for name, least in (("seed", 0), ("max_configs", 1), ("chunk_size", 1), ("compile_threads", 1)):
+            whole_number(name, getattr(self, name), least)
+        if self.lock_timeout_s is not None and not (
+            isinstance(self.lock_timeout_s, (int, float)) and self.lock_timeout_s >= 0
+        ):
+            raise ValueError(f"lock_timeout_s={self.lock_timeout_s!r} must be a number of seconds ≥ 0")
+        return self
 
 
 @dataclass

@@ -39,3 +39,7 @@ class StateDirError(FastaError, OSError):
 
 class MissingDependency(FastaError, ImportError):
     """An optional package a feature needs is not installed; the message names the extra to install."""
+
+
+class SettingError(FastaError, ValueError):
+    """A setting from the environment that fasta-sm cannot use; the message names the variable and its value."""

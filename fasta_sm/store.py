@@ -53,8 +53,8 @@ def default_lock_timeout() -> float:
         value = float(raw)
     except ValueError:
         raise StateDirError(f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
-    if value < 0:
-        raise StateDirError(f"{LOCK_TIMEOUT_ENV}={raw!r} must not be negative")
+    if not value >= 0:  # NaN too
+        raise StateDirError(f"{LOCK_TIMEOUT_ENV}={raw!r} must be a number of seconds ≥ 0")
     return value
 
 

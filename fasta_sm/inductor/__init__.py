@@ -65,14 +65,13 @@ def enable(
     `policy` defaults to "fasta", whose `policy_params` start from `FASTA_DEFAULTS`.
     Calling it again replaces the settings.
     """
-    global _saved, _settings
     if max_configs is None:
         raw = os.environ.get(MAX_CONFIGS_ENV, str(DriverSettings.max_configs))
         try:
-            max_configs = int(raw)
+            max_configs = whole_number(f"${MAX_CONFIGS_ENV}", int(raw), 1)
         except ValueError:
-            raise ValueError(f"${MAX_CONFIGS_ENV}={raw!r} is not a whole number") from None
-    policy = policy or default_policy()
+            raise ValueError(f"${MAX_CONFIGS_ENV}={raw!r} is not a whole number ≥ 1") from None
+    policy = default_policy() if policy is None else policy
     params = integration_params(policy, policy_params, FASTA_DEFAULTS)
     check_policy(policy, params)
     settings = DriverSettings(
@@ -83,6 +82,14 @@ def enable(
         max_configs=whole_number("max_configs", max_configs, 1),
         chunk_size=whole_number("chunk_size", chunk_size, 1),
     )
+    _switch_on(settings)
+    log.info("fasta_sm.inductor enabled: %s", settings)
+    return settings
+
+
+def _switch_on(settings: DriverSettings) -> None:
+    """Patch Inductor's codegen and autotuner (once) and tune with `settings` from now on."""
+    global _saved, _settings
     from torch._inductor.codegen import triton as codegen_triton
 
     from . import autotuner
@@ -94,8 +101,6 @@ def enable(
         kernel_cls.codegen_kernel = patched_codegen_kernel(kernel_cls.codegen_kernel, current_settings)
     autotuner.install()
     _settings = settings
-    log.info("fasta_sm.inductor enabled: %s", settings)
-    return settings
 
 
 def disable() -> None:
@@ -134,8 +139,8 @@ def enabled(**settings: Any) -> Iterator[DriverSettings]:
     finally:
         if before is None:
             disable()
-        else:
-            globals()["_settings"] = before
+        else:  # on again with the old settings, whatever the block switched
+            _switch_on(before)
 
 
 def autoload() -> None:

@@ -83,6 +83,8 @@ def enable(
     (prunes by circle count and sub-block size before sampling).
     """
     global _saved_env
+    if not isinstance(optimize_configs, bool):
+        raise ValueError(f"optimize_configs={optimize_configs!r} must be True or False")
     params = dict(policy_params or {})
     if optimize_configs:
         params["optimize_configs"] = True
@@ -144,7 +146,7 @@ def _settings(
     chunk_size: int = 16,
 ) -> DriverSettings:
     """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone."""
-    policy = policy or default_policy()
+    policy = default_policy() if policy is None else policy
     return DriverSettings(
         policy=policy,
         policy_params=integration_params(policy, policy_params, LIVE_DEFAULTS),
@@ -161,7 +163,7 @@ def current_settings() -> dict[str, Any] | None:
         return None
     raw = os.environ.get(SETTINGS_ENV)
     try:
-        return DriverSettings.from_dict(json.loads(raw)).to_dict() if raw else _settings().to_dict()
+        return DriverSettings.from_dict(json.loads(raw)).checked().to_dict() if raw else _settings().to_dict()
     except Exception as exc:  # noqa: BLE001  bad JSON, not a map, a bad state dir: torch_npu keeps its kernels
         _warn_unusable(f"{'$' + SETTINGS_ENV + ': ' if raw else ''}{type(exc).__name__}: {exc}")
         return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -113,7 +114,7 @@ class Autotuner(KernelInterface):
         rep: float | None = None,
         use_cuda_graph: bool = False,
         do_bench: Callable[..., Any] | None = None,
-        policy: str = "fasta",
+        policy: str | None = "fasta",
         budget: float | None = None,
         policy_params: Mapping[str, Any] | None = None,
         seed: int = 0,
@@ -139,8 +140,8 @@ class Autotuner(KernelInterface):
         self.restore_value = _names("restore_value", restore_value or [], self.arg_names)
         self.user_pre_hook = pre_hook
         self.post_hook = post_hook
-        self.warmup_ms = WARMUP_MS if warmup is None else float(warmup)
-        self.rep_ms = REP_MS if rep is None else float(rep)
+        self.warmup_ms = self._milliseconds("warmup", warmup, WARMUP_MS)
+        self.rep_ms = self._milliseconds("rep", rep, REP_MS)
         if use_cuda_graph and do_bench is None:
             do_bench = _cuda_graph_bench(self.rep_ms)
         self.do_bench = do_bench
@@ -148,12 +149,14 @@ class Autotuner(KernelInterface):
         self.perf_model = prune.get("perf_model")
         self.top_k = prune.get("top_k", 1.0)
         self.early_config_prune = prune.get("early_config_prune")
-        self.policy = policy
-        self.policy_params = {**(LIVE_DEFAULTS if policy == "fasta" else {}), **(policy_params or {})}
-        if budget is not None:
-            self.policy_params["budget"] = budget
+        self.policy = "fasta" if policy is None else policy
         try:  # refused here, where the decorator is written, not at the first launch
-            check_policy(policy, self.policy_params)
+            if policy_params is not None and not isinstance(policy_params, Mapping):
+                raise ValueError(f"policy_params={policy_params!r} must be a mapping of parameter names to values")
+            self.policy_params = {**(LIVE_DEFAULTS if self.policy == "fasta" else {}), **(policy_params or {})}
+            if budget is not None:
+                self.policy_params["budget"] = budget
+            check_policy(self.policy, self.policy_params)
             self.seed = whole_number("seed", seed, 0)
         except (FastaError, ValueError) as exc:
             raise ValueError(f"fasta_sm.autotune({self.kernel_name}): {exc}") from None
@@ -167,6 +170,14 @@ class Autotuner(KernelInterface):
         if len(self.configs) > 1 and _compiles_in_pool(fn):
             note_kernel_module(base.__module__, getattr(base, "__globals__", {}))
             start_fork_server()
+
+    def _milliseconds(self, name: str, value: Any, default: float) -> float:
+        """A timing knob (`warmup`, `rep`) as a number of ms ≥ 0, or `default` for None; else an error naming it."""
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+            raise ValueError(f"fasta_sm.autotune({self.kernel_name}): {name}={value!r} must be a number of ms ≥ 0")
+        return float(value)
 
     # ------------------------------------------------------------------ key
 
@@ -351,7 +362,7 @@ def autotune(
     do_bench: Callable[..., Any] | None = None,
     cache_results: bool = False,
     *,
-    policy: str = "fasta",
+    policy: str | None = "fasta",
     budget: float | None = None,
     seed: int = 0,
     state_dir: str | None = None,

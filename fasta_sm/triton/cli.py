@@ -129,5 +129,8 @@ def record_command(
         pool.close()
 
 
-if __name__ == "__main__":
-    record_command()
+if __name__ == "__main__":  # `python3 -m fasta_sm.triton.cli ...` is `fasta-sm record ...`, errors shown alike
+    from ..cli import run
+
+    sys.argv[1:1] = ["record"]
+    run()

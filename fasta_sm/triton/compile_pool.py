@@ -25,6 +25,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
 from queue import Empty, SimpleQueue
 
+from ..errors import SettingError
 from .fork_server import worker_context
 from .worker import CompileJob, compile_in_worker, describe_error, do_nothing, init_worker, warm_triton_key
 
@@ -45,7 +46,13 @@ def pool_size() -> int:
     """Workers to spawn: FASTA_COMPILE_WORKERS, else the usable cores less two (the parent times)."""
     configured = os.environ.get("FASTA_COMPILE_WORKERS")
     if configured:
-        return max(1, int(configured))
+        try:
+            workers = int(configured)
+        except ValueError:
+            workers = 0
+        if workers < 1:
+            raise SettingError(f"FASTA_COMPILE_WORKERS={configured!r} is not a whole number ≥ 1")
+        return workers
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

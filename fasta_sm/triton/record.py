@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
+from ..config import Config, check_config_list
 from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
 from .compile_pool import CompilePool
 from .spec import KernelSpec
@@ -80,7 +80,7 @@ def record(
     import triton
 
     say = progress or logger.info
-    configs = list(spec.configs)
+    configs = check_config_list(spec.name, spec.configs)  # the replay format allows each config once
     args = spec.make_args(device)
     backend = TritonBackend(
         spec.fn,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Config
+from ..config import Config, check_config_list
 from ..errors import ConfigError
 
 
@@ -59,4 +59,5 @@ def load_spec(spec: str, **params: Any) -> KernelSpec:
         raise ConfigError(f"spec {spec!r} called with {params!r}: {exc}") from None
     if not isinstance(result, KernelSpec):
         raise ConfigError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
+    check_config_list(result.name, result.configs)  # a table may hold each config once
     return result

@@ -22,7 +22,7 @@ from engine_harness import CountingBackend
 from fasta_sm import store as store_module
 from fasta_sm.errors import LockTimeout, StateDirError
 from fasta_sm.state import pack_state
-from fasta_sm.store import StateStore
+from fasta_sm.store import StateStore, default_lock_timeout
 from fasta_sm.tuner import tune
 
 KEY = "mm_synth:fp16:1024"
@@ -458,6 +458,13 @@ def test_two_supersedes_in_the_same_instant_keep_both_states(tmp_path, monkeypat
     store.write(KEY, b"second")  # the next checkpoint replaces the name, as a tune's does
     second = store.supersede(KEY, "test")
     assert first != second and first.read_bytes() == b"first" and second.read_bytes() == b"second"
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "nan"])
+def test_a_lock_timeout_from_the_environment_that_is_no_number_of_seconds_is_refused_naming_it(raw, monkeypatch):
+    monkeypatch.setenv("FASTA_SM_LOCK_TIMEOUT", raw)
+    with pytest.raises(StateDirError, match=f"FASTA_SM_LOCK_TIMEOUT='{raw}'"):
+        default_lock_timeout()
 
 
 def test_is_locked_tells_a_held_lock_from_a_free_one(table, backend, store):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -85,6 +86,33 @@ def test_context_manager_restores_the_previous_switch(tmp_path):
     with fi.enabled(state_dir=tmp_path, max_configs=4):
         pass
     assert fi.current_settings()["max_configs"] == 16
+
+
+def test_context_manager_switches_back_on_even_if_the_block_switched_off(tmp_path):
+    fi.enable(state_dir=tmp_path, max_configs=16)
+    patched = snapshot()
+    with fi.enabled(state_dir=tmp_path, seed=5):
+        fi.disable()
+    assert fi.current_settings()["max_configs"] == 16 and same(patched[1], snapshot()[1])
+
+
+@pytest.mark.parametrize("raw", ["0", "x"])
+def test_a_bad_max_configs_from_the_environment_is_refused_naming_the_variable(raw, tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTA_SM_INDUCTOR_MAX_CONFIGS", raw)
+    with pytest.raises(ValueError, match=re.escape(f"$FASTA_SM_INDUCTOR_MAX_CONFIGS={raw!r}")):
+        fi.enable(state_dir=tmp_path)
+    assert not fi.is_enabled()
+
+
+def test_policy_params_that_are_no_mapping_are_refused_naming_them(tmp_path):
+    with pytest.raises(ValueError, match=r"policy_params=\['rounds', 1\] must be a mapping"):
+        fi.enable(state_dir=tmp_path, policy_params=["rounds", 1])
+    assert not fi.is_enabled()
+
+
+def test_an_empty_policy_name_is_refused_not_taken_for_the_default(tmp_path):
+    with pytest.raises(PolicyError, match="unknown policy ''"):
+        fi.enable(state_dir=tmp_path, policy="")
 
 
 SOURCE_WITH_HEURISTIC = (
@@ -214,7 +242,8 @@ def test_numpy_whole_numbers_in_the_settings_are_written_as_plain_ints(tmp_path)
 
 @pytest.mark.parametrize(("setting", "match"), [({"policy": "fsta"}, "unknown policy 'fsta'"),
                                                 ({"policy_params": {"roundz": 2}}, "unknown parameter 'roundz'"),
-                                                ({"policy_params": {"rounds": "2"}}, "rounds='2' must be a whole")])
+                                                ({"policy_params": {"rounds": "2"}}, "rounds='2' must be a whole"),
+                                                ({"policy": "must-measure"}, "unknown policy 'must-measure'")])
 def test_an_unknown_policy_or_a_bad_parameter_is_refused_by_enable_itself(setting, match, tmp_path):
     with pytest.raises(PolicyError, match=match):
         fi.enable(state_dir=tmp_path, **setting)

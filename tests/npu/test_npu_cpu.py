@@ -32,12 +32,21 @@ def test_enable_without_torch_npu_raises_a_clear_error(monkeypatch):
     assert fasta_sm.npu.current_settings() is None, "a failed enable() changes nothing"
 
 
+@pytest.mark.parametrize("value", ["false", 2])
+def test_optimize_configs_must_be_a_flag(value):
+    import fasta_sm.npu
+
+    with pytest.raises(ValueError, match=f"optimize_configs={value!r} must be True or False"):
+        fasta_sm.npu.enable(optimize_configs=value)
+    assert fasta_sm.npu.current_settings() is None
+
+
 def test_settings_reach_a_worker_through_the_environment(monkeypatch, tmp_path):
     import json
 
     import fasta_sm.npu
 
-    settings = DriverSettings(policy="random", state_dir=str(tmp_path), policy_params={"optimize_configs": True})
+    settings = DriverSettings(policy="fasta", state_dir=str(tmp_path), policy_params={"optimize_configs": True})
     monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
     monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, json.dumps(settings.to_dict()))
     assert fasta_sm.npu.current_settings() == settings.to_dict()

@@ -93,7 +93,8 @@ def test_a_torch_npu_that_fails_to_load_its_backend_leaves_the_environment_as_it
 
 
 @pytest.mark.parametrize("env", [{"FASTA_SM_NPU_SETTINGS": "null"}, {"FASTA_SM_NPU_SETTINGS": "{not json"},
-                                 {"FASTA_SM_LOCK_TIMEOUT": "abc"}])
+                                 {"FASTA_SM_LOCK_TIMEOUT": "abc"}, {"FASTA_SM_NPU_SETTINGS": '{"policy": "nope"}'},
+                                 {"FASTA_SM_NPU_SETTINGS": '{"seed": "x"}'}])
 def test_unusable_settings_leave_every_kernel_to_torch_npu_with_one_warning(env, table_file, state_dir):
     logs: list[str] = []
     seen = scenario("unusable_settings", table_file, state_dir, stderr=logs, FASTA_SM_NPU="1", **env)

@@ -14,6 +14,7 @@ from kernels import accumulate_kernel, grid
 from triton_device import DEVICE, HAS_CUDA
 
 from fasta_sm.config import Config
+from fasta_sm.errors import SettingError
 from fasta_sm.protocols import Backend, CompileOutcome
 from fasta_sm.triton.backend import TritonBackend, interpreting
 from fasta_sm.triton.compile_pool import CompilePool, pool_size
@@ -99,6 +100,13 @@ def test_describe_error_is_one_short_line():
     text = describe_error(ValueError("out of resource:\n  shared memory " + "x" * 1000))
     assert text.startswith("ValueError: out of resource: shared memory")
     assert "\n" not in text and len(text) <= 400
+
+
+@pytest.mark.parametrize("raw", ["abc", "0"])
+def test_a_pool_size_from_the_environment_that_is_no_whole_number_is_refused_naming_it(raw, monkeypatch):
+    monkeypatch.setenv("FASTA_COMPILE_WORKERS", raw)
+    with pytest.raises(SettingError, match=f"FASTA_COMPILE_WORKERS='{raw}'"):
+        pool_size()
 
 
 def test_pool_size_follows_the_environment(monkeypatch):

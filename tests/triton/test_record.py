@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from triton_device import DEVICE
 
 from fasta_sm.backends.replay import load_table
+from fasta_sm.errors import ConfigError
 from fasta_sm.triton import zoo
 from fasta_sm.triton.cli import record_command
 from fasta_sm.triton.record import record, spread, write_table
@@ -74,6 +75,19 @@ def test_record_with_a_bad_spec_is_a_clear_error_naming_it(spec, params, says, t
         capture_output=True, text=True,
     )
     assert done.returncode in (1, 2) and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_spec_with_a_config_twice_is_refused_before_anything_is_recorded():
+    spec = zoo.spec_softmax(M=5, N=300)
+    spec.configs = [spec.configs[0], spec.configs[1], spec.configs[0]]
+    with pytest.raises(ConfigError, match=r"configs #0 and #2 are the same config"):
+        record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
+
+
+def test_the_recorder_module_run_as_a_script_shows_errors_as_fasta_sm_record_does(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "fasta_sm.triton.cli", "nosuch:spec", "--out", str(tmp_path),
+                           "--device", DEVICE], capture_output=True, text=True)
+    assert done.returncode == 1 and "cannot import 'nosuch'" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_the_output_check_zeroes_an_accumulated_output_so_right_configs_pass():
