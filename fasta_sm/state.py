@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from itertools import chain
@@ -23,7 +24,11 @@ from . import __version__
 from .config import Config, configs_hash
 from .errors import StateFileError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the top map ends with `crc32`, a CRC-32 of the bytes of every field before it, so that damage that
+still decodes (a flipped bit in a timing) is caught. 1: the same fields without it (read, no longer written)."""
+READABLE_SCHEMAS = (1, 2)
+CHECKSUM_FIELD = "crc32"
 
 PHASES = ("R1", "R2", "DONE")
 STEPS = ("compile", "benchmark", "refine", "done")
@@ -226,7 +231,7 @@ def pack_state(state: TuneState) -> bytes:
     written field by field so the config list's cached bytes can be spliced in.
     """
     packer = msgpack.Packer(use_bin_type=True)
-    parts = [packer.pack_map_header(len(_FIELD_NAMES))]
+    parts = []
     for name in _FIELD_NAMES:
         parts.append(packer.pack(name))
         if name == "configs":
@@ -235,9 +240,13 @@ def pack_state(state: TuneState) -> bytes:
             parts.append(packer.pack([{f: getattr(r, f) for f in _ROUND_FIELDS} for r in state.rounds]))
         elif name == "cost":
             parts.append(packer.pack({f: getattr(state.cost, f) for f in _COST_FIELDS}))
+        elif name == "schema":  # a state read from an older file is written in today's schema
+            parts.append(packer.pack(SCHEMA_VERSION))
         else:
             parts.append(packer.pack(getattr(state, name)))
-    return b"".join(parts)
+    body = b"".join(parts)
+    checksum = packer.pack(CHECKSUM_FIELD) + packer.pack(zlib.crc32(body))
+    return packer.pack_map_header(len(_FIELD_NAMES) + 1) + body + checksum
 
 
 def remember_configs(configs: Sequence[Config]) -> None:
@@ -288,7 +297,9 @@ def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
     StateFileError is the only error this raises, whatever the bytes.
     """
     try:
-        data = _read_top_map(blob)
+        data = _read_top_map(blob, source)
+    except StateFileError:
+        raise
     except Exception as exc:  # msgpack raises many types on damaged input
         raise StateFileError(f"{source}: not a msgpack state file ({type(exc).__name__}: {exc})") from None
     try:
@@ -312,7 +323,7 @@ class _RawConfigs:
         self.blob = blob
 
 
-def _read_top_map(blob: bytes) -> Any:
+def _read_top_map(blob: bytes, source: str) -> Any:
     """`msgpack.unpackb(blob)`, except that a top-level map's "configs" stays raw bytes.
 
     Decoding a thousand configs into dicts costs more than all other fields
@@ -326,12 +337,20 @@ def _read_top_map(blob: bytes) -> Any:
     except Exception:  # not a map at the top: decode plainly, for the plain error
         return msgpack.unpackb(blob, raw=False, strict_map_key=False, use_list=True)
     data: dict = {}
-    for _ in range(size):
+    body_start = unpacker.tell()
+    for position in range(size):
+        key_start = unpacker.tell()
         key = unpacker.unpack()
         if key == "configs":
             start = unpacker.tell()
             unpacker.skip()
             data[key] = _RawConfigs(bytes(blob[start:unpacker.tell()]))
+        elif key == CHECKSUM_FIELD:
+            data[key] = unpacker.unpack()
+            if position != size - 1:
+                raise StateFileError(f"{source}: {CHECKSUM_FIELD} is not the last field")
+            if zlib.crc32(memoryview(blob)[body_start:key_start]) != data[key]:
+                raise StateFileError(f"{source}: checksum mismatch: the file was damaged after it was written")
         else:
             data[key] = unpacker.unpack()
     if unpacker.tell() != len(blob):
@@ -343,17 +362,21 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     if not isinstance(data, dict):
         raise StateFileError(f"{source}: top level is {type(data).__name__}, expected a map")
     schema = data.get("schema")
-    if schema != SCHEMA_VERSION:
+    if schema not in READABLE_SCHEMAS or isinstance(schema, bool):
         raise StateFileError(
-            f"{source}: schema version {schema!r}; this fasta-sm ({__version__}) reads version {SCHEMA_VERSION}"
+            f"{source}: schema version {schema!r}; this fasta-sm ({__version__}) reads versions "
+            f"{', '.join(map(str, READABLE_SCHEMAS))}"
         )
+    if (CHECKSUM_FIELD in data) != (schema >= 2):
+        raise StateFileError(f"{source}: a schema {schema} file {'without' if schema >= 2 else 'with'} "
+                             f"{CHECKSUM_FIELD}")
+    data = {name: value for name, value in data.items() if name != CHECKSUM_FIELD}
     missing = sorted(_REQUIRED - set(data))
     if missing:
         raise StateFileError(f"{source}: missing field(s) {', '.join(missing)}")
     unknown = sorted(set(data) - set(_FIELD_NAMES))
     if unknown:
         raise StateFileError(f"{source}: unknown field(s) {', '.join(map(str, unknown))}")
-    data = dict(data)
     _check_types(data, source)
     data["configs"], list_hash = _decode_configs(data["configs"])
     data["rounds"] = [RoundRecord(**r) for r in data["rounds"]]

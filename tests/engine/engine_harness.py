@@ -13,9 +13,12 @@ import math
 import os
 import random
 import time
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import msgpack
 
 from fasta_sm.config import Config
 from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome
@@ -195,3 +198,15 @@ def slow_down_state_writes(max_sleep_s: float, seed: int | None = None) -> None:
 
     os.fsync = fsync  # type: ignore[assignment]
     os.replace = replace  # type: ignore[assignment]
+
+
+def seal(data: dict[str, Any], use_bin_type: bool = True) -> bytes:
+    """`data` as a state file holds it: its fields, then a CRC-32 over them, as `pack_state` writes.
+
+    For tests that edit a decoded file: the edit reaches the loader's field
+    checks instead of being caught, as damage, by the checksum.
+    """
+    packer = msgpack.Packer(use_bin_type=use_bin_type)
+    body = b"".join(packer.pack(name) + packer.pack(value) for name, value in data.items() if name != "crc32")
+    fields = sum(name != "crc32" for name in data)
+    return packer.pack_map_header(fields + 1) + body + packer.pack("crc32") + packer.pack(zlib.crc32(body))

@@ -13,7 +13,7 @@ import logging
 import msgpack
 import numpy as np
 import pytest
-from engine_harness import synthetic_table
+from engine_harness import seal, synthetic_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_engine_state import msgpack_value, sample_state
@@ -96,7 +96,7 @@ def field_replaced(draw) -> bytes:
             data.pop(name, None)
         else:
             data[name] = draw(msgpack_value | st.integers(-1, 60) | st.sampled_from(["R1", "R2", "DONE", "done"]))
-    return msgpack.packb(data, use_bin_type=draw(st.booleans()))
+    return seal(data, use_bin_type=draw(st.booleans()))
 
 
 @fuzz(3000)
@@ -129,7 +129,7 @@ def test_a_state_file_cannot_make_the_loader_call_into_numpy_random():
     data["rng_state"] = {"bit_generator": "seed", "state": {}}
     before = np.random.get_state()
     with pytest.raises(StateFileError):
-        unpack_state(msgpack.packb(data))
+        unpack_state(seal(data))
     after = np.random.get_state()
     assert before[0] == after[0] and (before[1] == after[1]).all() and before[2:] == after[2:]
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 
 import msgpack
 import numpy as np
 import pytest
+from engine_harness import seal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -188,8 +190,41 @@ def test_loading_checks_the_schema_version(schema):
         del data["schema"]
     else:
         data["schema"] = schema
-    with pytest.raises(StateFileError, match=r"schema version .*reads version 1"):
-        unpack_state(msgpack.packb(data), source="some/file.fsm")
+    with pytest.raises(StateFileError, match=r"schema version .*reads versions 1, 2"):
+        unpack_state(seal(data), source="some/file.fsm")
+
+
+def test_a_bit_flipped_in_a_stored_timing_is_caught_by_the_checksum():
+    blob = pack_state(sample_state())
+    at = blob.index(b"\xcb" + struct.pack(">d", 10.5)) + 1  # config 0's timing
+    damaged = blob[:at] + bytes([blob[at] ^ 0x40]) + blob[at + 1:]
+    assert msgpack.unpackb(damaged, raw=False, strict_map_key=False)["durations"][0] != [10.5]
+    with pytest.raises(StateFileError, match="some/file.fsm: checksum mismatch"):
+        unpack_state(damaged, source="some/file.fsm")
+
+
+def test_a_schema_1_file_loads_without_a_checksum_and_is_written_back_in_schema_2():
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    del data["crc32"]
+    data["schema"] = 1
+    loaded = unpack_state(msgpack.packb(data, use_bin_type=True))
+    assert loaded.schema == 1 and loaded.durations == sample_state().durations
+    rewritten = msgpack.unpackb(pack_state(loaded), raw=False, strict_map_key=False)
+    assert rewritten["schema"] == SCHEMA_VERSION == 2 and list(rewritten)[-1] == "crc32"
+
+
+def test_a_schema_2_file_without_its_checksum_is_refused():
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    del data["crc32"]
+    with pytest.raises(StateFileError, match="a schema 2 file without crc32"):
+        unpack_state(msgpack.packb(data, use_bin_type=True))
+
+
+def test_the_checksum_must_be_the_last_field():
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    moved = {"crc32": data.pop("crc32"), **data}
+    with pytest.raises(StateFileError, match="crc32 is not the last field"):
+        unpack_state(msgpack.packb(moved, use_bin_type=True))
 
 
 def test_a_load_error_names_its_source():
@@ -256,7 +291,7 @@ def _plain_pack(state: TuneState) -> bytes:
     data["configs"] = [c.to_dict() for c in state.configs]
     data["rounds"] = [asdict(r) for r in state.rounds]
     data["cost"] = asdict(state.cost)
-    return msgpack.packb(data, use_bin_type=True)
+    return seal(data)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

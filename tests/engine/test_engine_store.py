@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ from pathlib import Path
 import filelock
 import msgpack
 import pytest
-from engine_harness import CountingBackend
+from engine_harness import CountingBackend, seal
 
 from fasta_sm import store as store_module
 from fasta_sm.errors import LockTimeout, StateDirError
@@ -293,7 +294,15 @@ def _valid_blob(table, tmp_path) -> bytes:
 def _other_schema(blob: bytes) -> bytes:
     data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
     data["schema"] = 99
-    return msgpack.packb(data)
+    return seal(data)
+
+
+def _timing_bit_flipped(blob: bytes) -> bytes:
+    """One bit flipped in a stored timing: the file still decodes, to a wrong duration."""
+    data = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    timing = next(iter(data["durations"].values()))[0]
+    at = blob.index(b"\xcb" + struct.pack(">d", timing)) + 1
+    return blob[:at] + bytes([blob[at] ^ 0x40]) + blob[at + 1:]
 
 
 BAD_FILES = {
@@ -301,6 +310,7 @@ BAD_FILES = {
     "garbage": lambda blob: os.urandom(64) + b"\xc1garbage\xc1",
     "empty": lambda blob: b"",
     "other-schema": _other_schema,
+    "timing-bit-flipped": _timing_bit_flipped,
 }
 
 

@@ -103,6 +103,9 @@ def build(tables: Path | None, out: Path) -> None:
     snapshot(matmul, out, "v1-done-retime-contenders", seed=36)
     snapshot(matmul, out, "v1-r2-benchmark-compiling", backend=CompilesOn(matmul, noise=True, seed=0),
              stop=lambda s: s.phase == "R2" and s.step == "benchmark" and any(i not in s.compiled for i in s.pending))
+    # schema 2: the same states, each file ending with its crc32
+    snapshot(matmul, out, "v2-r2-benchmark", stop=lambda s: s.phase == "R2" and s.round >= 2 and s.step == "benchmark")
+    snapshot(matmul, out, "v2-done-with-failures")
 
 
 def main() -> None:

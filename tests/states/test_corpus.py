@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fasta_sm.render import state_to_json
+from fasta_sm.state import READABLE_SCHEMAS
 from fasta_sm.store import StateStore
 
 CORPUS = Path(__file__).resolve().parents[2] / "states"
@@ -45,3 +46,6 @@ def test_every_corpus_file_renders_as_recorded(path: Path):
     assert recorded_in(recorded, rendered)
     assert set(rendered) - set(recorded) <= ADDED_WITHIN_SHOW_1, "a new field is declared here and in state-format.md"
 
+
+def test_every_schema_this_version_reads_has_files_in_the_corpus():
+    assert {StateStore.read(path).schema for path in STATE_FILES} == set(READABLE_SCHEMAS)
