@@ -227,8 +227,9 @@ def pack_state(state: TuneState) -> bytes:
     """Serialize a state to msgpack bytes (the state file's whole content).
 
     Byte for byte what `msgpack.packb` gives for the map of every field in
-    declaration order (configs as dicts, rounds and cost as maps); the map is
-    written field by field so the config list's cached bytes can be spliced in.
+    declaration order (configs as dicts, rounds and cost as maps, `schema`
+    today's), then `crc32` over those fields' bytes; the map is written
+    field by field so the config list's cached bytes can be spliced in.
     """
     packer = msgpack.Packer(use_bin_type=True)
     parts = []
