@@ -269,7 +269,10 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
             + (", ".join(f"#{i}" for i in waiting[:12]) + (" …" if len(waiting) > 12 else "") if waiting else "-"),
         )
     if state.last_error:
-        head.add_row("last error", Text(state.last_error, style="red"))
+        if state.done:  # the tune resumed and finished after it: history, not a problem now
+            head.add_row("last error", Text(f"{state.last_error} (resumed since, and finished)", style="yellow"))
+        else:
+            head.add_row("last error", Text(state.last_error, style="red"))
     for note in state.restarts:
         head.add_row("restarted", note)
     _print_table(head)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -87,6 +88,26 @@ def test_a_bad_budget_is_refused_before_anything_is_written(tmp_path):
 def test_a_policy_users_cannot_run_is_refused_listing_those_they_can(args):
     result = CliRunner().invoke(main, [*args, "must-measure"])
     assert result.exit_code == 2 and "unknown policy 'must-measure'; known: coordesc, exhaustive" in result.output
+
+
+def test_show_marks_the_last_error_of_a_finished_tune_as_history(table_file, state_dir):
+    from fasta_sm.backends.replay import ReplayBackend, load_table
+    from fasta_sm.errors import FastaError
+    from fasta_sm.protocols import BenchmarkOutcome
+    from fasta_sm.store import StateStore
+    from fasta_sm.tuner import tune as run_tune
+
+    class NaNOnce(ReplayBackend):
+        def benchmark(self, configs, repeat=None):
+            return BenchmarkOutcome(durations_us=[math.nan] * len(configs), seconds=0.0)
+
+    table, store = load_table(table_file), StateStore(state_dir)
+    settings = {"policy": "random", "policy_params": {"budget": 0.5}, "store": store}
+    with pytest.raises(FastaError):
+        run_tune("k", "toy_mm", table.configs, NaNOnce(table), **settings)
+    assert "resumed since" not in invoke("show", str(store.file_for("k")), "--state-dir", str(state_dir))
+    run_tune("k", "toy_mm", table.configs, ReplayBackend(table), **settings)
+    assert "resumed since, and finished" in invoke("show", str(store.file_for("k")), "--state-dir", str(state_dir))
 
 
 def test_show_json_is_the_documented_format(table_file, state_dir):
