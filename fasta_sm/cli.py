@@ -25,7 +25,7 @@ from rich.text import Text
 from . import __version__
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError
-from .policies import make_policy, policy_names
+from .policies import make_policy, require_listed
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
 from .state import TuneState
@@ -438,8 +438,10 @@ def _finite_or_null(value: object) -> object:
 
 def _known_policy(name: str, option: str = "--policy") -> str:
     """`name` if a user can run that policy; a usage error listing those they can otherwise."""
-    if name not in policy_names():
-        raise click.BadParameter(f"unknown policy {name!r}; known: {', '.join(policy_names())}", param_hint=option)
+    try:
+        require_listed(name)
+    except PolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
     return name
 
 

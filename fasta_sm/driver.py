@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import Config
-from .errors import FastaError, LockTimeout, PolicyError
+from .errors import FastaError, LockTimeout
 from .machine import DEFAULT_CHUNK
-from .policies import make_policy, policy_names
+from .policies import make_policy, policy_names, require_listed
 from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import TuneState
 from .store import StateStore
@@ -98,8 +98,7 @@ def check_policy(policy: str, params: Mapping[str, Any]) -> None:
     fasta's parameters are resolved as its tunes will resolve them (names,
     values, `FASTA_*`); another policy is built over a two-config probe.
     """
-    if policy not in policy_names():  # an unlisted policy takes arguments only fasta-sm's integrations pass
-        raise PolicyError(f"unknown policy {policy!r}; known: {', '.join(policy_names())}")
+    require_listed(policy)  # an unlisted policy takes arguments only fasta-sm's integrations pass
     if policy == "fasta":
         from .policies.baseline import check_budget
         from .policies.fasta.params import resolve_params

@@ -38,13 +38,18 @@ def policy_names() -> list[str]:
     return sorted(set(_REGISTRY) - _UNLISTED)
 
 
+def require_listed(name: str) -> None:
+    """A PolicyError listing the policies a user can name, unless `name` is one of them."""
+    if name not in policy_names():
+        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
+
+
 def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] | None = None) -> Policy:
     """Build policy `name` over `configs`; unknown names and parameters are errors."""
     _load_builtin()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(policy_names())}") from None
+    if name not in _REGISTRY:
+        require_listed(name)
+    factory = _REGISTRY[name]
     given = dict(params or {})
     signature = inspect.signature(factory)
     try:
