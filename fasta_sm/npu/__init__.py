@@ -163,10 +163,16 @@ def current_settings() -> dict[str, Any] | None:
         return None
     raw = os.environ.get(SETTINGS_ENV)
     try:
-        return DriverSettings.from_dict(json.loads(raw)).checked().to_dict() if raw else _settings().to_dict()
+        return _checked_settings(raw).to_dict() if raw else _settings().to_dict()
     except Exception as exc:  # noqa: BLE001  bad JSON, not a map, a bad state dir: torch_npu keeps its kernels
         _warn_unusable(f"{'$' + SETTINGS_ENV + ': ' if raw else ''}{type(exc).__name__}: {exc}")
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _checked_settings(raw: str) -> DriverSettings:
+    """`$FASTA_SM_NPU_SETTINGS` decoded and checked once per value, not once per kernel built."""
+    return DriverSettings.from_dict(json.loads(raw)).checked()
 
 
 @functools.cache
