@@ -27,7 +27,7 @@ import triton
 from triton.runtime.jit import JITFunction, KernelInterface
 
 from ..config import Config
-from ..driver import check_policy, whole_number
+from ..driver import check_policy, integration_params, whole_number
 from ..errors import FastaError
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
@@ -151,9 +151,7 @@ class Autotuner(KernelInterface):
         self.early_config_prune = prune.get("early_config_prune")
         self.policy = "fasta" if policy is None else policy
         try:  # refused here, where the decorator is written, not at the first launch
-            if policy_params is not None and not isinstance(policy_params, Mapping):
-                raise ValueError(f"policy_params={policy_params!r} must be a mapping of parameter names to values")
-            self.policy_params = {**(LIVE_DEFAULTS if self.policy == "fasta" else {}), **(policy_params or {})}
+            self.policy_params = integration_params(self.policy, policy_params, LIVE_DEFAULTS)
             if budget is not None:
                 self.policy_params["budget"] = budget
             check_policy(self.policy, self.policy_params)

@@ -320,6 +320,12 @@ def test_bad_tune_settings_are_refused_when_the_kernel_is_decorated(tmp_path, se
         fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), **settings)(accumulate_kernel)
 
 
+def test_numpy_numbers_in_policy_params_are_kept_as_the_python_numbers_a_state_file_can_hold(tmp_path):
+    kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path),
+                               policy_params={"retime_rounds": np.int64(2)})(accumulate_kernel)
+    assert type(kernel.policy_params["retime_rounds"]) is int
+
+
 def test_policy_none_means_the_default_policy(tmp_path):
     kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), policy=None)(accumulate_kernel)
     assert kernel.policy == "fasta"
