@@ -365,12 +365,12 @@ class Tune:
 
     def _benchmark_chunk(self) -> None:
         state = self.state
-        done = set(state.round_done)
+        timed_before = len(state.round_done)
         todo = self._untimed()
         for index in [i for i in todo if state.carried.get(i, {}).get("durations_us")]:
             state.durations[index] = [float(x) for x in state.carried.pop(index)["durations_us"]]
             state.round_done.append(index)
-        if len(state.round_done) > len(done):
+        if len(state.round_done) > timed_before:
             self._update_best()
         finished = set(state.round_done)  # a set: list membership made each step O(N²)
         todo = [i for i in todo if i not in finished]
@@ -533,8 +533,8 @@ def _check_duration(kernel: str, config: Config, value: float) -> float:
         value = float(value)
     except (TypeError, ValueError):
         raise BackendError(f"kernel {kernel!r}: duration {value!r} for {config.label()} is not a number") from None
-    if math.isnan(value) or value < 0:
+    if math.isnan(value) or value <= 0:  # a kernel takes time: zero is a timer that saw nothing
         raise BackendError(
-            f"kernel {kernel!r}: duration {value!r} µs for {config.label()} is invalid (NaN or negative)"
+            f"kernel {kernel!r}: duration {value!r} µs for {config.label()} is invalid (NaN, zero or negative)"
         )
     return value

@@ -489,11 +489,11 @@ def _check_consistent(state: TuneState, source: str, list_hash: str | None = Non
         if bad:
             raise StateFileError(f"{source}: {name} holds index {bad[0]!r} outside 0..{n - 1}")
     flat = list(chain.from_iterable(state.durations.values()))
-    if flat and (min(flat) < 0 or max(flat) == math.inf or any(map(math.isnan, flat))) or not all(
+    if flat and (min(flat) <= 0 or max(flat) == math.inf or any(map(math.isnan, flat))) or not all(
         state.durations.values()
     ):
         for index, samples in state.durations.items():
-            if not samples or any(not math.isfinite(x) or x < 0 for x in samples):
+            if not samples or any(not math.isfinite(x) or x <= 0 for x in samples):
                 raise StateFileError(f"{source}: config #{index} has invalid durations {samples!r}")
     both = state.failed.keys() & state.durations.keys()
     if both:

@@ -227,6 +227,12 @@ def test_the_checksum_must_be_the_last_field():
         unpack_state(msgpack.packb(moved, use_bin_type=True))
 
 
+@pytest.mark.parametrize("timing", [0.0, -1.0, math.inf], ids=["zero", "negative", "infinite"])
+def test_a_state_whose_timings_cannot_be_timings_is_refused(timing):
+    with pytest.raises(StateFileError, match=r"config #0 has invalid durations"):
+        unpack_state(pack_state(sample_state(durations={0: [timing], 1: [9.25, 9.5]})))
+
+
 def test_a_load_error_names_its_source():
     with pytest.raises(StateFileError, match="some/file.fsm"):
         unpack_state(b"\xc1", source="some/file.fsm")

@@ -210,6 +210,7 @@ def _set(position, value):
 BAD_DURATIONS = {
     "NaN": (_set(2, math.nan), r"duration nan"),
     "negative": (_set(1, -3.5), r"duration -3\.5"),
+    "zero": (_set(3, 0.0), r"duration 0\.0 µs .* \(NaN, zero or negative\)"),
     "too few": (lambda d: d[:-1], r"returned 3 durations for 4 configs"),
     "too many": (lambda d: d + [1.0], r"returned 5 durations for 4 configs"),
     "not a number": (_set(0, "fast"), r"duration 'fast'"),
