@@ -113,7 +113,8 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
             if name not in row:
                 raise TableError(f"{where}: missing field {name!r}")
         try:
-            config = Config(kwargs=row["kwargs"], num_warps=row["num_warps"], num_stages=row["num_stages"])
+            config = Config(kwargs=row["kwargs"], num_warps=row["num_warps"], num_stages=row["num_stages"],
+                            options=row.get("options", {}))  # launch options the recorder writes beside them
         except (ConfigError, AttributeError, TypeError) as exc:
             raise TableError(f"{where}: {exc}") from None
         first = seen.setdefault(config.identity, index)

@@ -45,6 +45,15 @@ def test_a_table_with_duplicate_configs_is_a_table_error_naming_file_and_row(tmp
         load_table(path)
 
 
+def test_a_tables_launch_options_are_part_of_its_configs(tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    other = copy.deepcopy(data["configs"][3])
+    other["options"] = {"maxnreg": 128}  # as the recorder writes a config's launch options
+    data["configs"].append(other)
+    table = load_table(write_table(tmp_path / "options.json", data))
+    assert table.configs[-1].options == {"maxnreg": 128} and table.configs[-1] != table.configs[3]
+
+
 @pytest.mark.parametrize("field", ["kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error"])
 def test_a_config_row_missing_a_field_is_a_table_error_naming_file_and_field(field, tmp_path, table_data):
     data = copy.deepcopy(table_data)
