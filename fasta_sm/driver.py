@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import Config
+from .config import Config, check_config_list
 from .errors import FastaError, LockTimeout
 from .machine import DEFAULT_CHUNK
 from .policies import make_policy, policy_names, require_listed
@@ -248,8 +248,21 @@ def wanted_after_worker(state: TuneState) -> list[int]:
 # --------------------------------------------------------------------------- autotuner side
 
 
-def to_fasta_config(cfg: Any) -> Config:
-    return Config(kwargs=dict(cfg.kwargs), num_warps=int(cfg.num_warps), num_stages=int(cfg.num_stages))
+_LAUNCH_OPTIONS = ("num_ctas", "maxnreg")
+
+
+def to_fasta_config(config: Any) -> Config:
+    """A `triton.Config` (Inductor's and torch_npu's are ones) as a fasta_sm Config: kwargs, warps, stages and
+    the launch options set to other than Triton's defaults, all part of what a config is."""
+    if isinstance(config, Config):
+        return config
+    options = {}
+    for name in _LAUNCH_OPTIONS:
+        value = getattr(config, name, None)
+        if value is not None and not (name == "num_ctas" and value == 1):
+            options[name] = value
+    return Config(dict(config.kwargs), num_warps=int(config.num_warps), num_stages=int(config.num_stages),
+                  options=options)
 
 
 class AutotunerBackend:
@@ -318,9 +331,7 @@ class FastaAutotunerMixin:
             return
         name = self.inductor_meta.get("kernel_name") or self.fn.__name__
         try:
-            configs = [to_fasta_config(c) for c in self._fasta_space]
-            if len({c.identity for c in configs}) != len(configs):
-                raise FastaError("two configs differ only in launch options fasta-sm does not key")
+            configs = check_config_list(name, [to_fasta_config(c) for c in self._fasta_space])
             self._fasta_plan = TunePlan(
                 key=self._fasta_key(prefix, name),
                 kernel=name,

@@ -52,10 +52,10 @@ def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts
     """
     spent = state.cost.compile_s + state.cost.benchmark_s
     if exhaustive_s is None:
-        bench_per_config = state.cost.benchmark_s / max(state.evaluations(), 1)
+        bench_per_timing = state.cost.benchmark_s / max(state.evaluations(), 1)
         tried = len(set(state.compiled) | set(state.failed))
         compile_all = (state.cost.compile_s / tried if tried else 0.0) * state.n_configs
-        exhaustive_s = compile_all + bench_per_config * (state.n_configs - len(state.failed))
+        exhaustive_s = compile_all + bench_per_timing * (state.n_configs - len(state.failed))
     return TuneCosts(spent_s=spent, exhaustive_s=exhaustive_s)
 
 

@@ -468,12 +468,12 @@ def _carried_numbers(carried: dict) -> list[float]:
     return ([] if seconds is None else [seconds]) + list(carried.get("durations_us", ()))
 
 
-def _check_consistent(state: TuneState, source: str, list_hash: str | None = None) -> None:
+def _check_consistent(state: TuneState, source: str, list_hash: str) -> None:
     """Reject states whose parts contradict each other: resuming them would mislead."""
     n = state.n_configs
     if n == 0:
         raise StateFileError(f"{source}: empty config list")
-    if state.configs_hash != (list_hash if list_hash is not None else configs_hash(state.configs)):
+    if state.configs_hash != list_hash:
         raise StateFileError(f"{source}: configs_hash does not match the config list")
     if state.phase not in PHASES or state.step not in STEPS:
         raise StateFileError(f"{source}: unknown position phase={state.phase!r} step={state.step!r}")

@@ -20,7 +20,7 @@ from pathlib import Path
 import filelock
 import platformdirs
 
-from .errors import LockTimeout, StateDirError, StateFileError
+from .errors import LockTimeout, SettingError, StateDirError, StateFileError
 from .state import TuneState, unpack_state
 
 try:
@@ -52,9 +52,9 @@ def default_lock_timeout() -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise StateDirError(f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+        raise SettingError(f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
     if not value >= 0:  # NaN too
-        raise StateDirError(f"{LOCK_TIMEOUT_ENV}={raw!r} must be a number of seconds ≥ 0")
+        raise SettingError(f"{LOCK_TIMEOUT_ENV}={raw!r} must be a number of seconds ≥ 0")
     return value
 
 

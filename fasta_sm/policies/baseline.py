@@ -61,7 +61,6 @@ class RandomSearch:
     def __init__(self, configs: Sequence[Config], budget: float = 0.2) -> None:
         self._n = len(configs)
         self._count = budget_count(self._n, budget)
-        self.budget = budget
 
     def plan(self, rng: np.random.Generator) -> Decision:
         batch = np.sort(rng.choice(self._n, size=self._count, replace=False))

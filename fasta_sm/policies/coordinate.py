@@ -30,9 +30,7 @@ class CoordinateDescent:
     def __init__(self, configs: Sequence[Config], budget: float = 0.2) -> None:
         self._n = len(configs)
         self._count = budget_count(self._n, budget)
-        self.budget = budget
         self._levels = extract_features(configs).levels
-        self._by_levels = {tuple(row): i for i, row in enumerate(self._levels.tolist())}
 
     def _start(self) -> int:
         """The config nearest the middle value of every field: Inductor's default sits mid-range."""

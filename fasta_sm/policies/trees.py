@@ -40,7 +40,6 @@ class ExtraTreesLCB:
         self._batch = max(1, math.ceil((self._count - self._r1) / rounds))
         self._kappa = kappa
         self._x = extract_features(configs).unit
-        self.budget = budget
 
     def plan(self, rng: np.random.Generator) -> Decision:
         batch = np.sort(rng.choice(self._n, size=self._r1, replace=False))

@@ -27,7 +27,7 @@ import triton
 from triton.runtime.jit import JITFunction, KernelInterface
 
 from ..config import Config
-from ..driver import check_policy, integration_params, whole_number
+from ..driver import check_policy, integration_params, to_fasta_config, whole_number
 from ..errors import FastaError
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
@@ -40,24 +40,9 @@ from .worker import kernel_path, unwrap_jit
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
 
-_LAUNCH_OPTIONS = ("num_ctas", "maxnreg")
-
-
 def _compiles_in_pool(fn: Any) -> bool:
     """Whether the compile workers can compile `fn`: a bare jit function with a path they import it by."""
     return isinstance(fn, JITFunction) and kernel_path(fn) is not None
-
-
-def to_fasta_config(config: Any) -> Config:
-    """A `triton.Config` (or a fasta_sm Config) as a fasta_sm Config: kwargs and launch options."""
-    if isinstance(config, Config):
-        return config
-    options = {}
-    for name in _LAUNCH_OPTIONS:
-        value = getattr(config, name, None)
-        if value is not None and not (name == "num_ctas" and value == 1):
-            options[name] = value
-    return Config(dict(config.kwargs), num_warps=config.num_warps, num_stages=config.num_stages, options=options)
 
 
 def to_triton_config(config: Config) -> triton.Config:
@@ -135,9 +120,9 @@ class Autotuner(KernelInterface):
         # pay for it before its first launch.
         self._as_fasta = {id(c): to_fasta_config(c) for c in self.configs}
         remember_configs(list(self._as_fasta.values()))
-        self.keys = _names("key", key, self.arg_names)
-        self.reset_to_zero = _names("reset_to_zero", reset_to_zero or [], self.arg_names)
-        self.restore_value = _names("restore_value", restore_value or [], self.arg_names)
+        self.keys = _names(self.kernel_name, "key", key, self.arg_names)
+        self.reset_to_zero = _names(self.kernel_name, "reset_to_zero", reset_to_zero or [], self.arg_names)
+        self.restore_value = _names(self.kernel_name, "restore_value", restore_value or [], self.arg_names)
         self.user_pre_hook = pre_hook
         self.post_hook = post_hook
         self.warmup_ms = self._milliseconds("warmup", warmup, WARMUP_MS)
@@ -307,13 +292,15 @@ class Autotuner(KernelInterface):
         zero_args(nargs, self.reset_to_zero)
 
 
-def _names(what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[str]:
+def _names(kernel: str, what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[str]:
     if isinstance(names, str):
-        raise TypeError(f"fasta_sm.autotune: {what} must be a list of argument names, not the string {names!r}")
+        raise TypeError(
+            f"fasta_sm.autotune({kernel}): {what} must be a list of argument names, not the string {names!r}"
+        )
     unknown = [name for name in names if name not in arg_names]
     if unknown:  # a key name that is no argument would make the kernel tune once and never again
         raise ValueError(
-            f"fasta_sm.autotune: {what} names {', '.join(unknown)}, not arguments of the kernel "
+            f"fasta_sm.autotune({kernel}): {what} names {', '.join(unknown)}, not arguments of the kernel "
             f"({', '.join(arg_names)})"
         )
     return list(names)

@@ -32,6 +32,7 @@ text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,7}", fullmatch=True)
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 nonneg = st.floats(min_value=0.0, max_value=1e12, allow_nan=False)
+positive = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, exclude_min=True)  # a timing takes time
 int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 scalar = st.one_of(st.booleans(), st.integers(-(2**31), 2**31), finite, text)
 
@@ -78,7 +79,7 @@ def tune_states(draw) -> TuneState:
     configs = draw(configs_strategy)
     n = len(configs)
     index = st.integers(0, n - 1)
-    durations = draw(st.dictionaries(index, st.lists(nonneg, min_size=1, max_size=3), max_size=n))
+    durations = draw(st.dictionaries(index, st.lists(positive, min_size=1, max_size=3), max_size=n))
     failed = draw(st.dictionaries(index.filter(lambda i: i not in durations), text, max_size=n))
     position = draw(st.sampled_from(
         [("R1", "compile"), ("R1", "benchmark"), ("R1", "refine"),

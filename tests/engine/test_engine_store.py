@@ -21,7 +21,7 @@ import pytest
 from engine_harness import CountingBackend, seal
 
 from fasta_sm import store as store_module
-from fasta_sm.errors import LockTimeout, StateDirError
+from fasta_sm.errors import LockTimeout, SettingError, StateDirError
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore, default_lock_timeout
 from fasta_sm.tuner import tune
@@ -473,7 +473,7 @@ def test_two_supersedes_in_the_same_instant_keep_both_states(tmp_path, monkeypat
 @pytest.mark.parametrize("raw", ["abc", "-1", "nan"])
 def test_a_lock_timeout_from_the_environment_that_is_no_number_of_seconds_is_refused_naming_it(raw, monkeypatch):
     monkeypatch.setenv("FASTA_SM_LOCK_TIMEOUT", raw)
-    with pytest.raises(StateDirError, match=f"FASTA_SM_LOCK_TIMEOUT='{raw}'"):
+    with pytest.raises(SettingError, match=f"FASTA_SM_LOCK_TIMEOUT='{raw}'"):
         default_lock_timeout()
 
 

@@ -106,6 +106,15 @@ def test_unknown_incumbent_basis_is_an_error_naming_it():
         FastaPolicy(MATMUL.configs, incumbent_basis="rfb")
 
 
+@pytest.mark.parametrize("knob, value, bound", [
+    ("cell_retry", -1, "must not be negative"), ("retime_resolution", -0.5, "must not be negative"),
+    ("transpose_centers", 0, "must be at least 1"),
+])
+def test_a_knob_out_of_its_range_is_refused_naming_it_and_its_value(knob, value, bound):
+    with pytest.raises(PolicyError, match=rf"fasta: {knob}={value!r} {bound}"):
+        make_policy("fasta", MATMUL.configs, {knob: value})
+
+
 @pytest.mark.parametrize("knob, value, kind", [
     ("retime_rounds", "x", "a whole number"),
     ("retime_tol", "0.1", "a finite number"),

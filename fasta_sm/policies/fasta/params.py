@@ -109,25 +109,20 @@ class FastaParams:
         for name in ("tau_min", "ridge_lambda", "near_tol", "retime_tol", "hist_span"):
             if getattr(self, name) <= 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be positive")
-        for name in ("r1_min", "min_budget", "rounds", "max_rounds", "hist_bins", "near_full", "retime_min"):
+        for name in ("r1_min", "min_budget", "rounds", "max_rounds", "hist_bins", "near_full", "retime_min",
+                     "polish_centers", "transpose_centers"):
             if getattr(self, name) < 1:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
-        if self.tau_range < 0 or self.retime_top < 0 or self.min_rounds < 0 or self.failure_weight < 0:
-            raise PolicyError("fasta: tau_range, retime_top, min_rounds and failure_weight must not be negative")
-        if self.cell_max < 0 or self.cell_picks < 0 or self.cell_retry < 0 or self.polish_extra < 0:
-            raise PolicyError("fasta: cell_max, cell_picks, cell_retry and polish_extra must not be negative")
-        if self.polish_centers < 1 or self.transpose_centers < 1:
-            raise PolicyError("fasta: polish_centers and transpose_centers must be at least 1")
+        for name in ("tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max", "cell_picks",
+                     "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution"):
+            if getattr(self, name) < 0:
+                raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must not be negative")
         if not 0.0 <= self.retime_cost <= 1.0:
             raise PolicyError(f"fasta: retime_cost={self.retime_cost!r} must be 0 (no cap) or a fraction in (0, 1]")
-        if self.cell_spill < 0:
-            raise PolicyError(f"fasta: cell_spill={self.cell_spill!r} must not be negative")
         if not 0.0 <= self.cell_min_run <= 1.0:
             raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
         if not 0.0 < self.retime_decay <= 1.0:
             raise PolicyError(f"fasta: retime_decay={self.retime_decay!r} must be in (0, 1]")
-        if self.retime_z < 0 or self.retime_resolution < 0:
-            raise PolicyError("fasta: retime_z and retime_resolution must not be negative")
         if self.retime_rank not in ("lower", "mean"):
             raise PolicyError(f"fasta: retime_rank={self.retime_rank!r} must be 'lower' or 'mean'")
         if not 0.0 < self.cap_quantile <= 1.0:
