@@ -196,3 +196,12 @@ def test_must_measures_r1_reason_names_the_default_configs_and_how_many_it_added
     sample = make_policy("random", table.configs, {"budget": 0.1}).plan(np.random.default_rng(0)).batch
     added = len({0, 5} - set(sample))
     assert f"default configs #0, #5 always measured ({added} added to the sample)" in decision.reason
+
+
+def test_inductor_configs_that_differ_only_in_launch_options_are_different_configs():
+    import triton
+
+    plain = triton.Config({"XBLOCK": 64}, num_warps=4, num_stages=1)
+    capped = triton.Config({"XBLOCK": 64}, num_warps=4, num_stages=1, maxnreg=128)
+    assert to_fasta_config(capped).options == {"maxnreg": 128}
+    assert to_fasta_config(plain).identity != to_fasta_config(capped).identity
