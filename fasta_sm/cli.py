@@ -260,8 +260,8 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         head.add_row("stopped", "(not finished: resumes at the position above)")
         timed, pending = set(state.round_done), set(state.pending)
         failed = pending & set(state.failed)
-        waiting = [i for i in state.pending if i not in timed and i not in failed]
-        compiling = sum(i not in state.compiled for i in waiting)
+        waiting = state.untimed()
+        compiling = len(state.uncompiled())
         head.add_row(
             "pending",
             f"{len(state.pending)} configs in this round ({len(timed & pending)} timed, {len(failed)} failed); "

@@ -241,8 +241,7 @@ def wanted_after_worker(state: TuneState) -> list[int]:
     """Configs the parent will launch first: the round being benchmarked, or the winner."""
     if state.done:
         return [state.best] if state.best is not None else []
-    done = set(state.round_done)
-    return [i for i in state.pending if i in state.compiled and i not in done and i not in state.failed]
+    return state.ready_to_time()
 
 
 # --------------------------------------------------------------------------- autotuner side

@@ -49,9 +49,7 @@ def likely_next(state: TuneState, policy: Policy, rng: np.random.Generator) -> l
     if base is None or state.best_us is None:
         return []
     scenarios = [base]
-    timed = set(state.round_done)
-    untimed = [i for i in state.pending if i not in state.failed and i not in timed]
-    for index in untimed[:NEW_BEST_SCENARIOS]:
+    for index in state.untimed()[:NEW_BEST_SCENARIOS]:
         durations = base.duration_us.copy()
         durations[index] = NEW_BEST * state.best_us
         scenarios.append(Observations(durations, base.samples.copy(), base.compile_s.copy(), base.spent_s))

@@ -241,9 +241,9 @@ class Tune:
 
     def _compile_chunk(self) -> None:
         state = self.state
-        for index in [i for i in self._uncompiled() if i in state.carried]:
+        for index in [i for i in state.uncompiled() if i in state.carried]:
             self._reuse_compile(index)
-        todo = self._uncompiled()
+        todo = state.uncompiled()
         chunk = todo[: self.chunk_size]
         if chunk:
             self._prefetch(reserve=len(chunk), rest=todo[len(chunk) :])
@@ -260,8 +260,8 @@ class Tune:
                     log.info("kernel %s: config #%d failed to compile: %s", state.kernel, index, outcome.error)
             state.cost.compile_s += spent
             state.rounds[-1].compile_s += spent
-        uncompiled = self._uncompiled()
-        if not uncompiled or (self._compiles_on and self._untimed()):
+        uncompiled = state.uncompiled()
+        if not uncompiled or (self._compiles_on and state.ready_to_time()):
             state.step = "benchmark"
         if not uncompiled:
             self._prefetch(reserve=0, rest=[])
@@ -293,17 +293,6 @@ class Tune:
                 f"for {len(configs)} configs (at least one, each below {len(configs)})"
             )
         return outcomes
-
-    def _uncompiled(self) -> list[int]:
-        """The batch's configs neither compiled nor failed yet."""
-        state = self.state
-        return [i for i in state.pending if i not in state.compiled and i not in state.failed]
-
-    def _untimed(self) -> list[int]:
-        """The batch's configs compiled and not yet timed this round."""
-        state = self.state
-        done = set(state.round_done)
-        return [i for i in state.pending if i not in done and i in state.compiled and i not in state.failed]
 
     def _prefetch(self, reserve: int, rest: list[int]) -> None:
         """Offer a backend that compiles ahead the configs it will be asked for, then those likeliest to come next.
@@ -366,7 +355,7 @@ class Tune:
     def _benchmark_chunk(self) -> None:
         state = self.state
         timed_before = len(state.round_done)
-        todo = self._untimed()
+        todo = state.ready_to_time()
         for index in [i for i in todo if state.carried.get(i, {}).get("durations_us")]:
             state.durations[index] = [float(x) for x in state.carried.pop(index)["durations_us"]]
             state.round_done.append(index)
@@ -395,7 +384,7 @@ class Tune:
             state.cost.benchmark_s += spent
             state.rounds[-1].benchmark_s += spent
             self._update_best()
-        uncompiled = self._uncompiled()
+        uncompiled = state.uncompiled()
         if len(todo) <= len(chunk):
             state.step = "compile" if uncompiled else "refine"
         elif state.phase == "R1" and len(todo) - len(chunk) + len(uncompiled) <= R1_GUESS_UNTIMED:

@@ -132,6 +132,19 @@ class TuneState:
         samples = self.durations[index]
         return sum(samples) / len(samples)
 
+    def uncompiled(self) -> list[int]:
+        """The current batch's configs neither compiled nor failed yet."""
+        return [i for i in self.pending if i not in self.compiled and i not in self.failed]
+
+    def untimed(self) -> list[int]:
+        """The current batch's configs not timed this round and not failed, compiled or not."""
+        timed = set(self.round_done)
+        return [i for i in self.pending if i not in timed and i not in self.failed]
+
+    def ready_to_time(self) -> list[int]:
+        """The current batch's configs compiled and not yet timed this round."""
+        return [i for i in self.untimed() if i in self.compiled]
+
     def measured_count(self) -> int:
         return len(self.durations)
 
@@ -523,14 +536,12 @@ def _check_consistent(state: TuneState, source: str, list_hash: str) -> None:
             )
     if not state.done and not state.pending:
         raise StateFileError(f"{source}: at {state.position()} no config is pending (a round in progress has a batch)")
-    done = set(state.round_done)
-    waiting = [i for i in state.pending if i not in state.compiled and i not in state.failed]
-    ready = [i for i in state.pending if i in state.compiled and i not in done and i not in state.failed]
-    if waiting and (state.step == "refine" or (state.step == "benchmark" and not ready)):
+    waiting = state.uncompiled()
+    if waiting and (state.step == "refine" or (state.step == "benchmark" and not state.ready_to_time())):
         # a benchmark step times what compiled while the rest compiles on; it needs something to time
         raise StateFileError(f"{source}: at {state.position()} config #{waiting[0]} of the batch was never compiled")
     if state.step == "refine":
-        untimed = [i for i in state.pending if i not in done and i not in state.failed]
+        untimed = state.untimed()
         if untimed:
             raise StateFileError(f"{source}: at {state.position()} config #{untimed[0]} of the batch was never timed")
     if state.durations and state.best is None:
