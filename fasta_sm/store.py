@@ -1,6 +1,7 @@
 """StateStore: one msgpack file per kernel key, replaced atomically, under a file lock.
 
-The store knows files, locks and bytes; it knows nothing of the algorithm. A file
+The store knows files, locks and the state format (it decodes a file to check it
+holds the key asked for); it knows nothing of the algorithm. A file
 it cannot read is moved aside (quarantined) and the caller starts afresh, so a
 damaged file can never break a compile.
 """

@@ -135,16 +135,15 @@ def open_tune(
     state = store.load(key, notes)
     carried: dict[int, dict] = {}
     fresh: Policy | None = None
-    if state is not None and state.configs_hash != wanted:
-        fresh = fresh_policy()
-        why = f"its config list changed ({state.n_configs} → {len(configs)} configs)"
-        carried = _supersede(store, key, state, configs, why, notes)
-        state = None
-    changed = _settings_changed(state, policy, params, seed) if state is not None else None
-    if state is not None and changed:
-        fresh = fresh_policy()
-        carried = _supersede(store, key, state, configs, f"its {changed}", notes)
-        state = None
+    if state is not None:
+        if state.configs_hash != wanted:
+            why = f"its config list changed ({state.n_configs} → {len(configs)} configs)"
+        else:
+            why = _settings_changed(state, policy, params, seed)
+        if why:
+            fresh = fresh_policy()
+            carried = _supersede(store, key, state, configs, why, notes)
+            state = None
     if state is not None and state.done:
         return None
 
@@ -246,7 +245,7 @@ def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], 
         changes.append(f"policy_params {state.policy_params!r} → {dict(params)!r}")
     if state.seed != seed:
         changes.append(f"seed {state.seed!r} → {seed!r}")
-    return "changed " + ", ".join(changes) if changes else None
+    return "its changed " + ", ".join(changes) if changes else None
 
 
 def _as_stored(params: Mapping[str, Any]) -> Any:
