@@ -305,7 +305,7 @@ class TritonBackend:
         start = time.perf_counter()
         durations: list[float] = []
         errors: dict[int, str] = {}
-        failures = self.failures if self.failures is not None else config_failures(self.interpreting)
+        failures = self._failures()
         for position, config in enumerate(configs):
             try:
                 durations.append(self.time_ms(config) * 1e3)
@@ -412,12 +412,17 @@ class TritonBackend:
             CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key, root) for c in configs
         ]
 
+    def _failures(self) -> tuple[type[BaseException], ...]:
+        """The errors that fail a config rather than stop the tune: `failures` if given (the recorder keeps
+        every error in its table), else Triton's own (`config_failures`)."""
+        return self.failures if self.failures is not None else config_failures(self.interpreting)
+
     def _load(self, config: Config, worker_seconds: float) -> CompileOutcome:
         """Load the binary in this process (a disk-cache hit after a worker compiled it).
 
         Out-of-resource checks happen here: Triton raises them when a binary is
         loaded onto the device, not when it is compiled. Only the errors that
-        mean "this config cannot run" (`config_failures`) fail the config; any
+        mean "this config cannot run" (`_failures`) fail the config; any
         other (a bug in a `triton.heuristics` function, say) stops the tune, as
         it stops `triton.autotune`, instead of being kept as the config's fault.
         """
@@ -427,7 +432,7 @@ class TritonBackend:
             init = getattr(kernel, "_init_handles", None)
             if init is not None:
                 init()
-        except config_failures(self.interpreting) as error:
+        except self._failures() as error:
             return CompileOutcome(error=describe_error(error), seconds=worker_seconds + time.perf_counter() - start)
         return CompileOutcome(error=None, seconds=worker_seconds + time.perf_counter() - start)
 

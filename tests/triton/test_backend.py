@@ -552,6 +552,25 @@ def test_a_bug_in_a_heuristic_stops_the_tune_instead_of_failing_every_config(tmp
         kernel[grid](x, torch.zeros_like(x), 256, 2.0)
 
 
+def test_a_backend_told_to_keep_every_failure_records_a_heuristic_bug_as_each_configs_failure(tmp_path):
+    """As the recorder's backend does: the error is kept whether it surfaces at load (GPU) or at launch."""
+    import triton
+
+    from fasta_sm.errors import TuneFailed
+    from fasta_sm.store import StateStore
+    from fasta_sm.tuner import tune
+
+    buggy = triton.heuristics({"UNUSED": lambda meta: meta["no_such_arg"]})(accumulate_kernel)
+    x = torch.randn(256, device=DEVICE)
+    backend = TritonBackend(buggy, (x, torch.zeros_like(x), 256, 2.0), grid, failures=(Exception,))
+    configs = [Config({"BLOCK": b}, num_warps=1, num_stages=1) for b in (64, 128)]
+    store = StateStore(tmp_path)
+    with pytest.raises(TuneFailed, match="no config ran"):
+        tune("k", "buggy", configs, backend, policy="exhaustive", store=store)
+    failed = store.load("k").failed
+    assert sorted(failed) == [0, 1] and all("no_such_arg" in error for error in failed.values())
+
+
 @pytest.fixture
 def start_attempts(monkeypatch):
     """Every start of a CompilePool fails; the list counts the attempts."""
