@@ -27,6 +27,7 @@ from ..driver import (
     integration_params,
     whole_number,
 )
+from ..machine import DEFAULT_CHUNK
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 
@@ -57,7 +58,7 @@ def enable(
     max_configs: int | None = None,
     state_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
-    chunk_size: int = 16,
+    chunk_size: int = DEFAULT_CHUNK,
 ) -> DriverSettings:
     """Tune the kernels torch.compile generates from now on; returns the settings in force.
 

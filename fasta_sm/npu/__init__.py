@@ -34,6 +34,7 @@ from ..driver import (
     whole_number,
 )
 from ..errors import FastaError
+from ..machine import DEFAULT_CHUNK
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 
@@ -75,7 +76,7 @@ def enable(
     optimize_configs: bool = False,
     state_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
-    chunk_size: int = 16,
+    chunk_size: int = DEFAULT_CHUNK,
 ) -> DriverSettings:
     """Tune torch_npu's generated kernels with fasta-sm; call before the first torch.compile.
 
@@ -143,7 +144,7 @@ def _settings(
     policy_params: Mapping[str, Any] | None = None,
     seed: int = 0,
     state_dir: str | os.PathLike[str] | None = None,
-    chunk_size: int = 16,
+    chunk_size: int = DEFAULT_CHUNK,
 ) -> DriverSettings:
     """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone."""
     policy = default_policy() if policy is None else policy
