@@ -25,14 +25,15 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import Config, check_config_list
 from .errors import FastaError, LockTimeout
-from .machine import DEFAULT_CHUNK
+from .machine import DEFAULT_CHUNK, Tune
 from .policies import make_policy, policy_names, require_listed
 from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import TuneState
@@ -181,13 +182,13 @@ class TunePlan:
         return "must-measure", {"inner": inner, "must": sorted(self.must), "params": params}
 
 
-def _open(plan: TunePlan, backend: Any, lock_timeout_s: float | None):
+@contextmanager
+def _opened(plan: TunePlan, backend: Any, lock_timeout_s: float | None) -> Iterator[Tune | TuneState]:
+    """The plan's tune (or its DONE state) under the kernel's lock, held until the block ends."""
     store = plan.store()
     policy, params = plan.policy_args()
-    lock = store.lock(plan.key, plan.kernel, lock_timeout_s)
-    lock.__enter__()
-    try:
-        tune = open_tune(
+    with store.lock(plan.key, plan.kernel, lock_timeout_s):
+        opened = open_tune(
             store,
             plan.key,
             plan.kernel,
@@ -198,11 +199,13 @@ def _open(plan: TunePlan, backend: Any, lock_timeout_s: float | None):
             seed=plan.settings.seed,
             chunk_size=plan.settings.chunk_size,
         )
-        state = tune.state if tune is not None else store.load(plan.key)
-    except BaseException:
-        lock.__exit__(None, None, None)
-        raise
-    return lock, tune, state
+        if isinstance(opened, TuneState):
+            yield opened
+            return
+        try:
+            yield opened
+        finally:
+            opened.close()
 
 
 def worker_phase(plan: TunePlan, backend: Any) -> TuneState:
@@ -211,30 +214,18 @@ def worker_phase(plan: TunePlan, backend: Any) -> TuneState:
     Stops once the round's batch is compiled (or at DONE): benchmarking needs
     the kernel's real arguments, which only the parent has.
     """
-    lock, tune, state = _open(plan, backend, WORKER_LOCK_TIMEOUT_S)
-    try:
-        if tune is not None:
-            state = tune.drive(until=lambda s: s.step != "compile")
-        assert state is not None
-        return state
-    finally:
-        if tune is not None:
-            tune.close()
-        lock.__exit__(None, None, None)
+    with _opened(plan, backend, WORKER_LOCK_TIMEOUT_S) as opened:
+        if isinstance(opened, TuneState):
+            return opened
+        return opened.drive(until=lambda s: s.step != "compile")
 
 
 def parent_phase(plan: TunePlan, backend: Any) -> TuneState:
     """Drive the tune to DONE from wherever it stands (reusing a DONE state as is)."""
-    lock, tune, state = _open(plan, backend, plan.settings.lock_timeout_s)
-    try:
-        if tune is not None:
-            state = tune.drive()
-        assert state is not None and state.done
+    with _opened(plan, backend, plan.settings.lock_timeout_s) as opened:
+        state = opened if isinstance(opened, TuneState) else opened.drive()
+        assert state.done
         return state
-    finally:
-        if tune is not None:
-            tune.close()
-        lock.__exit__(None, None, None)
 
 
 def wanted_after_worker(state: TuneState) -> list[int]:

@@ -92,10 +92,8 @@ def tune(
             benchmark_chunk=benchmark_chunk,
             on_step=on_step,
         )
-        if tune_ is None:
-            state = store.load(key)
-            assert state is not None
-            return TuneResult(state, reused=True)
+        if isinstance(tune_, TuneState):
+            return TuneResult(tune_, reused=True)
         try:
             return TuneResult(tune_.drive(), reused=False)
         finally:
@@ -115,8 +113,8 @@ def open_tune(
     chunk_size: int = DEFAULT_CHUNK,
     benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
     on_step: StepCallback | None = None,
-) -> Tune | None:
-    """The tune to drive for `key` (resumed or new), or None if it is already DONE.
+) -> Tune | TuneState:
+    """The tune to drive for `key` (resumed or new), or its DONE state, to reuse as it is.
 
     The caller must hold the key's lock.
     """
@@ -145,7 +143,7 @@ def open_tune(
             carried = _supersede(store, key, state, configs, why, notes)
             state = None
     if state is not None and state.done:
-        return None
+        return state
 
     def checkpoint(current: TuneState, blob: bytes) -> None:
         store.write(current.key, blob, kernel=current.kernel)

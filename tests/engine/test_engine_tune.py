@@ -362,6 +362,17 @@ def test_drive_until_lets_another_process_finish_the_tune_without_recompiling(ta
     assert len(counting.benchmarked) == len(table.configs) - 5
 
 
+def test_open_tune_hands_back_a_done_state_to_reuse_without_reading_the_file_again(table, backend, store):
+    run_tune(table, backend, store)
+    reads = []
+    original = store.load
+    store.load = lambda key, notes=None: reads.append(key) or original(key, notes)
+    with store.lock(KEY, table.kernel):
+        opened = open_tune(store, KEY, table.kernel, table.configs, backend, policy="exhaustive")
+    assert opened.done and opened.best is not None
+    assert reads == [KEY]
+
+
 def test_every_step_is_checkpointed(table, backend, store):
     steps = []
     run_tune(table, backend, store, chunk_size=16, benchmark_chunk=16, on_step=lambda s: steps.append(s.position()))

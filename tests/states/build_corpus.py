@@ -67,7 +67,7 @@ def snapshot(table: ReplayTable, out: Path, name: str, *, stop: Stop | None = No
         tune = open_tune(store, key, table.kernel, configs or table.configs,
                          backend or ReplayBackend(table, noise=True, seed=seed), policy=policy, seed=seed,
                           chunk_size=chunk_size)
-        assert tune is not None
+        assert not isinstance(tune, TuneState)
         try:
             tune.drive(until=stop)
         except Exception as exc:  # the error is the point of some snapshots: it is in the file
