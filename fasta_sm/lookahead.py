@@ -69,7 +69,8 @@ def likely_next(state: TuneState, policy: Policy, rng: np.random.Generator) -> l
 
 def _expected_observations(state: TuneState) -> Observations | None:
     """What the tune will have observed once the rest of the pending batch is timed as expected."""
-    durations = state.duration_array()
+    observed = state.observed()
+    durations, samples, compile_s = observed.duration_us, observed.samples, observed.compile_s
     timed = set(state.round_done)
     if state.predicted_us:
         expected = np.asarray(state.predicted_us, dtype=float)
@@ -78,8 +79,6 @@ def _expected_observations(state: TuneState) -> Observations | None:
         expected = np.full(state.n_configs, typical)
     else:
         return None
-    samples = np.array([len(state.durations.get(i, ())) for i in range(state.n_configs)])
-    compile_s = np.array([state.compiled.get(i, math.nan) for i in range(state.n_configs)])
     known = compile_s[np.isfinite(compile_s)]
     compile_each = float(known.mean()) if known.size else 0.0
     timings = int(samples.sum())
@@ -96,5 +95,4 @@ def _expected_observations(state: TuneState) -> Observations | None:
             compile_s[index] = compile_each
             extra_s += compile_each
         extra_s += timing_each
-    spent_s = state.cost.compile_s + state.cost.benchmark_s + extra_s
-    return Observations(duration_us=durations, samples=samples, compile_s=compile_s, spent_s=spent_s)
+    return Observations(duration_us=durations, samples=samples, compile_s=compile_s, spent_s=observed.spent_s + extra_s)

@@ -31,7 +31,7 @@ from transitions import Machine
 from .config import Config
 from .errors import BackendError, PolicyError, TuneFailed
 from .lookahead import likely_next
-from .protocols import Backend, CompileOutcome, Decision, Observations, Policy
+from .protocols import Backend, CompileOutcome, Decision, Policy
 from .state import (
     PHASES,
     RoundRecord,
@@ -407,14 +407,8 @@ class Tune:
         state = self.state
         if state.step != "refine" or self._decision is not None:
             return
-        observed = Observations(
-            duration_us=state.duration_array(),
-            samples=np.array([len(state.durations.get(i, ())) for i in range(state.n_configs)]),
-            compile_s=np.array([state.compiled.get(i, math.nan) for i in range(state.n_configs)]),
-            spent_s=state.cost.compile_s + state.cost.benchmark_s,
-        )
         started = time.perf_counter()
-        self._decision = self.policy.refine(observed, self._rng)
+        self._decision = self.policy.refine(state.observed(), self._rng)
         elapsed = time.perf_counter() - started
         state.cost.policy_s += elapsed
         state.rounds[-1].policy_s += elapsed

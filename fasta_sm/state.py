@@ -23,6 +23,7 @@ import numpy.random  # noqa: F401  loaded on first use otherwise, a warm start's
 from . import __version__
 from .config import Config, configs_hash
 from .errors import StateFileError
+from .protocols import Observations
 
 SCHEMA_VERSION = 2
 """2: the top map ends with `crc32`, a CRC-32 of the bytes of every field before it, so that damage that
@@ -160,6 +161,15 @@ class TuneState:
         for index, samples in self.durations.items():
             out[index] = sum(samples) / len(samples)
         return out
+
+    def observed(self) -> Observations:
+        """What a policy's refine sees: mean durations, timings per config, compile seconds, seconds spent."""
+        return Observations(
+            duration_us=self.duration_array(),
+            samples=np.array([len(self.durations.get(i, ())) for i in range(self.n_configs)]),
+            compile_s=np.array([self.compiled.get(i, math.nan) for i in range(self.n_configs)]),
+            spent_s=self.cost.compile_s + self.cost.benchmark_s,
+        )
 
     def position(self) -> str:
         """Where the machine stands, as people say it: 'R2_3 benchmark'."""
