@@ -22,7 +22,6 @@ import importlib.abc
 import importlib.util
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -551,10 +550,6 @@ class FastaAutotunerMixin:
             state.stop_reason,
         )
         return timings
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -23,10 +23,10 @@ from ..driver import (
     call_after_import,
     check_policy,
     default_policy,
-    env_flag,
     integration_params,
     whole_number,
 )
+from ..env import switch_or_off
 from ..machine import DEFAULT_CHUNK
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
@@ -150,7 +150,7 @@ def autoload() -> None:
     It runs at the end of `import torch`, so it only arranges for `enable()` to
     run once Inductor's codegen is imported, and imports nothing heavy itself.
     """
-    if env_flag(ENV_VAR) and not is_enabled():
+    if switch_or_off(ENV_VAR) and not is_enabled():
         call_after_import(CODEGEN_MODULE, _enable_from_environment)
 
 

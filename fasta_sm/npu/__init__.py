@@ -29,10 +29,10 @@ from ..driver import (
     call_after_import,
     check_policy,
     default_policy,
-    env_flag,
     integration_params,
     whole_number,
 )
+from ..env import switch_or_off
 from ..errors import FastaError
 from ..machine import DEFAULT_CHUNK
 from ..policies.fasta.params import LIVE_DEFAULTS
@@ -160,7 +160,7 @@ def _settings(
 def current_settings() -> dict[str, Any] | None:
     """The settings this process tunes with: from `enable()` here, inherited by a compile worker, or
     `enable()`'s defaults under FASTA_SM_NPU=1 alone."""
-    if not env_flag(ENV_VAR):
+    if not switch_or_off(ENV_VAR):
         return None
     raw = os.environ.get(SETTINGS_ENV)
     try:
@@ -189,7 +189,7 @@ def autoload() -> None:
     FASTAUTOTUNE=1 (and ENABLE_PRINT_UB_BITS=1) are set then, unless the
     environment says otherwise, so that torch_npu imports the slot at all.
     """
-    if not env_flag(ENV_VAR):
+    if not switch_or_off(ENV_VAR):
         return
     switch_before = _switch_now(os.environ.get(NPU_SWITCH_ENV))
     os.environ.setdefault(NPU_SWITCH_ENV, "1")

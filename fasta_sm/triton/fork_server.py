@@ -18,6 +18,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+from ..env import env_switch, parse_switch
 from .worker import WORKER_NAME, describe_error, warm_triton_key
 
 logger = logging.getLogger("fasta_sm.triton.fork_server")
@@ -72,10 +73,12 @@ def preload_modules() -> list[str]:
     import (one import, shared by every worker it forks, instead of one per
     worker), and deferred otherwise.
     """
-    setting = os.environ.get("FASTA_WORKER_TORCH", "").strip().lower()
-    if setting in ("1", "true", "yes", "on") or (setting in ("", "auto") and _torch_on_import):
-        return ["torch", *PRELOAD]
-    return list(PRELOAD)
+    setting = os.environ.get("FASTA_WORKER_TORCH", "")
+    if setting.strip().lower() in ("", "auto"):
+        wanted = bool(_torch_on_import)
+    else:
+        wanted = parse_switch("FASTA_WORKER_TORCH", setting)
+    return ["torch", *PRELOAD] if wanted else list(PRELOAD)
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
@@ -134,7 +137,7 @@ def start_fork_server() -> bool:
     environment as of the pool's start, not the server's (`init_worker`).
     Returns whether a server is now running or starting.
     """
-    if os.environ.get("FASTA_PREWARM", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not env_switch("FASTA_PREWARM", default=True):
         return False
     if interpreting() or multiprocessing.parent_process() is not None:
         return False

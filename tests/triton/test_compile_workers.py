@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fasta_sm.errors import SettingError
 from fasta_sm.triton import fork_server
 from fasta_sm.triton.compile_pool import CompilePool
 from fasta_sm.triton.fork_server import preload_modules
@@ -105,6 +106,18 @@ def test_fasta_worker_torch_forces_torch_into_the_fork_server_or_out(monkeypatch
     monkeypatch.setattr(fork_server, "_torch_on_import", {"a_module"})
     monkeypatch.setenv("FASTA_WORKER_TORCH", "0")
     assert "torch" not in preload_modules()
+
+
+def test_a_fasta_worker_torch_that_is_neither_yes_nor_no_nor_auto_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setenv("FASTA_WORKER_TORCH", "torch")
+    with pytest.raises(SettingError, match=r"\$FASTA_WORKER_TORCH='torch'"):
+        preload_modules()
+
+
+def test_a_misspelt_fasta_prewarm_is_an_error_naming_it_not_a_silent_default(monkeypatch):
+    monkeypatch.setenv("FASTA_PREWARM", "of")
+    with pytest.raises(SettingError, match=r"\$FASTA_PREWARM='of'"):
+        fork_server.start_fork_server()
 
 
 def test_unset_the_fork_server_imports_torch_once_a_noted_kernel_module_uses_it(monkeypatch):

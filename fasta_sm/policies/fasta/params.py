@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ...env import parse_switch
 from ...errors import PolicyError
 
 
@@ -291,11 +292,7 @@ def _parse(field_type: Any, name: str, text: str, where: str) -> Any:
     kind = field_type if isinstance(field_type, str) else getattr(field_type, "__name__", str(field_type))
     try:
         if kind == "bool":
-            if text.strip().lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.strip().lower() in ("0", "false", "no", "off", ""):
-                return False
-            raise ValueError(text)
+            return False if not text.strip() else parse_switch(where, text)
         if kind == "int":
             return int(text)
         if kind == "float":

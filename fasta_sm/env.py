@@ -1,0 +1,51 @@
+"""Yes/no switches read from the environment, one way everywhere.
+
+A misspelt switch (`FASTA_SM_INDUCTOR=ture`) that silently reads as off is a
+tune the user thinks is running and is not; so a value that is neither a yes
+nor a no is an error naming the variable.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+from .errors import SettingError
+
+log = logging.getLogger("fasta_sm.env")
+
+YES = frozenset({"1", "true", "yes", "on"})
+NO = frozenset({"0", "false", "no", "off"})
+
+
+def parse_switch(name: str, text: str) -> bool:
+    """`text` (the value of `name`) as a yes or a no; anything else is a SettingError."""
+    value = text.strip().lower()
+    if value in YES:
+        return True
+    if value in NO:
+        return False
+    raise SettingError(f"${name}={text!r} is neither a yes (1, true, yes, on) nor a no (0, false, no, off)")
+
+
+def env_switch(name: str, default: bool = False) -> bool:
+    """The switch `name`: `default` when unset or empty."""
+    text = os.environ.get(name, "")
+    return default if not text.strip() else parse_switch(name, text)
+
+
+def switch_or_off(name: str) -> bool:
+    """The switch `name` where an error must not escape (torch's entry points, which run inside `import torch`):
+    a bad value reads as off, with one warning per value."""
+    text = os.environ.get(name, "")
+    try:
+        return env_switch(name)
+    except SettingError as error:
+        _warn_off(str(error), text)
+        return False
+
+
+@functools.cache
+def _warn_off(message: str, text: str) -> None:
+    log.warning("%s: fasta-sm stays off", message)
