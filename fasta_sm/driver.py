@@ -33,7 +33,7 @@ from typing import Any
 from .config import Config, check_config_list
 from .errors import FastaError, LockTimeout
 from .machine import DEFAULT_CHUNK, Tune
-from .policies import make_policy, policy_names, require_listed
+from .policies import check_arguments, policy_names
 from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import TuneState
 from .store import StateStore
@@ -93,23 +93,8 @@ def _python_scalar(value: Any) -> Any:
 
 
 def check_policy(policy: str, params: Mapping[str, Any]) -> None:
-    """Refuse an unknown policy or parameter when an integration is switched on, not once per kernel later.
-
-    fasta's parameters are resolved as its tunes will resolve them (names,
-    values, `FASTA_*`); another policy is built over a two-config probe.
-    """
-    if policy == "fasta":  # checked without loading every other policy: this runs when a kernel is decorated
-        from .policies.baseline import check_budget
-        from .policies.fasta.params import resolve_params
-
-        knobs = dict(params)
-        budget = knobs.pop("budget", None)  # the constructor's, not a knob
-        if budget is not None:
-            check_budget(budget, "fasta: ")
-        resolve_params(knobs)
-    else:
-        require_listed(policy)  # an unlisted policy takes arguments only fasta-sm's integrations pass
-        make_policy(policy, [Config({"XBLOCK": 1}), Config({"XBLOCK": 2})], params)
+    """Refuse an unknown policy or parameter when an integration is switched on, not once per kernel later."""
+    check_arguments(policy, params)
 
 
 @dataclass(frozen=True)

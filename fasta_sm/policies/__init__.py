@@ -63,6 +63,22 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
         raise PolicyError(f"policy {name!r} cannot take {given!r}: {exc}") from None
 
 
+def check_arguments(name: str, params: Mapping[str, Any]) -> None:
+    """Refuse an unknown policy, or a parameter it cannot take, before any tune: when an integration is set up.
+
+    fasta, the default, checks its own arguments, without loading the other
+    policies (this runs when a kernel is decorated); another policy is built
+    over a two-config probe.
+    """
+    if name == "fasta":
+        from .fasta import FastaPolicy
+
+        FastaPolicy.check_arguments(params)
+        return
+    require_listed(name)  # an unlisted policy takes arguments only fasta-sm's integrations pass
+    make_policy(name, [Config({"XBLOCK": 1}), Config({"XBLOCK": 2})], params)
+
+
 def _load_builtin() -> None:
     """Register the shipped policies; scikit-learn is imported only when `trees` runs."""
     from . import baseline, coordinate, fasta, must_measure, trees  # noqa: F401

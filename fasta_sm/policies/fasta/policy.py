@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from ...config import Config
 from ...errors import ConfigError, PolicyError
 from ...protocols import Decision, Observations
 from .. import register
+from ..baseline import check_budget
 from ..config_optimizer import optimize_configs
 from .budget import BudgetPlan, route_budget
 from .contract import check_observations
@@ -87,6 +88,15 @@ class FastaPolicy:
         self._r1_cost: list[float] | None = None
         self._stop_reason = ""
         self._history: list[dict[str, Any]] = []
+
+    @classmethod
+    def check_arguments(cls, arguments: Mapping[str, Any]) -> None:
+        """Refuse what the constructor would refuse, with no config list at hand: `budget` and every knob."""
+        knobs = dict(arguments)
+        budget = knobs.pop("budget", None)
+        if budget is not None:
+            check_budget(budget, "fasta: ")
+        resolve_params(knobs)
 
     def _setup(self, params: FastaParams) -> None:
         self.params = params
