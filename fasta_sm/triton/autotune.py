@@ -62,8 +62,9 @@ def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
     kept = []
     for config in configs:
         identity = to_fasta_config(config).identity
-        first = first_of.setdefault(identity, config)
-        if first is config:
+        first = first_of.get(identity)
+        if first is None:
+            first_of[identity] = config
             kept.append(config)
         elif _extras(first) != _extras(config):
             raise ValueError(

@@ -338,6 +338,12 @@ def test_a_repeated_config_is_kept_once_with_a_warning(tmp_path, caplog):
     assert kernel.configs == [SMALL[0], SMALL[1]] and "1 repeated configs dropped" in caplog.text
 
 
+def test_the_same_config_object_listed_twice_is_kept_once_too(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="fasta_sm.triton.autotune"):
+        kernel = fasta_sm.autotune(SMALL + SMALL, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+    assert kernel.configs == SMALL and f"{len(SMALL)} repeated configs dropped" in caplog.text
+
+
 def test_configs_that_differ_only_by_a_pre_hook_are_refused_when_decorating(tmp_path):
     hooked = triton.Config({"BLOCK": 64}, num_warps=1, num_stages=1, pre_hook=lambda args: None)
     with pytest.raises(ValueError, match=r"accumulate_kernel\): two configs differ only by a pre_hook"):
