@@ -37,7 +37,7 @@ def env_switch(name: str, default: bool = False) -> bool:
 
 def switch_or_off(name: str) -> bool:
     """The switch `name` where an error must not escape (torch's entry points, which run inside `import torch`):
-    a bad value reads as off, with one warning per value."""
+    a bad value reads as unset, with one warning per value."""
     text = os.environ.get(name, "")
     try:
         return env_switch(name)
@@ -48,4 +48,4 @@ def switch_or_off(name: str) -> bool:
 
 @functools.cache
 def _warn_off(message: str, text: str) -> None:
-    log.warning("%s: fasta-sm stays off", message)
+    log.warning("%s: ignored, as if unset (the environment does not switch fasta-sm on)", message)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from ..errors import MissingDependency
+
 
 def _parse_params(items: tuple[str, ...]) -> dict[str, object]:
     params: dict[str, object] = {}
@@ -81,7 +83,13 @@ def record_command(
     SPEC is `package.module:function` returning a fasta_sm.triton.spec.KernelSpec,
     or the short name of a kernel of the zoo (fasta_sm.triton.zoo.ZOO).
     """
-    import torch
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependency(
+            f"fasta-sm record needs torch and Triton ({exc}): pip install torch 'fasta-sm[triton]'"
+        ) from None
 
     from .compile_pool import CompilePool
     from .fork_server import interpreting

@@ -339,6 +339,14 @@ def test_a_policy_given_parameters_it_does_not_take_says_which_it_takes(table_fi
     assert done.returncode == 1 and "policy 'exhaustive' takes no parameters" in done.stderr
 
 
+def test_record_without_torch_is_a_one_line_error_saying_what_to_install(tmp_path):
+    code = "import sys; sys.modules['torch'] = None; from fasta_sm.cli import run; run()"
+    done = subprocess.run([sys.executable, "-c", code, "record", "softmax", "--out", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("Error: fasta-sm record needs torch and Triton") and "pip install" in done.stderr
+
+
 def test_record_refuses_a_limit_below_one():
     assert "--limit" in refused("record", "rmsnorm", "--out", "x", "--limit", "0")
 
