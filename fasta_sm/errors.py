@@ -18,7 +18,8 @@ class TableError(FastaError, ValueError):
 
 
 class BackendError(FastaError):
-    """A backend returned something the engine cannot accept (NaN, negative, wrong length)."""
+    """A backend returned something the engine cannot accept (NaN, negative, wrong length), or could not time a
+    config for a reason other than the config itself (a hook that raised, an argument missing at launch)."""
 
 
 class PolicyError(FastaError):

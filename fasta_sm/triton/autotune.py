@@ -77,6 +77,15 @@ def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
     return kept
 
 
+def _heuristic_names(fn: Any) -> set[str]:
+    """The kernel parameters `triton.heuristics` layers under the autotuner set at launch."""
+    names: set[str] = set()
+    while hasattr(fn, "fn"):
+        names |= set(getattr(fn, "values", {}) or {})
+        fn = fn.fn
+    return names
+
+
 def _extras(config: triton.Config) -> tuple:
     """What a config holds beyond its kwargs and launch options."""
     return (config.pre_hook, getattr(config, "ir_override", None))
@@ -112,6 +121,7 @@ class Autotuner(KernelInterface):
         while hasattr(base, "fn"):  # heuristics → jit → the Python function, as Triton's own Autotuner does
             base = base.fn
         self.base_fn = base
+        self._from_heuristics = _heuristic_names(fn)
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
         self.configs = _distinct(self.kernel_name, [c if isinstance(c, triton.Config) else to_triton_config(c)
                                                     for c in configs])
@@ -207,6 +217,24 @@ class Autotuner(KernelInterface):
                 "a tuned parameter is also passed at launch"
             )
 
+    def _refuse_incomplete(self, nargs: Mapping[str, Any], configs: Sequence[triton.Config]) -> None:
+        """A config that, with the launch's arguments, leaves a kernel parameter unset (a misspelt kwarg, say)
+        is an error naming it before anything is compiled, not once a round picks it."""
+        required = [name for name, parameter in inspect.signature(self.base_fn).parameters.items()
+                    if parameter.default is inspect.Parameter.empty and name not in self._from_heuristics]
+        for config in configs:
+            missing = [name for name in required if name not in nargs and name not in config.kwargs]
+            if missing:
+                index = next((f"#{i} " for i, listed in enumerate(self.configs) if listed is config), "")
+                raise ValueError(
+                    f"{self.kernel_name}: config {index}({self._fasta(config).label()}) leaves "
+                    f"{', '.join(missing)} unset: not passed at launch and not among its kwargs "
+                    f"({', '.join(sorted(config.kwargs)) or 'none'})"
+                )
+
+    def _fasta(self, config: triton.Config) -> Config:
+        return self._as_fasta.get(id(config)) or to_fasta_config(config)
+
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config (after pruning) without launching or tuning, as `triton.autotune` does."""
         pruned = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
@@ -238,7 +266,8 @@ class Autotuner(KernelInterface):
         if len(candidates) == 1:
             return candidates[0]
         self._refuse_conflicts(launch_kwargs, candidates)
-        fasta_configs = [self._as_fasta.get(id(c)) or to_fasta_config(c) for c in candidates]
+        self._refuse_incomplete(nargs, candidates)
+        fasta_configs = [self._fasta(c) for c in candidates]
         by_identity = {f.identity: c for f, c in zip(fasta_configs, candidates)}
         backend = TritonBackend(
             self.fn,

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..config import Config
+from ..errors import BackendError
 from ..protocols import BenchmarkOutcome, CompileOutcome
 from .compile_pool import LOCAL_THREADS, CompilePool, shared_pool
 from .fork_server import interpreting
@@ -297,7 +298,7 @@ class TritonBackend:
 
     def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
         """Time each config (median, µs); one that raises a config failure (`config_failures`) is recorded
-        as failed (inf), any other error stops the tune.
+        as failed (inf), any other error stops the tune, as a BackendError naming the config.
 
         `repeat` (how often each config was timed before) only matters to
         replay; a live timing is always a fresh one.
@@ -312,6 +313,8 @@ class TritonBackend:
             except failures as error:
                 errors[position] = describe_error(error)
                 durations.append(float("inf"))
+            except Exception as error:
+                raise BackendError(f"timing config {config.label()}: {describe_error(error)}") from error
         return BenchmarkOutcome(durations_us=durations, seconds=time.perf_counter() - start, errors=errors)
 
     @property
@@ -424,7 +427,8 @@ class TritonBackend:
         loaded onto the device, not when it is compiled. Only the errors that
         mean "this config cannot run" (`_failures`) fail the config; any
         other (a bug in a `triton.heuristics` function, say) stops the tune, as
-        it stops `triton.autotune`, instead of being kept as the config's fault.
+        it stops `triton.autotune`, instead of being kept as the config's fault:
+        a BackendError that names the config.
         """
         start = time.perf_counter()
         try:
@@ -434,6 +438,8 @@ class TritonBackend:
                 init()
         except self._failures() as error:
             return CompileOutcome(error=describe_error(error), seconds=worker_seconds + time.perf_counter() - start)
+        except Exception as error:
+            raise BackendError(f"loading config {config.label()}: {describe_error(error)}") from error
         return CompileOutcome(error=None, seconds=worker_seconds + time.perf_counter() - start)
 
 

@@ -16,6 +16,7 @@ from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
 from triton_device import DEVICE
 
 import fasta_sm
+from fasta_sm.errors import BackendError
 from fasta_sm.policies import make_policy
 from fasta_sm.store import StateStore
 from fasta_sm.triton.autotune import to_fasta_config, to_triton_config
@@ -283,7 +284,7 @@ def test_an_error_in_a_hook_stops_the_tune_instead_of_failing_every_config(tmp_p
     def broken(nargs, reset_only=False):
         raise KeyError("no such argument")
 
-    with pytest.raises(KeyError, match="no such argument"):
+    with pytest.raises(BackendError, match=r"config BLOCK=\d+ w1 s1: KeyError: 'no such argument'"):
         launch(small_tuned(tmp_path, pre_hook=broken))
 
 
@@ -342,6 +343,23 @@ def test_the_same_config_object_listed_twice_is_kept_once_too(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="fasta_sm.triton.autotune"):
         kernel = fasta_sm.autotune(SMALL + SMALL, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
     assert kernel.configs == SMALL and f"{len(SMALL)} repeated configs dropped" in caplog.text
+
+
+def test_a_config_that_leaves_a_parameter_unset_is_refused_at_the_first_launch_naming_it(tmp_path):
+    misspelt = [*SMALL, triton.Config({"BLOK": 512}, num_warps=1, num_stages=1)]
+    kernel = fasta_sm.autotune(misspelt, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+    with pytest.raises(ValueError, match=r"config #3 \(BLOK=512 w1 s1\) leaves BLOCK unset"):
+        launch(kernel)
+    assert not list(tmp_path.glob("*.fsm"))
+
+
+def test_a_parameter_set_by_triton_heuristics_needs_no_config_to_set_it(tmp_path):
+    scaled = triton.heuristics({"scale": lambda args: 2.0})(accumulate_kernel)
+    kernel = fasta_sm.autotune(SMALL, key=["n"], reset_to_zero=["out_ptr"], state_dir=str(tmp_path))(scaled)
+    x = torch.randn(1024, device=DEVICE)
+    out = torch.zeros(1024, device=DEVICE)
+    kernel[grid](x, out, 1024)
+    assert torch.allclose(out, 2.0 * x)
 
 
 def test_configs_that_differ_only_by_a_pre_hook_are_refused_when_decorating(tmp_path):

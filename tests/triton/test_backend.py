@@ -14,7 +14,7 @@ from kernels import accumulate_kernel, grid
 from triton_device import DEVICE, HAS_CUDA
 
 from fasta_sm.config import Config
-from fasta_sm.errors import SettingError
+from fasta_sm.errors import BackendError, SettingError
 from fasta_sm.protocols import Backend, CompileOutcome
 from fasta_sm.triton.backend import TritonBackend, interpreting
 from fasta_sm.triton.compile_pool import CompilePool, pool_size
@@ -94,6 +94,15 @@ def test_a_config_that_cannot_run_is_failed_not_raised():
     outcome = backend.benchmark(configs(24, 64))  # arange needs a power of two
     assert math.isinf(outcome.durations_us[0]) and math.isfinite(outcome.durations_us[1])
     assert 0 in outcome.errors and 1 not in outcome.errors
+
+
+def test_an_error_timing_a_config_that_is_not_the_configs_fault_stops_the_tune_naming_the_config():
+    def broken(nargs):
+        raise RuntimeError("hook broke")
+
+    backend, _, _ = make_backend(pre_hook=broken)
+    with pytest.raises(BackendError, match=r"timing config BLOCK=128 w1 s1: RuntimeError: hook broke"):
+        backend.benchmark(configs(128))
 
 
 def test_describe_error_is_one_short_line():
@@ -548,8 +557,9 @@ def test_a_bug_in_a_heuristic_stops_the_tune_instead_of_failing_every_config(tmp
     kernel = fasta_sm.autotune([triton.Config({"BLOCK": b}, num_warps=1, num_stages=1) for b in (64, 128)],
                                key=["n"], state_dir=str(tmp_path))(buggy)
     x = torch.randn(256, device=DEVICE)
-    with pytest.raises(KeyError, match="no_such_arg"):
+    with pytest.raises(BackendError, match=r"config BLOCK=\d+ w1 s1: KeyError: 'no_such_arg'") as raised:
         kernel[grid](x, torch.zeros_like(x), 256, 2.0)
+    assert isinstance(raised.value.__cause__, KeyError)
 
 
 def test_a_backend_told_to_keep_every_failure_records_a_heuristic_bug_as_each_configs_failure(tmp_path):
