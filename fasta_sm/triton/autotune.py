@@ -34,7 +34,7 @@ from ..state import remember_configs
 from ..store import StateStore
 from ..tuner import TuneResult, tune
 from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
-from .compile_pool import shared_pool
+from .compile_pool import check_settings, shared_pool
 from .fork_server import note_kernel_module, start_fork_server
 from .worker import kernel_path, unwrap_jit
 
@@ -152,6 +152,7 @@ class Autotuner(KernelInterface):
                 self.policy_params["budget"] = budget
             check_policy(self.policy, self.policy_params)
             self.seed = whole_number("seed", seed, 0)
+            check_settings()
         except (FastaError, ValueError) as exc:
             raise ValueError(f"fasta_sm.autotune({self.kernel_name}): {exc}") from None
         self.state_dir = state_dir

@@ -25,8 +25,9 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
 from queue import Empty, SimpleQueue
 
+from ..env import env_switch
 from ..errors import SettingError
-from .fork_server import worker_context
+from .fork_server import preload_modules, worker_context
 from .worker import CompileJob, compile_in_worker, describe_error, do_nothing, init_worker, warm_triton_key
 
 logger = logging.getLogger("fasta_sm.triton.compile_pool")
@@ -58,6 +59,15 @@ def pool_size() -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return max(1, cores - 2)
+
+
+def check_settings() -> None:
+    """Read every compile setting of the environment now (FASTA_COMPILE_WORKERS, FASTA_WORKER_TORCH,
+    FASTA_PREWARM), so that a misspelt one is an error when a kernel is decorated, under Triton's
+    interpreter too, which uses none of them: a dry run on CPU catches what would break the GPU run."""
+    pool_size()
+    preload_modules()
+    env_switch("FASTA_PREWARM", default=True)
 
 
 _warned: set[tuple[str, str]] = set()

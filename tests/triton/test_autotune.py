@@ -362,6 +362,15 @@ def test_a_parameter_set_by_triton_heuristics_needs_no_config_to_set_it(tmp_path
     assert torch.allclose(out, 2.0 * x)
 
 
+@pytest.mark.parametrize("name, value", [("FASTA_PREWARM", "flase"), ("FASTA_WORKER_TORCH", "ture"),
+                                         ("FASTA_COMPILE_WORKERS", "x")])
+def test_a_misspelt_compile_setting_is_refused_when_decorating_even_under_the_interpreter(name, value, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=rf"accumulate_kernel\): \$?{name}='{value}'"):
+        fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
 def test_configs_that_differ_only_by_a_pre_hook_are_refused_when_decorating(tmp_path):
     hooked = triton.Config({"BLOCK": 64}, num_warps=1, num_stages=1, pre_hook=lambda args: None)
     with pytest.raises(ValueError, match=r"accumulate_kernel\): two configs differ only by a pre_hook"):
