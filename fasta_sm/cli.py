@@ -49,11 +49,13 @@ state_dir_option = click.option(
 @click.option("-v", "--verbose", is_flag=True, help="Log what the engine does.")
 def main(verbose: bool) -> None:
     """Durable, sample-efficient autotuning for Triton kernels."""
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(message)s",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False, markup=False)],
-    )
+    errors = Console(stderr=True)
+    if errors.is_terminal:
+        handler: logging.Handler = RichHandler(console=errors, show_path=False, markup=False)
+        layout = "%(message)s"
+    else:  # one line per record into a pipe or a file, never wrapped: file names in it are what a user greps for
+        handler, layout = logging.StreamHandler(), "%(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=logging.WARNING, format=layout, handlers=[handler])
     if verbose:  # fasta-sm's own steps; the state machine library's callbacks stay quiet
         logging.getLogger("fasta_sm").setLevel(logging.INFO)
 
@@ -448,7 +450,13 @@ def _known_policy(name: str, option: str = "--policy") -> str:
 def _print_table(table: Table) -> None:
     """A table into a pipe or a file is printed wide, never cut to 80 columns: its cells (kernel names,
     configs, keys) are what a user greps for or pastes."""
-    (console if console.is_terminal else Console(markup=False, width=max(console.width, 240))).print(table)
+    if console.is_terminal:
+        console.print(table)
+        return
+    wide = Console(markup=False, width=max(console.width, 240))
+    with wide.capture() as captured:
+        wide.print(table)
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
 def _cell(value: object) -> str:

@@ -368,3 +368,21 @@ def test_show_does_not_count_configs_that_failed_to_compile_as_still_to_time(mon
     monkeypatch.setenv("COLUMNS", "200")
     out = invoke("show", str(CORPUS / "v1-r1-benchmark.fsm"))
     assert "(4 timed, 2 failed); 7 to time" in out
+
+
+def test_tables_into_a_pipe_carry_no_trailing_spaces(table_file, state_dir):
+    tune(table_file, state_dir)
+    for command in (["ls"], ["report"]):
+        done = fasta_sm(*command, "--state-dir", str(state_dir))
+        assert done.returncode == 0 and done.stdout.strip()
+        assert all(line == line.rstrip() for line in done.stdout.splitlines())
+
+
+def test_a_warning_into_a_pipe_is_one_line_that_names_the_file_whole(table_file, state_dir):
+    tune(table_file, state_dir)
+    state_file = next(state_dir.glob("*.fsm"))
+    state_file.write_bytes(state_file.read_bytes()[:40])
+    done = fasta_sm("tune", "--replay", str(table_file), "--policy", "random", "--budget", "0.5",
+                    "--state-dir", str(state_dir))
+    quarantined = [line for line in done.stderr.splitlines() if "quarantined" in line]
+    assert len(quarantined) == 1 and f"{state_file} as {state_file}.corrupt-" in quarantined[0]
