@@ -323,24 +323,28 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
 
 
 def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[str]]:
-    """The parameters the policy stored with its state (the ones it ran with) that its defaults would not give,
-    and today's parameters the state does not store.
+    """The parameters the policy stored with its state (the ones it ran with) that neither its defaults nor the
+    caller's `policy_params` (shown beside the policy) would give, and today's parameters the state does not store.
 
-    Caller-passed `policy_params` are only part of them: defaults change
-    between versions, and the environment (`FASTA_*`) sets some.
+    Those come from elsewhere: defaults change between versions, and the
+    environment (`FASTA_*`) sets some.
     """
     stored = state.policy_state.get("params") if isinstance(state.policy_state, dict) else None
     if not isinstance(stored, dict):
         return {}, []
-    policy = state.policy
+    policy, passed = state.policy, state.policy_params
     if policy == "must-measure":  # an integration's wrapper: the params are the inner policy's
-        policy = str(state.policy_params.get("inner", ""))
+        policy, passed = str(passed.get("inner", "")), passed.get("params") or {}
     try:
         defaults = make_policy(policy, state.configs, {}).state_dict().get("params", {})
     except FastaError:
         return {}, []
     own = [name for name in defaults if name != "expert_configs"]  # the wrapper sets those itself
-    unlike = {name: stored[name] for name in own if name in stored and defaults[name] != stored[name]}
+    unlike = {
+        name: stored[name]
+        for name in own
+        if name in stored and defaults[name] != stored[name] and not (name in passed and passed[name] == stored[name])
+    }
     return unlike, [name for name in own if name not in stored]
 
 
