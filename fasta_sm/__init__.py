@@ -16,6 +16,12 @@ __all__ = ["Config", "FastaError", "__version__"]
 def __getattr__(name: str):
     """`fasta_sm.autotune` is imported on first use: `import fasta_sm` must not import torch or Triton."""
     if name == "autotune":
+        try:
+            import triton  # noqa: F401
+        except ImportError as exc:
+            from .errors import MissingDependency
+
+            raise MissingDependency(f"fasta_sm.autotune needs Triton ({exc}): pip install 'fasta-sm[triton]'") from None
         from .triton.autotune import autotune
 
         return autotune

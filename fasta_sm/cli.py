@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import (
@@ -522,6 +523,12 @@ def bench_command(
         raise click.BadParameter(EXHAUSTIVE_IN_BENCH, param_hint="--policies")
     for name in names:
         _known_policy(name, "--policies")
+    if "trees" in names and click.get_current_context().get_parameter_source("policies") is ParameterSource.DEFAULT:
+        try:
+            import sklearn  # noqa: F401
+        except ImportError:
+            names.remove("trees")
+            notes.print("trees left out: it needs scikit-learn (pip install 'fasta-sm[bench]')")
     _check_directory_of("--json", json_out)
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),

@@ -386,3 +386,25 @@ def test_a_warning_into_a_pipe_is_one_line_that_names_the_file_whole(table_file,
                     "--state-dir", str(state_dir))
     quarantined = [line for line in done.stderr.splitlines() if "quarantined" in line]
     assert len(quarantined) == 1 and f"{state_file} as {state_file}.corrupt-" in quarantined[0]
+
+
+def test_bench_without_scikit_learn_leaves_the_default_trees_baseline_out_and_says_so(table_file):
+    code = "import sys; sys.modules['sklearn'] = None; from fasta_sm.cli import run; run()"
+    done = subprocess.run([sys.executable, "-c", code, "bench", "--tables", str(table_file.parent), "--seeds", "1"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "trees left out: it needs scikit-learn" in done.stderr and " trees " not in done.stdout
+
+
+def test_bench_without_scikit_learn_refuses_trees_named_on_the_command_line(table_file):
+    code = "import sys; sys.modules['sklearn'] = None; from fasta_sm.cli import run; run()"
+    done = subprocess.run([sys.executable, "-c", code, "bench", "--tables", str(table_file.parent), "--seeds", "1",
+                           "--policies", "fasta,trees"], capture_output=True, text=True)
+    assert done.returncode == 1 and "needs scikit-learn" in done.stderr
+
+
+def test_fasta_sm_autotune_without_triton_says_what_to_install():
+    code = "import sys; sys.modules['triton'] = None; import fasta_sm; fasta_sm.autotune"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "MissingDependency: fasta_sm.autotune needs Triton" in done.stderr
+    assert "pip install 'fasta-sm[triton]'" in done.stderr
