@@ -1,9 +1,12 @@
 """A picture of one tune: what each round measured against what the surrogate predicted.
 
 Left: every measured config's duration against its prediction when it was
-picked, one colour per round, the winner starred. Right: the whole space sorted
-by the final prediction, measured configs placed at their rank, so one sees
-whether the unmeasured configs were predicted slow.
+picked, one colour per round, the winner starred (re-time rounds time configs
+drawn already, so they add no point). Right: the whole space sorted by the
+final prediction, measured configs placed at their rank, so one sees whether
+the unmeasured configs were predicted slow. Durations are on log axes: a tune
+meets configs ten times slower than the best, and a linear axis would flatten
+the near-best ones that matter.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ def plot_tune(state: TuneState, out: Path) -> Path:
     """Draw `state` to `out` (PNG or SVG, by its suffix); needs matplotlib."""
     if Path(out).suffix.lower() not in (".png", ".svg"):
         raise ValueError("name a file ending in .png or .svg")
+    fig = tune_figure(state)
+    out = Path(out)
+    fig.savefig(out, dpi=110)
+    _pyplot().close(fig)
+    return out
+
+
+def _pyplot():
     try:
         import matplotlib
 
@@ -27,8 +38,13 @@ def plot_tune(state: TuneState, out: Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("fasta-sm show --plot needs matplotlib: pip install 'fasta-sm[plot]'") from None
+    return plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), constrained_layout=True)
+
+def tune_figure(state: TuneState):
+    """The figure `plot_tune` saves (a matplotlib Figure; the caller closes it)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6), constrained_layout=True)
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(len(state.rounds), 1)))
     measured_round: dict[int, int] = {}
     for number, record in enumerate(state.rounds):
@@ -38,8 +54,9 @@ def plot_tune(state: TuneState, out: Path) -> Path:
     final = np.asarray(state.predicted_us, dtype=float) if state.predicted_us else None
     has_prediction = False
     for number, record in enumerate(state.rounds):
+        if record.retime:
+            continue
         name = record.name
-        name += " re-time" if record.retime else ""
         at_pick = record.predicted_us
         if not at_pick and final is not None:
             at_pick = [float(final[i]) for i in record.batch]
@@ -80,14 +97,18 @@ def plot_tune(state: TuneState, out: Path) -> Path:
     if has_prediction:
         lo, hi = left.get_xlim()
         left.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8, linestyle="--", label="measured = predicted")
-        left.legend(fontsize=8, loc="upper left")
+        left.set_xscale("log")
+        left.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     else:
         left.text(
             0.5, 0.5, f"policy {state.policy!r} made no predictions", ha="center", va="center", transform=left.transAxes
         )
     left.set_xlabel("predicted duration when picked (µs)")
     left.set_ylabel("measured duration (µs)")
-    left.set_title("Measured vs predicted, per round")
+    left.set_yscale("log")
+    retimes = sum(record.retime for record in state.rounds)
+    title = "Measured vs predicted, per round"
+    left.set_title(f"{title} ({retimes} re-time rounds: no new point)" if retimes else title)
 
     if final is not None and np.isfinite(final).any():
         order = np.argsort(np.where(np.isfinite(final), final, np.inf))
@@ -125,6 +146,7 @@ def plot_tune(state: TuneState, out: Path) -> Path:
             )
         right.set_xlabel("measurement order")
     right.set_ylabel("duration (µs)")
+    right.set_yscale("log")
     right.set_title("The space: predicted and measured")
     if state.failed:
         right.text(
@@ -141,7 +163,4 @@ def plot_tune(state: TuneState, out: Path) -> Path:
         f"{state.kernel}: {state.position()}, {state.measured_count()}/{state.n_configs} measured, winner {best}",
         fontsize=11,
     )
-    out = Path(out)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig

@@ -408,3 +408,20 @@ def test_fasta_sm_autotune_without_triton_says_what_to_install():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "MissingDependency: fasta_sm.autotune needs Triton" in done.stderr
     assert "pip install 'fasta-sm[triton]'" in done.stderr
+
+
+def test_the_plot_draws_no_legend_entry_per_re_time_round_and_durations_on_log_axes():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from fasta_sm.plot import tune_figure
+    from fasta_sm.store import StateStore
+
+    state = StateStore.read(CORPUS / "v1-done-retime-contenders.fsm")
+    assert sum(record.retime for record in state.rounds) > 1
+    figure = tune_figure(state)
+    left, right = figure.axes[:2]
+    labels = [text.get_text() for text in left.get_legend().get_texts()]
+    assert labels and not any("re-time" in label for label in labels)
+    assert left.get_yscale() == right.get_yscale() == "log"
+    plt.close(figure)
