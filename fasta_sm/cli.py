@@ -215,8 +215,10 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
     except FileNotFoundError:
         if key_or_file.endswith(".fsm") or ("/" in key_or_file and given.parent.is_dir()):
             raise click.ClickException(f"no state file {key_or_file!r}") from None
-        where = f"looked for {path}" if in_store else f"no state dir {directory}"
-        raise click.ClickException(f"no state file for the key {key_or_file!r} ({where})") from None
+        if not in_store:
+            missing = f"no state file for the key {key_or_file!r} (no state dir {directory})"
+            raise click.ClickException(missing) from None
+        path, state = _tune_of_kernel(StateStore(directory, lock_timeout_s=0), key_or_file, path)
     if plot is not None:
         from .plot import plot_tune
 
@@ -229,6 +231,27 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
         click.echo(json.dumps(state_to_json(state), indent=2, sort_keys=True))
         return
     _print_state(state, path, top)
+
+
+def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[Path, TuneState]:
+    """The one tune in `store` of the kernel named `kernel` (as `ls` lists it), for `show KERNEL`."""
+    found = []
+    for path in store.state_files():
+        try:
+            state = StateStore.read(path)
+        except (OSError, FastaError):
+            continue
+        if state.kernel == kernel:
+            found.append((path, state))
+    if len(found) == 1:
+        return found[0]
+    if found:
+        files = ", ".join(path.name for path, _ in found)
+        raise click.ClickException(f"kernel {kernel!r} has {len(found)} tunes here ({files}); name one by its file")
+    raise click.ClickException(
+        f"no state file for the key or kernel {kernel!r} (looked for {looked_for}, and for a tune of that kernel "
+        f"in {store.path}: `fasta-sm ls` lists them)"
+    )
 
 
 def _print_state(state: TuneState, path: Path, top: int) -> None:

@@ -253,13 +253,14 @@ class StateStore:
         return sorted(self.path.glob("*" + STATE_SUFFIX))
 
     def resolve(self, key_or_file: str) -> Path:
-        """A path to a state file from a path, a file name in the store, or a kernel key."""
+        """A path to a state file from a path, a file name in the store (with or without its suffix), or a key."""
         candidate = Path(key_or_file).expanduser()
         if candidate.is_file():
             return candidate
-        in_store = self.path / key_or_file
-        if in_store.is_file():
-            return in_store
+        for name in (key_or_file, key_or_file + STATE_SUFFIX):
+            in_store = self.path / name
+            if in_store.is_file():
+                return in_store
         return self.file_for(key_or_file)
 
 

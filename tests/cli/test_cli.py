@@ -425,3 +425,22 @@ def test_the_plot_draws_no_legend_entry_per_re_time_round_and_durations_on_log_a
     assert labels and not any("re-time" in label for label in labels)
     assert left.get_yscale() == right.get_yscale() == "log"
     plt.close(figure)
+
+
+def test_show_finds_a_tune_by_its_file_name_without_the_suffix(table_file, state_dir):
+    tune(table_file, state_dir)
+    stem = next(state_dir.glob("*.fsm")).stem
+    assert "toy_mm" in invoke("show", stem, "--state-dir", str(state_dir))
+
+
+def test_show_finds_the_one_tune_of_a_kernel_by_the_name_ls_lists(table_file, state_dir):
+    tune(table_file, state_dir)
+    assert "DONE" in invoke("show", "toy_mm", "--state-dir", str(state_dir))
+
+
+def test_show_by_a_kernel_name_with_several_tunes_names_their_files(table_file, state_dir):
+    tune(table_file, state_dir)
+    tune(table_file, state_dir, "--seed", "1")
+    result = CliRunner().invoke(main, ["show", "toy_mm", "--state-dir", str(state_dir)])
+    assert result.exit_code == 1 and "kernel 'toy_mm' has 2 tunes here" in result.output
+    assert all(path.name in result.output for path in state_dir.glob("*.fsm"))
