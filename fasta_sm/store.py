@@ -93,7 +93,12 @@ class StateStore:
         timeout = self.lock_timeout_s if timeout_s is None else timeout_s
         lock = filelock.FileLock(str(self.lock_path_for(key)), timeout=timeout)
         try:
-            lock.acquire()
+            try:
+                lock.acquire(timeout=0)
+            except filelock.Timeout:
+                log.info("kernel %s: another process is tuning it; waiting up to %g s for %s", kernel, timeout,
+                         lock.lock_file)
+                lock.acquire()
         except filelock.Timeout:
             raise LockTimeout(
                 f"kernel {kernel!r}: another process has held {lock.lock_file} for over {timeout:g} s "
