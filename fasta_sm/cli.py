@@ -150,7 +150,8 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
         "tuning cost",
         f"{costs.spent_s:.1f} s = compile {state.cost.compile_s:.1f} s + benchmark "
         f"{state.cost.benchmark_s:.1f} s (and policy {state.cost.policy_s * 1000:.1f} ms); "
-        f"{costs.spent_pct:.1f}% of exhaustive ({costs.exhaustive_s:.1f} s)",
+        f"{costs.spent_pct:.1f}% of exhaustive ({costs.exhaustive_s:.1f} s, the table's cost of every config; "
+        "`report` estimates it from the tune instead)",
     )
     summary.add_row(
         "regret", f"{(picked_true - best_true) / best_true:.2%} against the table's true best {format_us(best_true)}"
