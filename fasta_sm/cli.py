@@ -35,7 +35,7 @@ from .triton.cli import record_command
 
 console = Console(markup=False)
 """No markup: kernel names, errors and file names are data, and `[...]` in them must print as it is."""
-notes = Console(stderr=True, markup=False)
+notes = Console(stderr=True, markup=False, soft_wrap=True)
 """Where a command says what it wrote, so that its standard output stays what it prints (JSON, say)."""
 state_dir_option = click.option(
     "--state-dir",
@@ -185,6 +185,9 @@ def list_states(state_dir: Path | None) -> None:
             age_of(state),
             locked,
         )
+    if not table.row_count:
+        notes.print(f"no state files in {store.path}")
+        return
     _print_table(table)
 
 
@@ -442,10 +445,13 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     store = _existing_store(state_dir)
     _check_directory_of("--csv", csv_out)
     rows, unreadable = report_rows(store)
+    if not rows:
+        notes.print(f"no readable state files in {store.path}")
     table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
     for row in rows:
         table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
-    _print_table(table)
+    if rows:
+        _print_table(table)
     for why in unreadable:
         notes.print(Text(f"skipped, unreadable: {why}", style="yellow"), soft_wrap=True)
     if csv_out is not None:

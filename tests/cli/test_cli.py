@@ -444,3 +444,17 @@ def test_show_by_a_kernel_name_with_several_tunes_names_their_files(table_file, 
     result = CliRunner().invoke(main, ["show", "toy_mm", "--state-dir", str(state_dir)])
     assert result.exit_code == 1 and "kernel 'toy_mm' has 2 tunes here" in result.output
     assert all(path.name in result.output for path in state_dir.glob("*.fsm"))
+
+
+def test_ls_on_a_state_dir_without_tunes_says_so_instead_of_an_empty_table(state_dir):
+    state_dir.mkdir(parents=True, exist_ok=True)
+    done = fasta_sm("ls", "--state-dir", str(state_dir))
+    assert done.returncode == 0 and done.stdout == "" and f"no state files in {state_dir}" in done.stderr
+
+
+def test_report_with_no_readable_tune_says_so_and_names_what_it_skipped(state_dir):
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "broken.fsm").write_bytes(b"not a state")
+    done = fasta_sm("report", "--state-dir", str(state_dir))
+    assert done.returncode == 0 and done.stdout == ""
+    assert "no readable state files" in done.stderr and "broken.fsm" in done.stderr
