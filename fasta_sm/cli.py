@@ -506,7 +506,7 @@ def _cell(value: object) -> str:
 @click.option(
     "--tables",
     "tables_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=None,
     help="Directory of replay tables (default: the shipped H200 tables).",
 )

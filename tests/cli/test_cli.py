@@ -458,3 +458,8 @@ def test_report_with_no_readable_tune_says_so_and_names_what_it_skipped(state_di
     done = fasta_sm("report", "--state-dir", str(state_dir))
     assert done.returncode == 0 and done.stdout == ""
     assert "no readable state files" in done.stderr and "broken.fsm" in done.stderr
+
+
+def test_bench_on_a_tables_dir_that_does_not_exist_is_a_usage_error_before_any_progress(tmp_path):
+    done = fasta_sm("bench", "--tables", str(tmp_path / "absent"), "--seeds", "1")
+    assert done.returncode == 2 and "does not exist" in done.stderr and done.stdout == ""
