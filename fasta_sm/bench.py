@@ -105,6 +105,16 @@ def _summary(runs: list[Run], n: int, exhaustive: float) -> dict[str, float]:
     }
 
 
+def table_paths(tables_dir: str | Path) -> list[Path]:
+    """The replay tables a bench runs on; a TableError naming `tables_dir` when there are none."""
+    if not Path(tables_dir).is_dir():
+        raise TableError(f"{tables_dir}: not a directory of replay tables")
+    paths = sorted(Path(tables_dir).glob("*.json"))
+    if not paths:
+        raise TableError(f"{tables_dir}: no *.json replay tables in it")
+    return paths
+
+
 def bench(
     tables_dir: str | Path,
     policies: Sequence[str],
@@ -128,12 +138,7 @@ def bench(
         raise ValueError(f"policies {list(policies)!r}: name each policy once, at least one")
     if "exhaustive" in policies:
         raise ValueError(EXHAUSTIVE_IN_BENCH)
-    if not Path(tables_dir).is_dir():
-        raise TableError(f"{tables_dir}: not a directory of replay tables")
-    paths = sorted(Path(tables_dir).glob("*.json"))
-    if not paths:
-        raise TableError(f"{tables_dir}: no *.json replay tables in it")
-    tables = [load_table(p) for p in paths]
+    tables = [load_table(p) for p in table_paths(tables_dir)]
     total = len(tables) * seeds * len(policies)
     done = 0
     kernels: list[dict[str, Any]] = []
