@@ -121,7 +121,9 @@ class Autotuner(KernelInterface):
         while hasattr(base, "fn"):  # heuristics → jit → the Python function, as Triton's own Autotuner does
             base = base.fn
         self.base_fn = base
-        self._from_heuristics = _heuristic_names(fn)
+        set_by_heuristics = _heuristic_names(fn)
+        self._required = [name for name, parameter in inspect.signature(base).parameters.items()
+                          if parameter.default is inspect.Parameter.empty and name not in set_by_heuristics]
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
         self.configs = _distinct(self.kernel_name, [c if isinstance(c, triton.Config) else to_triton_config(c)
                                                     for c in configs])
@@ -221,10 +223,8 @@ class Autotuner(KernelInterface):
     def _refuse_incomplete(self, nargs: Mapping[str, Any], configs: Sequence[triton.Config]) -> None:
         """A config that, with the launch's arguments, leaves a kernel parameter unset (a misspelt kwarg, say)
         is an error naming it before anything is compiled, not once a round picks it."""
-        required = [name for name, parameter in inspect.signature(self.base_fn).parameters.items()
-                    if parameter.default is inspect.Parameter.empty and name not in self._from_heuristics]
         for config in configs:
-            missing = [name for name in required if name not in nargs and name not in config.kwargs]
+            missing = [name for name in self._required if name not in nargs and name not in config.kwargs]
             if missing:
                 index = next((f"#{i} " for i, listed in enumerate(self.configs) if listed is config), "")
                 raise ValueError(
