@@ -445,15 +445,15 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     store = _existing_store(state_dir)
     _check_directory_of("--csv", csv_out)
     rows, unreadable = report_rows(store)
-    if not rows:
-        notes.print(f"no readable state files in {store.path}")
-    table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
-    for row in rows:
-        table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
     if rows:
+        table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
+        for row in rows:
+            table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
         _print_table(table)
+    else:
+        notes.print(f"no readable state files in {store.path}")
     for why in unreadable:
-        notes.print(Text(f"skipped, unreadable: {why}", style="yellow"), soft_wrap=True)
+        notes.print(Text(f"skipped, unreadable: {why}", style="yellow"))
     if csv_out is not None:
         with csv_out.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(REPORT_COLUMNS))

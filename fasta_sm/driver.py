@@ -92,11 +92,6 @@ def _python_scalar(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and type(value).__module__ == "numpy" else value
 
 
-def check_policy(policy: str, params: Mapping[str, Any]) -> None:
-    """Refuse an unknown policy or parameter when an integration is switched on, not once per kernel later."""
-    check_arguments(policy, params)
-
-
 @dataclass(frozen=True)
 class DriverSettings:
     """What a kernel's tune is run with; travels inside generated kernel source as a dict.
@@ -132,7 +127,7 @@ class DriverSettings:
         For settings read from where a user may write anything (an environment
         variable), checked once rather than failing kernel after kernel.
         """
-        check_policy(self.policy, self.policy_params)
+        check_arguments(self.policy, self.policy_params)
         for name, least in (("seed", 0), ("max_configs", 1), ("chunk_size", 1), ("compile_threads", 1)):
             whole_number(name, getattr(self, name), least)
         if self.lock_timeout_s is not None and not (
@@ -183,13 +178,11 @@ def _opened(plan: TunePlan, backend: Any, lock_timeout_s: float | None) -> Itera
             seed=plan.settings.seed,
             chunk_size=plan.settings.chunk_size,
         )
-        if isinstance(opened, TuneState):
-            yield opened
-            return
         try:
             yield opened
         finally:
-            opened.close()
+            if isinstance(opened, Tune):
+                opened.close()
 
 
 def worker_phase(plan: TunePlan, backend: Any) -> TuneState:

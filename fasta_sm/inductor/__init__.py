@@ -21,13 +21,13 @@ from typing import Any
 from ..driver import (
     DriverSettings,
     call_after_import,
-    check_policy,
     default_policy,
     integration_params,
     whole_number,
 )
 from ..env import switch_or_off
 from ..machine import DEFAULT_CHUNK
+from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 
@@ -74,7 +74,7 @@ def enable(
             raise ValueError(f"${MAX_CONFIGS_ENV}={raw!r} is not a whole number ≥ 1") from None
     policy = default_policy() if policy is None else policy
     params = integration_params(policy, policy_params, FASTA_DEFAULTS)
-    check_policy(policy, params)
+    check_arguments(policy, params)
     settings = DriverSettings(
         policy=policy,
         policy_params=params,

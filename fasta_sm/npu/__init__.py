@@ -27,7 +27,6 @@ from typing import Any
 from ..driver import (
     DriverSettings,
     call_after_import,
-    check_policy,
     default_policy,
     integration_params,
     whole_number,
@@ -35,6 +34,7 @@ from ..driver import (
 from ..env import switch_or_off
 from ..errors import FastaError
 from ..machine import DEFAULT_CHUNK
+from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..store import StateStore
 
@@ -90,7 +90,7 @@ def enable(
     if optimize_configs:
         params["optimize_configs"] = True
     settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size)
-    check_policy(settings.policy, settings.policy_params)
+    check_arguments(settings.policy, settings.policy_params)
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1", UB_BITS_ENV: "1"}
     before = {name: os.environ.get(name) for name in wanted}
     switch_before = _switch_now(before[NPU_SWITCH_ENV])

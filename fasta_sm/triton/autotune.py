@@ -27,8 +27,9 @@ import triton
 from triton.runtime.jit import JITFunction, KernelInterface
 
 from ..config import Config
-from ..driver import check_policy, integration_params, to_fasta_config, whole_number
+from ..driver import integration_params, to_fasta_config, whole_number
 from ..errors import FastaError
+from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
 from ..store import StateStore
@@ -152,7 +153,7 @@ class Autotuner(KernelInterface):
             self.policy_params = integration_params(self.policy, policy_params, LIVE_DEFAULTS)
             if budget is not None:
                 self.policy_params["budget"] = budget
-            check_policy(self.policy, self.policy_params)
+            check_arguments(self.policy, self.policy_params)
             self.seed = whole_number("seed", seed, 0)
             check_settings()
         except (FastaError, ValueError) as exc:
