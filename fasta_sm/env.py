@@ -38,14 +38,13 @@ def env_switch(name: str, default: bool = False) -> bool:
 def switch_or_off(name: str) -> bool:
     """The switch `name` where an error must not escape (torch's entry points, which run inside `import torch`):
     a bad value reads as unset, with one warning per value."""
-    text = os.environ.get(name, "")
     try:
         return env_switch(name)
     except SettingError as error:
-        _warn_off(str(error), text)
+        _warn_off(str(error))
         return False
 
 
 @functools.cache
-def _warn_off(message: str, text: str) -> None:
+def _warn_off(message: str) -> None:
     log.warning("%s: ignored, as if unset (the environment does not switch fasta-sm on)", message)
