@@ -18,8 +18,7 @@ class TableError(FastaError, ValueError):
 
 
 class BackendError(FastaError):
-    """A backend returned something the engine cannot accept (NaN, negative, wrong length), or could not time a
-    config for a reason other than the config itself (a hook that raised, an argument missing at launch)."""
+    """A backend returned something the engine cannot accept (NaN, negative, wrong length)."""
 
 
 class PolicyError(FastaError):
@@ -44,3 +43,22 @@ class MissingDependency(FastaError, ImportError):
 
 class SettingError(FastaError, ValueError):
     """A setting from the environment that fasta-sm cannot use; the message names the variable and its value."""
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """Attach `note` to `error` as Python 3.11's `add_note` does (shown under its traceback), on 3.10 too.
+
+    An error that is not fasta-sm's keeps its type, so a caller's `except`
+    still catches it; the note says where in a tune it happened.
+    """
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+        return
+    try:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]
+    except AttributeError:  # an exception type without a __dict__
+        pass
+
+
+def notes_of(error: BaseException) -> list[str]:
+    return [str(note) for note in getattr(error, "__notes__", ())]

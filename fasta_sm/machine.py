@@ -29,7 +29,7 @@ import numpy as np
 from transitions import Machine
 
 from .config import Config
-from .errors import BackendError, PolicyError, TuneFailed
+from .errors import BackendError, PolicyError, TuneFailed, notes_of
 from .lookahead import likely_next
 from .protocols import Backend, CompileOutcome, Decision, Policy
 from .state import (
@@ -497,7 +497,7 @@ class Tune:
     def _rollback(self, exc: BaseException) -> None:
         """Back to the last checkpoint, with the error recorded there too."""
         restored = unpack_state(self._last_blob, source=f"checkpoint of {self.state.kernel!r}")
-        restored.last_error = f"{restored.position()}: {type(exc).__name__}: {exc}"
+        restored.last_error = " ".join([f"{restored.position()}: {type(exc).__name__}: {exc}", *notes_of(exc)])
         self._adopt(restored)
         shared_machine().set_state(restored.phase, model=self)
         self._decision = None

@@ -222,16 +222,19 @@ class Autotuner(KernelInterface):
             )
 
     def _refuse_incomplete(self, nargs: Mapping[str, Any], configs: Sequence[triton.Config]) -> None:
-        """A config that, with the launch's arguments, leaves a kernel parameter unset (a misspelt kwarg, say)
-        is an error naming it before anything is compiled, not once a round picks it."""
+        """A kernel parameter neither the launch nor a config sets is an error naming it before anything is
+        compiled, not once a round picks the config: the launch's when no config sets it, else the config's
+        (a misspelt kwarg, say)."""
+        unset = [name for name in self._required if name not in nargs]
+        nowhere = [name for name in unset if not any(name in config.kwargs for config in configs)]
+        if nowhere:
+            raise TypeError(f"{self.kernel_name}: the launch leaves {', '.join(nowhere)} unset, and no config sets it")
         for config in configs:
-            missing = [name for name in self._required if name not in nargs and name not in config.kwargs]
+            missing = [name for name in unset if name not in config.kwargs]
             if missing:
-                index = next((f"#{i} " for i, listed in enumerate(self.configs) if listed is config), "")
                 raise ValueError(
-                    f"{self.kernel_name}: config {index}({self._fasta(config).label()}) leaves "
-                    f"{', '.join(missing)} unset: not passed at launch and not among its kwargs "
-                    f"({', '.join(sorted(config.kwargs)) or 'none'})"
+                    f"{self.kernel_name}: config {self._fasta(config).label()} leaves {', '.join(missing)} unset: "
+                    f"not passed at launch and not among its kwargs ({', '.join(sorted(config.kwargs)) or 'none'})"
                 )
 
     def _fasta(self, config: triton.Config) -> Config:

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..config import Config
-from ..errors import BackendError
+from ..errors import add_note
 from ..protocols import BenchmarkOutcome, CompileOutcome
 from .compile_pool import LOCAL_THREADS, CompilePool, shared_pool
 from .fork_server import interpreting
@@ -298,7 +298,7 @@ class TritonBackend:
 
     def benchmark(self, configs: Sequence[Config], repeat: Sequence[int] | None = None) -> BenchmarkOutcome:
         """Time each config (median, µs); one that raises a config failure (`config_failures`) is recorded
-        as failed (inf), any other error stops the tune, as a BackendError naming the config.
+        as failed (inf), any other error stops the tune, noted with the config it was timing.
 
         `repeat` (how often each config was timed before) only matters to
         replay; a live timing is always a fresh one.
@@ -314,7 +314,8 @@ class TritonBackend:
                 errors[position] = describe_error(error)
                 durations.append(float("inf"))
             except Exception as error:
-                raise BackendError(f"timing config {config.label()}: {describe_error(error)}") from error
+                add_note(error, f"fasta-sm: while timing config {config.label()}")
+                raise
         return BenchmarkOutcome(durations_us=durations, seconds=time.perf_counter() - start, errors=errors)
 
     @property
@@ -428,7 +429,7 @@ class TritonBackend:
         mean "this config cannot run" (`_failures`) fail the config; any
         other (a bug in a `triton.heuristics` function, say) stops the tune, as
         it stops `triton.autotune`, instead of being kept as the config's fault:
-        a BackendError that names the config.
+        noted with the config it was loading.
         """
         start = time.perf_counter()
         try:
@@ -439,7 +440,8 @@ class TritonBackend:
         except self._failures() as error:
             return CompileOutcome(error=describe_error(error), seconds=worker_seconds + time.perf_counter() - start)
         except Exception as error:
-            raise BackendError(f"loading config {config.label()}: {describe_error(error)}") from error
+            add_note(error, f"fasta-sm: while loading config {config.label()}")
+            raise
         return CompileOutcome(error=None, seconds=worker_seconds + time.perf_counter() - start)
 
 

@@ -16,7 +16,7 @@ from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
 from triton_device import DEVICE
 
 import fasta_sm
-from fasta_sm.errors import BackendError
+from fasta_sm.errors import notes_of
 from fasta_sm.policies import make_policy
 from fasta_sm.store import StateStore
 from fasta_sm.triton.autotune import to_fasta_config, to_triton_config
@@ -284,8 +284,9 @@ def test_an_error_in_a_hook_stops_the_tune_instead_of_failing_every_config(tmp_p
     def broken(nargs, reset_only=False):
         raise KeyError("no such argument")
 
-    with pytest.raises(BackendError, match=r"config BLOCK=\d+ w1 s1: KeyError: 'no such argument'"):
+    with pytest.raises(KeyError, match="no such argument") as raised:
         launch(small_tuned(tmp_path, pre_hook=broken))
+    assert re.fullmatch(r"fasta-sm: while timing config BLOCK=\d+ w1 s1", notes_of(raised.value)[0])
 
 
 def test_warmup_compiles_every_config_and_neither_launches_nor_tunes(tmp_path):
@@ -348,8 +349,16 @@ def test_the_same_config_object_listed_twice_is_kept_once_too(tmp_path, caplog):
 def test_a_config_that_leaves_a_parameter_unset_is_refused_at_the_first_launch_naming_it(tmp_path):
     misspelt = [*SMALL, triton.Config({"BLOK": 512}, num_warps=1, num_stages=1)]
     kernel = fasta_sm.autotune(misspelt, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
-    with pytest.raises(ValueError, match=r"config #3 \(BLOK=512 w1 s1\) leaves BLOCK unset"):
+    with pytest.raises(ValueError, match=r"config BLOK=512 w1 s1 leaves BLOCK unset"):
         launch(kernel)
+    assert not list(tmp_path.glob("*.fsm"))
+
+
+def test_an_argument_the_launch_leaves_out_is_the_launchs_error_not_a_configs(tmp_path):
+    kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+    x = torch.randn(256, device=DEVICE)
+    with pytest.raises(TypeError, match=r"the launch leaves scale unset, and no config sets it"):
+        kernel[grid](x, torch.zeros_like(x), 256)
     assert not list(tmp_path.glob("*.fsm"))
 
 
