@@ -45,6 +45,19 @@ state_dir_option = click.option(
 )
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to `sys.stderr` as it is when a record comes, not as it was when the handler was made (click's
+    test runner, or a notebook running the command twice, swaps it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fasta-sm")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the engine does.")
@@ -55,7 +68,7 @@ def main(verbose: bool) -> None:
         handler: logging.Handler = RichHandler(console=errors, show_path=False, markup=False)
         layout = "%(message)s"
     else:  # one line per record into a pipe or a file, never wrapped: file names in it are what a user greps for
-        handler, layout = logging.StreamHandler(), "%(levelname)s %(name)s: %(message)s"
+        handler, layout = _StderrHandler(), "%(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=logging.WARNING, format=layout, handlers=[handler])
     if verbose:  # fasta-sm's own steps; the state machine library's callbacks stay quiet
         logging.getLogger("fasta_sm").setLevel(logging.INFO)

@@ -96,6 +96,8 @@ class StateStore:
             try:
                 lock.acquire(timeout=0)
             except filelock.Timeout:
+                if timeout <= 0:
+                    raise
                 log.info("kernel %s: another process is tuning it; waiting up to %g s for %s", kernel, timeout,
                          lock.lock_file)
                 lock.acquire()

@@ -91,11 +91,12 @@ def record_command(
             f"fasta-sm record needs torch and Triton ({exc}): pip install torch 'fasta-sm[triton]'"
         ) from None
 
-    from .compile_pool import CompilePool
+    from .compile_pool import CompilePool, check_settings
     from .fork_server import interpreting
     from .record import record, spread, write_table
     from .spec import load_spec
 
+    check_settings()
     if device == "cpu" and not interpreting():
         raise click.BadParameter("cpu needs Triton's interpreter: run with TRITON_INTERPRET=1", param_hint="--device")
     if device.startswith("cuda") and not torch.cuda.is_available():

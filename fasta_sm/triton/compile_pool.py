@@ -52,7 +52,7 @@ def pool_size() -> int:
         except ValueError:
             workers = 0
         if workers < 1:
-            raise SettingError(f"FASTA_COMPILE_WORKERS={configured!r} is not a whole number ≥ 1")
+            raise SettingError(f"$FASTA_COMPILE_WORKERS={configured!r} is not a whole number ≥ 1")
         return workers
     try:
         cores = len(os.sched_getaffinity(0))

@@ -351,7 +351,7 @@ def test_record_refuses_a_limit_below_one():
     assert "--limit" in refused("record", "rmsnorm", "--out", "x", "--limit", "0")
 
 
-def test_show_names_the_params_a_tune_stored_that_older_versions_defaults_gave_not_the_callers(monkeypatch):
+def test_show_does_not_list_the_callers_params_as_unlike_todays_defaults(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     head = invoke("show", str(CORPUS / "v1-live-h200-triton-rmsnorm-fasta-window.fsm")).split("backend")[0]
     assert "{'retime_rounds': 6, 'retime_cost': 0.05}" in head and "unlike today's defaults" not in head
@@ -463,3 +463,21 @@ def test_report_with_no_readable_tune_says_so_and_names_what_it_skipped(state_di
 def test_bench_on_a_tables_dir_that_does_not_exist_prints_the_error_alone(tmp_path):
     done = fasta_sm("bench", "--tables", str(tmp_path / "absent"), "--seeds", "1")
     assert done.returncode == 1 and done.stdout == "" and done.stderr.startswith("Error: ")
+
+
+def test_record_refuses_a_misspelt_compile_setting_before_it_starts(tmp_path):
+    done = fasta_sm("record", "softmax", "--out", str(tmp_path), env={"FASTA_WORKER_TORCH": "ture"})
+    assert done.returncode == 1 and done.stderr.startswith("Error: $FASTA_WORKER_TORCH='ture' is neither a yes")
+
+
+def test_the_log_handler_for_pipes_writes_to_stderr_as_it_is_when_a_record_comes(monkeypatch):
+    import io
+    import logging
+
+    from fasta_sm.cli import _StderrHandler
+
+    handler = _StderrHandler()
+    later = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", later)
+    handler.emit(logging.makeLogRecord({"msg": "quarantined x.fsm", "levelno": logging.WARNING}))
+    assert "quarantined x.fsm" in later.getvalue()

@@ -401,6 +401,14 @@ def test_a_tune_that_must_wait_for_the_lock_says_so_before_waiting(table, backen
     assert f"kernel {table.kernel}: another process is tuning it; waiting up to 0.2 s" in caplog.text
 
 
+def test_a_tune_told_not_to_wait_for_the_lock_does_not_say_it_waits(table, backend, state_dir, caplog):
+    store = StateStore(state_dir, lock_timeout_s=0)
+    with holding_lock(store.lock_path_for(KEY)), caplog.at_level("INFO", logger="fasta_sm.store"):
+        with pytest.raises(LockTimeout):
+            run_tune(table, backend, store)
+    assert "waiting" not in caplog.text
+
+
 def test_a_waiting_tune_uses_the_result_once_the_lock_is_released(table, backend, store):
     """The holder finishes the tune; the waiter then reuses it and measures nothing."""
     import threading

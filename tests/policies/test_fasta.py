@@ -88,6 +88,13 @@ def test_config_optimizer_env_var_reads_as_a_flag(monkeypatch, text, expected):
     assert FastaPolicy(MATMUL.configs).params.optimize_configs is expected
 
 
+def test_a_misspelt_config_optimizer_switch_gets_the_shared_switch_message_naming_it(monkeypatch):
+    monkeypatch.setenv("FASTA_CONFIG_OPTIMIZER", "ture")
+    says = r"\$FASTA_CONFIG_OPTIMIZER='ture' is neither a yes .* \(it sets optimize_configs\)"
+    with pytest.raises(PolicyError, match=says):
+        FastaPolicy(MATMUL.configs)
+
+
 def test_every_documented_env_var_sets_its_parameter(monkeypatch):
     from fasta_sm.policies.fasta.params import ENV_VARS, resolve_params
 

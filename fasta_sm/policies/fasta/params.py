@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...env import parse_switch
-from ...errors import PolicyError
+from ...errors import PolicyError, SettingError
 
 
 @dataclass(frozen=True)
@@ -290,9 +290,12 @@ def parameter_table() -> str:
 
 def _parse(field_type: Any, name: str, text: str, where: str) -> Any:
     kind = field_type if isinstance(field_type, str) else getattr(field_type, "__name__", str(field_type))
-    try:
-        if kind == "bool":
+    if kind == "bool":
+        try:
             return False if not text.strip() else parse_switch(where, text)
+        except SettingError as error:
+            raise PolicyError(f"fasta: {error} (it sets {name})") from None
+    try:
         if kind == "int":
             return int(text)
         if kind == "float":
