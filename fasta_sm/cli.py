@@ -61,8 +61,17 @@ class _StderrHandler(logging.StreamHandler):
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fasta-sm")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the engine does.")
-def main(verbose: bool) -> None:
+@click.option(
+    "--state-dir",
+    "root_state_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="State directory for the command that follows, unless it names its own.",
+)
+@click.pass_context
+def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None:
     """Durable, sample-efficient autotuning for Triton kernels."""
+    ctx.obj = {"state_dir": root_state_dir}
     errors = Console(stderr=True)
     if errors.is_terminal:
         handler: logging.Handler = RichHandler(console=errors, show_path=False, markup=False)
@@ -103,7 +112,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
         make_policy(policy, replay.configs, params)
     except PolicyError as exc:
         raise PolicyError(f"kernel {replay.kernel!r}: {exc}") from None
-    store = StateStore(state_dir)
+    store = StateStore(_given_state_dir(state_dir))
     key = f"replay/{replay.kernel}/{replay.fingerprint}/{policy}/seed={seed}/budget={budget}/noise={noise}"
     n = len(replay.configs)
     with Progress(
@@ -405,7 +414,15 @@ def _check_directory_of(option: str, path: Path | None) -> None:
         raise click.ClickException(f"{option} {path}: no directory {path.parent}")
 
 
+def _given_state_dir(state_dir: Path | None) -> Path | None:
+    """The command's own --state-dir, else the one given before the command (`fasta-sm --state-dir D ls`)."""
+    if state_dir is not None:
+        return state_dir
+    return (click.get_current_context().find_root().obj or {}).get("state_dir")
+
+
 def _state_dir_path(state_dir: Path | None) -> Path:
+    state_dir = _given_state_dir(state_dir)
     return state_dir.expanduser() if state_dir is not None else default_state_dir()
 
 

@@ -481,3 +481,14 @@ def test_the_log_handler_for_pipes_writes_to_stderr_as_it_is_when_a_record_comes
     monkeypatch.setattr(sys, "stderr", later)
     handler.emit(logging.makeLogRecord({"msg": "quarantined x.fsm", "levelno": logging.WARNING}))
     assert "quarantined x.fsm" in later.getvalue()
+
+
+def test_a_state_dir_given_before_the_command_serves_every_command(table_file, state_dir):
+    invoke("--state-dir", str(state_dir), "tune", "--replay", str(table_file), "--policy", "random", "--budget", "0.5")
+    assert "toy_mm" in invoke("--state-dir", str(state_dir), "ls")
+    assert "DONE" in invoke("--state-dir", str(state_dir), "show", "toy_mm")
+
+
+def test_a_commands_own_state_dir_wins_over_the_one_given_before_it(table_file, state_dir, tmp_path):
+    tune(table_file, state_dir)
+    assert "toy_mm" in invoke("--state-dir", str(tmp_path / "elsewhere"), "ls", "--state-dir", str(state_dir))
