@@ -78,15 +78,6 @@ def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
     return kept
 
 
-def _heuristic_names(fn: Any) -> set[str]:
-    """The kernel parameters `triton.heuristics` layers under the autotuner set at launch."""
-    names: set[str] = set()
-    while hasattr(fn, "fn"):
-        names |= set(getattr(fn, "values", {}) or {})
-        fn = fn.fn
-    return names
-
-
 def _extras(config: triton.Config) -> tuple:
     """What a config holds beyond its kwargs and launch options."""
     return (config.pre_hook, getattr(config, "ir_override", None))
@@ -118,11 +109,11 @@ class Autotuner(KernelInterface):
     ) -> None:
         self.fn = fn
         self.arg_names = list(fn.arg_names)
-        base = fn
+        base, set_by_heuristics = fn, set()
         while hasattr(base, "fn"):  # heuristics → jit → the Python function, as Triton's own Autotuner does
+            set_by_heuristics |= set(getattr(base, "values", None) or {})  # what a heuristics layer sets at launch
             base = base.fn
         self.base_fn = base
-        set_by_heuristics = _heuristic_names(fn)
         self._required = [name for name, parameter in inspect.signature(base).parameters.items()
                           if parameter.default is inspect.Parameter.empty and name not in set_by_heuristics]
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
