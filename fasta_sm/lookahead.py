@@ -52,7 +52,9 @@ def likely_next(state: TuneState, policy: Policy, rng: np.random.Generator) -> l
     for index in state.untimed()[:NEW_BEST_SCENARIOS]:
         durations = base.duration_us.copy()
         durations[index] = NEW_BEST * state.best_us
-        scenarios.append(Observations(durations, base.samples.copy(), base.compile_s.copy(), base.spent_s))
+        scenarios.append(
+            Observations(durations, base.samples.copy(), base.compile_s.copy(), base.spent_s, base.failures)
+        )
     tried = set(state.compiled) | set(state.failed) | set(state.pending)
     picks: list[int] = []
     for observed in scenarios:
@@ -95,4 +97,10 @@ def _expected_observations(state: TuneState) -> Observations | None:
             compile_s[index] = compile_each
             extra_s += compile_each
         extra_s += timing_each
-    return Observations(duration_us=durations, samples=samples, compile_s=compile_s, spent_s=observed.spent_s + extra_s)
+    return Observations(
+        duration_us=durations,
+        samples=samples,
+        compile_s=compile_s,
+        spent_s=observed.spent_s + extra_s,
+        failures=observed.failures,
+    )

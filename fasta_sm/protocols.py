@@ -7,7 +7,7 @@ about files, locks or the order of steps: that is the machine's job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -62,14 +62,15 @@ class Observations:
 
     duration_us[i] is the mean timing of config i, NaN if never measured, inf if
     it failed to compile or run; samples[i] counts its timings; compile_s[i] is
-    its compile time, NaN if not compiled yet.
+    its compile time, NaN if not compiled yet; failures[i] is why config i
+    failed, as its backend said (a failure may carry no message).
     """
 
     duration_us: np.ndarray
     samples: np.ndarray
     compile_s: np.ndarray
     spent_s: float
-
+    failures: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -163,12 +163,13 @@ class TuneState:
         return out
 
     def observed(self) -> Observations:
-        """What a policy's refine sees: mean durations, timings per config, compile seconds, seconds spent."""
+        """What a policy's refine sees: durations, timings per config, compile seconds, seconds spent, failures."""
         return Observations(
             duration_us=self.duration_array(),
             samples=np.array([len(self.durations.get(i, ())) for i in range(self.n_configs)]),
             compile_s=np.array([self.compiled.get(i, math.nan) for i in range(self.n_configs)]),
             spent_s=self.cost.compile_s + self.cost.benchmark_s,
+            failures=dict(self.failed),
         )
 
     def position(self) -> str:

@@ -62,9 +62,13 @@ class Simulator:
             self.spent += 0.125
 
     def observed(self) -> Observations:
+        failures = {int(i): self.table.errors[i] or "" for i in np.flatnonzero(np.isinf(self.durations))}
         return Observations(
-            duration_us=self.durations.copy(), samples=self.samples.copy(), compile_s=self.compile_s.copy(),
+            duration_us=self.durations.copy(),
+            samples=self.samples.copy(),
+            compile_s=self.compile_s.copy(),
             spent_s=self.spent,
+            failures=failures,
         )
 
 

@@ -177,10 +177,10 @@ def test_polish_tries_the_spilled_tile_at_more_warps_first():
     durations = _spilled_large_tile(configs, 4.0)
     candidates = np.flatnonzero(np.isnan(durations))
     twin = {_index(configs, 128, 128, k, 8, 2) for k in (32, 64)}
-    polish = FastaPolicy(configs)._polish_round(durations, candidates)
+    polish = FastaPolicy(configs)._polish_round(durations, candidates, {})
     assert polish is not None and polish.batch[0] in twin
     assert "a spilled tile at more warps" in polish.reason
-    plain = FastaPolicy(configs, cell_spill=0.0)._polish_round(durations, candidates)
+    plain = FastaPolicy(configs, cell_spill=0.0)._polish_round(durations, candidates, {})
     assert plain is not None and plain.batch[0] not in twin
 
 
@@ -235,7 +235,7 @@ def _polish(configs, fast, **params):
             durations[i] = 6.0
     for tile, us in fast.items():
         durations[_index(configs, *tile)] = us
-    polish = FastaPolicy(configs, **params)._polish_round(durations, np.flatnonzero(np.isnan(durations)))
+    polish = FastaPolicy(configs, **params)._polish_round(durations, np.flatnonzero(np.isnan(durations)), {})
     assert polish is not None
     return polish
 

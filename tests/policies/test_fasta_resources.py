@@ -9,9 +9,18 @@ import numpy as np
 import pytest
 from driving import Simulator, decide_and_resume, drive
 
+from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
+from fasta_sm.data import tables_dir
+from fasta_sm.machine import Tune
 from fasta_sm.policies.fasta import FastaPolicy
-from fasta_sm.policies.fasta.feasibility import resource_dominance, resource_pressure
+from fasta_sm.policies.fasta.feasibility import (
+    overshoot_bound,
+    resource_dominance,
+    resource_pressure,
+    shared_memory_columns,
+    shared_memory_overshoot,
+)
 from fasta_sm.policies.fasta.features import extract_features
 from fasta_sm.protocols import Observations
 
@@ -80,6 +89,122 @@ def test_nothing_at_least_as_large_as_a_failure_is_proposed_after_it(seed):
         for index in batch:
             assert not any(np.all(pressure[index] >= pressure[f]) for f in failed), f"config #{index}"
         failed += [i for i in batch if MATMUL.errors[i] is not None]
+
+
+def _out_of_shared_memory(required: int, limit: int = 232448) -> str:
+    """The error Triton's OutOfResources gives, as the live backend records it."""
+    return (
+        f"OutOfResources: out of resource: shared memory, Required: {required}, Hardware limit: {limit}. "
+        "Reducing block sizes or `num_stages` may help."
+    )
+
+
+def test_overshoot_is_read_from_tritons_shared_memory_error_only():
+    failures = {0: _out_of_shared_memory(2 * 232448), 1: "CompilationError: at 12:4: unsupported tile", 3: ""}
+    overshoot = shared_memory_overshoot(failures, 4)
+    assert overshoot[0] == 2.0
+    assert np.isnan(overshoot[1:]).all()
+
+
+def _bound(configs, failed_index, ratio, ran=()):
+    space = extract_features(configs)
+    sizes, stages = shared_memory_columns(space.names)
+    durations = np.full(len(configs), np.nan)
+    durations[failed_index] = math.inf
+    durations[list(ran)] = 10.0
+    overshoot = np.full(len(configs), np.nan)
+    overshoot[failed_index] = ratio
+    return overshoot_bound(space.raw, sizes, stages, durations, overshoot, np.zeros(len(configs)))
+
+
+def test_a_failure_far_over_the_limit_rules_out_smaller_tiles_too():
+    configs, _ = _space()
+    p = _bound(configs, _index(configs, 128, 64, 4, 3), 2.3)
+    assert p[_index(configs, 128, 32, 4, 3)] == 1.0  # half the BLOCK_K still needs 1.15× the limit
+    assert p[_index(configs, 64, 64, 4, 3)] == 1.0
+    assert p[_index(configs, 64, 32, 4, 3)] == 0.0  # a quarter of the tile may fit
+
+
+def test_the_bound_counts_pipelined_buffers_as_stages_minus_one():
+    configs, _ = _space()
+    failed = _index(configs, 128, 64, 4, 3)
+    assert _bound(configs, failed, 2.3)[_index(configs, 128, 64, 4, 2)] == 1.0  # half the buffers: 1.15×
+    assert _bound(configs, failed, 1.9)[_index(configs, 128, 64, 4, 2)] == 0.0  # 0.95×: may fit
+
+
+def test_the_bound_rules_out_a_failed_tile_at_more_warps_which_dominance_leaves_open():
+    configs, _ = _space()
+    p = _bound(configs, _index(configs, 128, 64, 4, 3), 1.2)
+    assert p[_index(configs, 128, 64, 8, 3)] == 1.0
+    assert p[_index(configs, 128, 32, 4, 3)] == 0.0
+
+
+def test_fewer_warps_count_as_a_smaller_size():
+    configs, _ = _space()
+    failed = _index(configs, 128, 64, 8, 3)
+    assert _bound(configs, failed, 1.2)[_index(configs, 128, 64, 4, 3)] == 0.0  # 0.6× at half the warps
+    assert _bound(configs, failed, 2.3)[_index(configs, 128, 64, 4, 3)] == 1.0
+
+
+def test_a_column_neither_size_nor_stages_must_match_for_the_bound():
+    configs = [
+        Config(kwargs={"BLOCK": b}, num_warps=4, num_stages=2, options={"num_ctas": c})
+        for b in (64, 128)
+        for c in (1, 2)
+    ]
+    failed = next(i for i, c in enumerate(configs) if c.kwargs["BLOCK"] == 128 and c.options["num_ctas"] == 1)
+    p = _bound(configs, failed, 3.0)
+    assert [p[i] for i, c in enumerate(configs) if c.options["num_ctas"] == 2] == [0.0, 0.0]
+    assert [p[i] for i, c in enumerate(configs) if c.options["num_ctas"] == 1] == [1.0, 1.0]
+
+
+def test_a_failure_whose_bound_would_rule_out_a_config_that_ran_is_ignored():
+    configs, _ = _space()
+    p = _bound(configs, _index(configs, 128, 64, 4, 3), 2.3, ran=[_index(configs, 128, 32, 4, 3)])
+    assert np.all(p == 0.0)
+
+
+def test_the_policy_reads_the_overshoot_from_the_failures_it_is_shown():
+    configs, _ = _space()
+    durations = np.full(len(configs), np.nan)
+    failed, half_k = _index(configs, 128, 64, 4, 3), _index(configs, 128, 32, 4, 3)
+    durations[[failed, _index(configs, 64, 32, 8, 2)]] = [math.inf, 10.0]
+    policy = FastaPolicy(configs)
+    assert policy._failure_chance(durations, {failed: _out_of_shared_memory(round(2.3 * 232448))})[half_k] == 1.0
+    assert policy._failure_chance(durations, {failed: "OutOfResources: shared memory"})[half_k] < 1.0
+    off = FastaPolicy(configs, failure_dominance=False)
+    assert off._failure_chance(durations, {failed: _out_of_shared_memory(round(2.3 * 232448))})[half_k] < 1.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_through_the_engine_no_config_a_recorded_failure_bounds_is_compiled_after_it(seed):
+    table = load_table(tables_dir() / "mm_bf16_gelu_4096.json")
+    n = len(table.configs)
+    tune = Tune.start(
+        key=f"bound/{seed}",
+        kernel=table.kernel,
+        configs=table.configs,
+        backend=ReplayBackend(table, noise=True, seed=seed),
+        policy=FastaPolicy(table.configs),
+        seed=seed,
+        chunk_size=n,
+        benchmark_chunk=n,
+    )
+    state = tune.drive()
+    tune.close()
+    space = extract_features(table.configs)
+    sizes, stages = shared_memory_columns(space.names)
+    durations = np.full(n, np.nan)
+    bounded_failures = 0
+    for record in (r for r in state.rounds if not r.retime):
+        failures = {i: state.failed[i] for i in np.flatnonzero(np.isinf(durations))}
+        bound = overshoot_bound(space.raw, sizes, stages, durations, shared_memory_overshoot(failures, n), np.zeros(n))
+        if record.phase != "R1":
+            assert not bound[list(record.batch)].any(), f"{record.phase}_{record.round}"
+        bounded_failures += int(bound.sum())
+        for i in record.batch:
+            durations[i] = math.inf if i in state.failed else state.mean_us(i)
+    assert bounded_failures > 0, "the recorded failures bounded nothing: the test checks nothing"
 
 
 def test_cost_budget_extrapolates_the_exhaustive_seconds_from_r1():

@@ -11,11 +11,17 @@ multiplies each config's softmax weight by a power of its chance to run.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 import numpy as np
 
 from .surrogates import solve_ridge
 
 PROBABILITY_FLOOR = 1e-3
+
+SHARED_MEMORY_ERROR = re.compile(r"out of resource: shared memory, Required: (\d+), Hardware limit: (\d+)")
+"""Triton's OutOfResources message for shared memory: what the config needed, what the device has."""
 
 
 def failure_chance(design: np.ndarray, tried: np.ndarray, failed: np.ndarray, lam: float) -> np.ndarray:
@@ -78,3 +84,71 @@ def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
     for j in range(rows.shape[1]):
         within &= rows[:, j] <= by[:, j, None]
     return within.any(axis=0)
+
+
+def shared_memory_overshoot(failures: Mapping[int, str], n: int) -> np.ndarray:
+    """Per config, the shared memory its failure said it needed over what the device has; NaN where unknown.
+
+    Only Triton's out-of-shared-memory message says both figures; any other
+    failure (or a config that did not fail) is NaN.
+    """
+    overshoot = np.full(n, np.nan)
+    for index, message in failures.items():
+        found = SHARED_MEMORY_ERROR.search(message)
+        if found and int(found[2]) > 0:
+            overshoot[index] = int(found[1]) / int(found[2])
+    return overshoot
+
+
+def shared_memory_columns(names: tuple[str, ...]) -> tuple[np.ndarray, int | None]:
+    """Which feature columns the overshoot bound treats as sizes (kwargs, warps), and the stage column's index."""
+    sizes = np.array([name.startswith("kwargs.") or name == "num_warps" for name in names], dtype=bool)
+    stages = names.index("num_stages") if "num_stages" in names else None
+    return sizes, stages
+
+
+def overshoot_bound(
+    raw: np.ndarray,
+    sizes: np.ndarray,
+    stages: int | None,
+    durations: np.ndarray,
+    overshoot: np.ndarray,
+    p_fail: np.ndarray,
+) -> np.ndarray:
+    """`p_fail` raised to 1 for every config whose shared memory a failure's overshoot bounds above the limit.
+
+    Shared memory is a sum of buffers, each at most proportional to every
+    tile size (and to the warps), the pipelined ones held num_stages − 1
+    times. So a config whose sizes are each at least a share of a failed
+    config's, and its stages minus one a share of that one's, needs at
+    least the product of those shares of the failure's memory; past the
+    limit, it fails too. A config that failed at 2.3× the limit thus rules
+    out its tile at half the BLOCK_K, where plain dominance only rules out
+    larger ones. Columns that are neither sizes nor stages must match. A
+    failure whose bound would rule out a config that ran does not follow
+    the form and is ignored.
+
+    `raw` is the feature space's raw values, `sizes` and `stages` come from
+    `shared_memory_columns`, `overshoot` from `shared_memory_overshoot`.
+    """
+    ran = np.isfinite(durations)
+    others = ~sizes
+    if stages is not None:
+        others[stages] = False
+    for failed in np.flatnonzero(overshoot > 1.0):
+        reference = raw[failed]
+        share = np.prod(_share(raw[:, sizes], reference[sizes]), axis=1)
+        if stages is not None:
+            share = share * _share(raw[:, stages] - 1.0, reference[stages] - 1.0)
+        share = np.where((raw[:, others] == reference[others]).all(axis=1), share, 0.0)
+        ruled_out = overshoot[failed] * share > 1.0
+        if not (ruled_out & ran).any():
+            p_fail = np.where(ruled_out, 1.0, p_fail)
+    return p_fail
+
+
+def _share(values: np.ndarray, reference: np.ndarray | float) -> np.ndarray:
+    """min(1, value / reference), elementwise; 0 where the reference is not positive and the value is below it."""
+    reference = np.broadcast_to(np.asarray(reference, dtype=float), values.shape)
+    ratio = np.divide(values, reference, out=np.zeros(values.shape), where=reference > 0)
+    return np.where(values >= reference, 1.0, np.clip(ratio, 0.0, 1.0))

@@ -227,7 +227,8 @@ DESCRIPTIONS: dict[str, str] = {
     "log2_features": "take all-positive columns in log2",
     "failure_weight": "softmax weights are multiplied by P(config runs) to this power (0: no failure model)",
     "failure_dominance": "a config with every tile kwarg and the stages at least, and warps at most, those of a "
-    "failed one is taken to fail",
+    "failed one is taken to fail; so is one that an out-of-shared-memory failure's figures bound past the limit "
+    "(Feasibility)",
     "cap_quantile": "fit log durations capped at this quantile of the measured ones (1: no cap)",
     "rounds": "the guided budget is split into this many batches",
     "max_rounds": "cap on guided rounds",

@@ -24,7 +24,15 @@ from ..baseline import check_budget
 from ..config_optimizer import optimize_configs
 from .budget import BudgetPlan, route_budget
 from .contract import check_observations
-from .feasibility import failure_chance, resource_dominance, resource_pressure, run_penalty
+from .feasibility import (
+    failure_chance,
+    overshoot_bound,
+    resource_dominance,
+    resource_pressure,
+    run_penalty,
+    shared_memory_columns,
+    shared_memory_overshoot,
+)
 from .features import extract_features
 from .params import FastaParams, resolve_params
 from .sampling import (
@@ -118,6 +126,7 @@ class FastaPolicy:
         self._resources = None
         if params.failure_dominance:
             self._resources = resource_pressure(self._space.names, self._space.levels)
+            self._memory_sizes, self._memory_stages = shared_memory_columns(self._space.names)
         self._cells, self._cell_area = tile_cells(self._space, params.cell_columns, params.cell_max)
         in_cell = {c if c in self._space.names else f"kwargs.{c}" for c in params.cell_columns}
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
@@ -191,7 +200,7 @@ class FastaPolicy:
                 return self._issue(self._blind(candidates, remaining, rng), "coverage path: uniform sample")
             return self._finish("coverage budget spent", durations, observed)
         if remaining <= 0 and candidates.size and self._polished < self._polish_allowance():
-            polish = self._polish_round(durations, candidates)
+            polish = self._polish_round(durations, candidates, observed.failures)
             if polish is not None:
                 return polish
         if remaining <= 0 or candidates.size == 0:
@@ -246,7 +255,7 @@ class FastaPolicy:
         n_vote = 0
         if self._space.dims >= params.marginal_d:
             n_vote = min(batch_size - 1, round(batch_size * params.marginal_share))
-        p_fail = self._failure_chance(durations)
+        p_fail = self._failure_chance(durations, observed.failures)
         model_scores = predicted - best_log + run_penalty(p_fail, tau, params.failure_weight)
         cell_picks = np.zeros(0, dtype=np.int64)
         if self._cells is not None and self.params.cell_picks > 0:
@@ -307,7 +316,9 @@ class FastaPolicy:
         """Configs the polish phase may add past the budget: none when the tune fixed its own budget."""
         return 0 if self._budget_arg is not None else self.params.polish_extra
 
-    def _polish_round(self, durations: np.ndarray, candidates: np.ndarray) -> Decision | None:
+    def _polish_round(
+        self, durations: np.ndarray, candidates: np.ndarray, failures: Mapping[int, str]
+    ) -> Decision | None:
         """Past the budget, one config next to the best: a local step the model ranks, or a cell's second chance.
 
         The pool is every untried one-level step in one column from the
@@ -328,7 +339,7 @@ class FastaPolicy:
         basis = next((h["basis"] for h in reversed(self._history) if "basis" in h), self._first_basis())
         fit = fit_ridge(basis, self._designs[basis], rows, target, params.ridge_lambda)
         order = rows[np.argsort(durations[rows], kind="stable")]
-        p_fail = self._failure_chance(durations)
+        p_fail = self._failure_chance(durations, failures)
         pool = one_step_neighbours(self._space.levels, order[: params.polish_centers], candidates)
         if self._cells is not None:
             retry = cell_retry_picks(
@@ -406,14 +417,21 @@ class FastaPolicy:
             self._twin_stages,
         )
 
-    def _failure_chance(self, durations: np.ndarray) -> np.ndarray:
-        """P(fails) per config: the feasibility model, then resource dominance; zero when off or nothing failed."""
+    def _failure_chance(self, durations: np.ndarray, failures: Mapping[int, str]) -> np.ndarray:
+        """P(fails) per config: the feasibility model, then resource dominance and the shared-memory bound.
+
+        Zero when the model is off or nothing failed.
+        """
         if self._feasibility_design is None:
             return np.zeros(durations.size)
         tried = np.flatnonzero(~np.isnan(durations))
         p_fail = failure_chance(self._feasibility_design, tried, np.isinf(durations[tried]), self.params.ridge_lambda)
         if self._resources is not None:
             p_fail = resource_dominance(self._resources, durations, p_fail)
+            overshoot = shared_memory_overshoot(failures, durations.size)
+            p_fail = overshoot_bound(
+                self._space.raw, self._memory_sizes, self._memory_stages, durations, overshoot, p_fail
+            )
         return p_fail
 
     def _round_size(self) -> int:
