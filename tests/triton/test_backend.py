@@ -167,6 +167,21 @@ def test_gpu_compiles_in_workers_and_loads_in_the_parent():
     assert all(math.isfinite(d) for d in timed.durations_us)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_gpu_out_of_shared_memory_failure_carries_the_figures_the_fasta_policy_reads():
+    from fasta_sm.policies.fasta.feasibility import shared_memory_overshoot
+    from fasta_sm.triton import zoo
+
+    spec = zoo.spec_mm_fp16(M=512, N=512, K=512)
+    backend = TritonBackend(spec.fn, spec.make_args("cuda"), spec.grid, spec.kwargs)
+    # 256 x 256 x 128 fp16 tiles held over 3 pipeline stages: 384 KiB, past any GPU's shared memory
+    too_big = Config(kwargs={"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8}, num_warps=8, num_stages=4)
+    (outcome,) = backend.compile([too_big])
+    assert outcome.error is not None
+    assert shared_memory_overshoot({0: outcome.error}, 1)[0] > 1.0, outcome.error
+
+
 def test_workers_die_with_a_killed_parent():
     """A tune killed with SIGKILL leaves no compile workers behind (nor holds its caller's pipes)."""
     import subprocess
