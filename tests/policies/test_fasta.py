@@ -209,6 +209,19 @@ def test_zero_duration_is_rejected():
         policy.refine(Observations(durations, observed.samples, observed.compile_s, observed.spent_s), rng)
 
 
+@pytest.mark.parametrize("named", ["measured", "outside"])
+def test_failures_naming_a_config_that_did_not_fail_are_rejected(named):
+    policy, sim, rng, decision = _after_r1()
+    observed = sim.observed()
+    ran = next(i for i in decision.batch if math.isfinite(observed.duration_us[i]))
+    index = ran if named == "measured" else observed.duration_us.size
+    failures = {index: "OutOfResources: out of resource: shared memory, Required: 300000, Hardware limit: 232448"}
+    with pytest.raises(InvalidObservations, match=rf"observed.failures names config {index}, which is not a failed"):
+        policy.refine(
+            Observations(observed.duration_us, observed.samples, observed.compile_s, observed.spent_s, failures), rng
+        )
+
+
 # --------------------------------------------------------------- protocol invariants
 
 

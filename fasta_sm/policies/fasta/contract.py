@@ -46,4 +46,10 @@ def check_observations(observed: Observations, n: int, last_batch: Sequence[int]
         )
     if not np.isfinite(observed.spent_s) or observed.spent_s < 0:
         raise InvalidObservations(f"fasta: observed.spent_s = {observed.spent_s!r} must be a finite number ≥ 0")
+    for index in observed.failures:
+        if not (isinstance(index, (int, np.integer)) and 0 <= index < n and np.isinf(durations[index])):
+            raise InvalidObservations(
+                f"fasta: observed.failures names config {index!r}, which is not a failed config of 0..{n - 1} "
+                "(a failed config's duration is +inf)"
+            )
     return durations
