@@ -56,17 +56,19 @@ def refine_seconds(table: ReplayTable, seed: int) -> tuple[float, float, float, 
     policy = FastaPolicy(table.configs)
     durations, sums, samples = np.full(n, np.nan), np.zeros(n), np.zeros(n, dtype=np.int64)
     compile_s = np.full(n, np.nan)
+    failures: dict[int, str] = {}
     decision, spent, cpu, slowest, calls = policy.plan(rng), 0.0, 0.0, 0.0, 0
     while len(decision.batch):
         for i in decision.batch:
             if table.errors[i] is not None:
                 durations[i] = math.inf
+                failures[i] = table.errors[i]
                 continue
             compile_s[i] = table.compile_s[i]
             sums[i] += backend.timing(i, int(samples[i]))
             samples[i] += 1
             durations[i] = sums[i] / samples[i]
-        observed = Observations(durations.copy(), samples.copy(), compile_s.copy(), 0.0)
+        observed = Observations(durations.copy(), samples.copy(), compile_s.copy(), 0.0, dict(failures))
         started, started_cpu = time.perf_counter(), time.thread_time()
         decision = policy.refine(observed, rng)
         took = time.perf_counter() - started

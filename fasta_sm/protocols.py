@@ -62,8 +62,8 @@ class Observations:
 
     duration_us[i] is the mean timing of config i, NaN if never measured, inf if
     it failed to compile or run; samples[i] counts its timings; compile_s[i] is
-    its compile time, NaN if not compiled yet; failures[i] is why config i
-    failed, as its backend said (a failure may carry no message).
+    its compile time, NaN if not compiled yet; failures[i] is why failed
+    config i failed, as its backend said (absent or '' when it said nothing).
     """
 
     duration_us: np.ndarray

@@ -53,6 +53,24 @@ def test_the_lookahead_guesses_nothing_when_a_copy_of_the_policy_raises(table, m
         tune.close()
 
 
+def test_every_scenario_the_lookahead_refines_carries_the_tunes_failure_messages(monkeypatch):
+    tune = _at_second_guided_round(_tune(load_table(table_path("mm_bf16_gelu_4096"))))
+    try:
+        assert tune.state.failed, "the test needs a tune with failures"
+        seen = []
+        refine = type(tune.policy).refine
+
+        def recording(self, observed, rng):
+            seen.append(dict(observed.failures))
+            return refine(self, observed, rng)
+
+        monkeypatch.setattr(type(tune.policy), "refine", recording)
+        likely_next(tune.state, tune.policy, tune._rng)
+        assert len(seen) > 1 and all(failures == tune.state.failed for failures in seen)
+    finally:
+        tune.close()
+
+
 @pytest.mark.parametrize("kernel", ["rmsnorm_bf16", "mm_skinny_bf16_m16"])
 def test_the_lookahead_names_more_of_the_next_batch_than_the_predicted_ranking(kernel):
     """Over 10 seeds (measured 2026-11-30): 0.79 / 0.70 of each next guided batch among the first

@@ -222,6 +222,17 @@ def test_failures_naming_a_config_that_did_not_fail_are_rejected(named):
         )
 
 
+def test_a_failure_message_that_is_not_a_string_is_rejected():
+    policy, sim, rng, _ = _after_r1()
+    observed = sim.observed()
+    failed = int(np.flatnonzero(np.isinf(observed.duration_us))[0])
+    with pytest.raises(InvalidObservations, match=rf"observed.failures\[{failed}\] = None is not a message"):
+        policy.refine(
+            Observations(observed.duration_us, observed.samples, observed.compile_s, observed.spent_s, {failed: None}),
+            rng,
+        )
+
+
 # --------------------------------------------------------------- protocol invariants
 
 

@@ -172,8 +172,28 @@ def test_the_policy_reads_the_overshoot_from_the_failures_it_is_shown():
     policy = FastaPolicy(configs)
     assert policy._failure_chance(durations, {failed: _out_of_shared_memory(round(2.3 * 232448))})[half_k] == 1.0
     assert policy._failure_chance(durations, {failed: "OutOfResources: shared memory"})[half_k] < 1.0
+
+
+def test_failure_dominance_off_turns_the_bound_off():
+    configs, _ = _space()
+    durations = np.full(len(configs), np.nan)
+    failed, half_k = _index(configs, 128, 64, 4, 3), _index(configs, 128, 32, 4, 3)
+    durations[[failed, _index(configs, 64, 32, 8, 2)]] = [math.inf, 10.0]
     off = FastaPolicy(configs, failure_dominance=False)
     assert off._failure_chance(durations, {failed: _out_of_shared_memory(round(2.3 * 232448))})[half_k] < 1.0
+
+
+def test_polish_takes_no_step_that_a_failures_figures_rule_out():
+    configs, _ = _space()
+    failed = _index(configs, 128, 64, 4, 3)
+    untried = [_index(configs, 128, 32, 8, 3), _index(configs, 64, 64, 8, 3)]  # each 1.15x the limit at 2.3x
+    durations = np.where(_bound(configs, failed, 2.3) == 1.0, math.inf, 20.0)  # the rest of the corner failed too
+    durations[_index(configs, 64, 32, 8, 3)] = 10.0
+    durations[untried] = np.nan
+    candidates = np.flatnonzero(np.isnan(durations))
+    figures = {failed: _out_of_shared_memory(round(2.3 * 232448))}
+    assert FastaPolicy(configs)._polish_round(durations, candidates, {}) is not None
+    assert FastaPolicy(configs)._polish_round(durations, candidates, figures) is None
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -195,16 +215,16 @@ def test_through_the_engine_no_config_a_recorded_failure_bounds_is_compiled_afte
     space = extract_features(table.configs)
     sizes, stages = shared_memory_columns(space.names)
     durations = np.full(n, np.nan)
-    bounded_failures = 0
+    ruled_out = 0
     for record in (r for r in state.rounds if not r.retime):
         failures = {i: state.failed[i] for i in np.flatnonzero(np.isinf(durations))}
         bound = overshoot_bound(space.raw, sizes, stages, durations, shared_memory_overshoot(failures, n), np.zeros(n))
         if record.phase != "R1":
             assert not bound[list(record.batch)].any(), f"{record.phase}_{record.round}"
-        bounded_failures += int(bound.sum())
+        ruled_out += int(bound.sum())
         for i in record.batch:
             durations[i] = math.inf if i in state.failed else state.mean_us(i)
-    assert bounded_failures > 0, "the recorded failures bounded nothing: the test checks nothing"
+    assert ruled_out > 0, "the recorded failures bounded nothing: the test checks nothing"
 
 
 def test_cost_budget_extrapolates_the_exhaustive_seconds_from_r1():

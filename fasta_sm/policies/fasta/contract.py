@@ -46,10 +46,14 @@ def check_observations(observed: Observations, n: int, last_batch: Sequence[int]
         )
     if not np.isfinite(observed.spent_s) or observed.spent_s < 0:
         raise InvalidObservations(f"fasta: observed.spent_s = {observed.spent_s!r} must be a finite number ≥ 0")
-    for index in observed.failures:
+    for index, message in observed.failures.items():
         if not (isinstance(index, (int, np.integer)) and 0 <= index < n and np.isinf(durations[index])):
             raise InvalidObservations(
                 f"fasta: observed.failures names config {index!r}, which is not a failed config of 0..{n - 1} "
                 "(a failed config's duration is +inf)"
+            )
+        if not isinstance(message, str):
+            raise InvalidObservations(
+                f"fasta: observed.failures[{index}] = {message!r} is not a message (a str; '' when there is none)"
             )
     return durations

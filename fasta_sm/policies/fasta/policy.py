@@ -126,7 +126,7 @@ class FastaPolicy:
         self._resources = None
         if params.failure_dominance:
             self._resources = resource_pressure(self._space.names, self._space.levels)
-            self._memory_sizes, self._memory_stages = shared_memory_columns(self._space.names)
+        self._memory_sizes, self._memory_stages = shared_memory_columns(self._space.names)
         self._cells, self._cell_area = tile_cells(self._space, params.cell_columns, params.cell_max)
         in_cell = {c if c in self._space.names else f"kwargs.{c}" for c in params.cell_columns}
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
@@ -428,6 +428,7 @@ class FastaPolicy:
         p_fail = failure_chance(self._feasibility_design, tried, np.isinf(durations[tried]), self.params.ridge_lambda)
         if self._resources is not None:
             p_fail = resource_dominance(self._resources, durations, p_fail)
+        if self.params.failure_dominance:
             overshoot = shared_memory_overshoot(failures, durations.size)
             p_fail = overshoot_bound(
                 self._space.raw, self._memory_sizes, self._memory_stages, durations, overshoot, p_fail
