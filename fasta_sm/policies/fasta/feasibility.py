@@ -7,6 +7,10 @@ duration model extrapolates "bigger tiles are faster" straight into the
 corner where they stop compiling. A ridge fit of the 0/1 failure indicator
 over the configs tried so far gives a failure probability p, and selection
 multiplies each config's softmax weight by a power of its chance to run.
+Two rules then make p certain: resource dominance (larger than a failure
+in every resource column), and the shared-memory bound, which reads how
+far a failure overshot from Triton's own error message, the one place a
+backend states it.
 """
 
 from __future__ import annotations
