@@ -174,6 +174,45 @@ def test_the_policy_reads_the_overshoot_from_the_failures_it_is_shown():
     assert policy._failure_chance(durations, {failed: "OutOfResources: shared memory"})[half_k] < 1.0
 
 
+def _one_failure_seen(configs):
+    """The corner config (BLOCK_M 128, BLOCK_K 64, 4 warps, 3 stages) failed and a small one ran."""
+    durations = np.full(len(configs), np.nan)
+    failed = _index(configs, 128, 64, 4, 3)
+    durations[[failed, _index(configs, 64, 32, 8, 2)]] = [math.inf, 10.0]
+    return durations, {failed: "OutOfResources: out of resource: shared memory"}
+
+
+def test_by_default_a_config_no_rule_reaches_keeps_a_zero_failure_chance():
+    configs, _ = _space()
+    durations, failures = _one_failure_seen(configs)
+    one_stage_fewer = _index(configs, 128, 64, 4, 2)
+    assert FastaPolicy(configs)._failure_chance(durations, failures)[one_stage_fewer] == 0.0
+
+
+def test_failure_fit_gives_the_failures_neighbours_a_failure_chance():
+    configs, _ = _space()
+    durations, failures = _one_failure_seen(configs)
+    one_stage_fewer = _index(configs, 128, 64, 4, 2)
+    assert FastaPolicy(configs, failure_fit=True)._failure_chance(durations, failures)[one_stage_fewer] > 0.0
+
+
+def test_without_failure_fit_dominance_still_rules_out_a_larger_config():
+    configs, _ = _space()
+    durations, failures = _one_failure_seen(configs)
+    durations[_index(configs, 128, 64, 4, 3)] = np.nan
+    durations[_index(configs, 128, 32, 4, 3)] = math.inf
+    failures = {_index(configs, 128, 32, 4, 3): "OutOfResources: out of resource: shared memory"}
+    assert FastaPolicy(configs)._failure_chance(durations, failures)[_index(configs, 128, 64, 4, 3)] == 1.0
+
+
+def test_failure_weight_zero_turns_the_rules_off_too():
+    configs, _ = _space()
+    durations, _ = _one_failure_seen(configs)
+    failed = _index(configs, 128, 64, 4, 3)
+    figures = {failed: _out_of_shared_memory(round(2.3 * 232448))}
+    assert np.all(FastaPolicy(configs, failure_weight=0)._failure_chance(durations, figures) == 0.0)
+
+
 def test_failure_dominance_off_turns_the_bound_off():
     configs, _ = _space()
     durations = np.full(len(configs), np.nan)

@@ -4,13 +4,15 @@ Out-of-resource configs sit in a corner of the space (big tiles times many
 stages). Each one costs a compile and a budget slot, and the duration model
 cannot learn them because failures never enter the regression: worse, the
 duration model extrapolates "bigger tiles are faster" straight into the
-corner where they stop compiling. A ridge fit of the 0/1 failure indicator
-over the configs tried so far gives a failure probability p, and selection
-multiplies each config's softmax weight by a power of its chance to run.
-Two rules then make p certain: resource dominance (larger than a failure
+corner where they stop compiling. Each config gets a failure probability p,
+and selection multiplies its softmax weight by a power of its chance to
+run. Two rules make p certain: resource dominance (larger than a failure
 in every resource column), and the shared-memory bound, which reads how
 far a failure overshot from Triton's own error message, the one place a
-backend states it.
+backend states it. A ridge fit of the 0/1 failure indicator can give the
+other configs a p in between (`failure_chance`, the `failure_fit` knob):
+it ranks failures well but demotes the fast configs at the limit's edge,
+so it is off by default.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ class FastaParams:
     challenger_handicap: float = 0.2
     log2_features: bool = True
     failure_weight: float = 3.0
+    failure_fit: bool = False
     failure_dominance: bool = True
     cap_quantile: float = 0.5
     # --- batch selection ---
@@ -226,6 +227,8 @@ DESCRIPTIONS: dict[str, str] = {
     "challenger_handicap": "LOO Spearman margin a challenger needs over the incumbent basis",
     "log2_features": "take all-positive columns in log2",
     "failure_weight": "softmax weights are multiplied by P(config runs) to this power (0: no failure model)",
+    "failure_fit": "a ridge fit of which configs failed gives every other config a smooth P(fails) (off: only the "
+    "rules of `failure_dominance` set it, to 1)",
     "failure_dominance": "a config with every tile kwarg and the stages at least, and warps at most, those of a "
     "failed one is taken to fail; so is one that an out-of-shared-memory failure's figures bound past the limit "
     "(Feasibility)",

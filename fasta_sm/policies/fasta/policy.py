@@ -120,7 +120,7 @@ class FastaPolicy:
         self._space = extract_features(self._configs, log2=params.log2_features)
         self._designs = {name: build_basis(name, self._space) for name in params.bases}
         self._feasibility_design = None
-        if params.failure_weight > 0:
+        if params.failure_weight > 0 and params.failure_fit:
             full = self._designs.get("full")
             self._feasibility_design = build_basis("full", self._space) if full is None else full
         self._resources = None
@@ -418,14 +418,17 @@ class FastaPolicy:
         )
 
     def _failure_chance(self, durations: np.ndarray, failures: Mapping[int, str]) -> np.ndarray:
-        """P(fails) per config: the feasibility model, then resource dominance and the shared-memory bound.
+        """P(fails) per config: the ridge fit if `failure_fit`, then resource dominance and the shared-memory bound.
 
-        Zero when the model is off or nothing failed.
+        Zero when the failure model is off (`failure_weight=0`) or nothing failed.
         """
-        if self._feasibility_design is None:
-            return np.zeros(durations.size)
-        tried = np.flatnonzero(~np.isnan(durations))
-        p_fail = failure_chance(self._feasibility_design, tried, np.isinf(durations[tried]), self.params.ridge_lambda)
+        p_fail = np.zeros(durations.size)
+        if self.params.failure_weight <= 0:
+            return p_fail
+        if self._feasibility_design is not None:
+            tried = np.flatnonzero(~np.isnan(durations))
+            failed = np.isinf(durations[tried])
+            p_fail = failure_chance(self._feasibility_design, tried, failed, self.params.ridge_lambda)
         if self._resources is not None:
             p_fail = resource_dominance(self._resources, durations, p_fail)
         if self.params.failure_dominance:
