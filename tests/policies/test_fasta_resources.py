@@ -7,7 +7,7 @@ import math
 import landscapes
 import numpy as np
 import pytest
-from driving import Simulator, decide_and_resume, drive
+from driving import Simulator, decide_and_resume, drive, resumed_from_before
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
@@ -175,7 +175,10 @@ def test_the_policy_reads_the_overshoot_from_the_failures_it_is_shown():
 
 
 def _one_failure_seen(configs):
-    """The corner config (BLOCK_M 128, BLOCK_K 64, 4 warps, 3 stages) failed and a small one ran."""
+    """The corner config (BLOCK_M 128, BLOCK_K 64, 4 warps, 3 stages) failed and a small one ran.
+
+    The failure's message carries no Required / limit figures, so the shared-memory bound stays silent.
+    """
     durations = np.full(len(configs), np.nan)
     failed = _index(configs, 128, 64, 4, 3)
     durations[[failed, _index(configs, 64, 32, 8, 2)]] = [math.inf, 10.0]
@@ -198,11 +201,16 @@ def test_failure_fit_gives_the_failures_neighbours_a_failure_chance():
 
 def test_without_failure_fit_dominance_still_rules_out_a_larger_config():
     configs, _ = _space()
-    durations, failures = _one_failure_seen(configs)
-    durations[_index(configs, 128, 64, 4, 3)] = np.nan
-    durations[_index(configs, 128, 32, 4, 3)] = math.inf
-    failures = {_index(configs, 128, 32, 4, 3): "OutOfResources: out of resource: shared memory"}
+    durations = np.full(len(configs), np.nan)
+    failed = _index(configs, 128, 32, 4, 3)
+    durations[[failed, _index(configs, 64, 32, 8, 2)]] = [math.inf, 10.0]
+    failures = {failed: "OutOfResources: out of resource: shared memory"}
     assert FastaPolicy(configs)._failure_chance(durations, failures)[_index(configs, 128, 64, 4, 3)] == 1.0
+
+
+def test_a_state_from_before_failure_fit_resumes_with_the_fit():
+    configs, _ = _space()
+    assert resumed_from_before("failure_fit", configs).params.failure_fit is True
 
 
 def test_failure_weight_zero_turns_the_rules_off_too():

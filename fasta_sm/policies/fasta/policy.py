@@ -596,6 +596,7 @@ class FastaPolicy:
         stored.setdefault("transpose_centers", 1)  # written when only the best's tile was transposed
         stored.setdefault("polish_scale_up", False)  # written before the scaled-up tile polish pick
         stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
+        stored.setdefault("failure_fit", True)  # written when the ridge fit of failures was always on
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
             if name in stored:
