@@ -122,11 +122,13 @@ def bench(
     budget: float | None = None,
     progress: Progress | None = None,
     seed_start: int = 0,
+    params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score `policies` on every table in `tables_dir` over `seeds` seeds each, from `seed_start` on.
 
-    The first policy routes its own budget, or gets `budget` (a fraction of
-    N) when one is given; every other policy gets, run by run, the fraction
+    The first policy runs with `params` (its knobs, to score a setting
+    against the defaults) and routes its own budget, or gets `budget` (a
+    fraction of N) when one is given; every other policy gets, run by run, the fraction
     of configs the first one evaluated, so that all are compared at the
     evaluations it actually spent (a floor, a polish or a blind search past
     an all-failing R1 included). A `seed_start` past the seeds a change was
@@ -150,7 +152,10 @@ def bench(
         for seed in range(seed_start, seed_start + seeds):
             fraction: float | None = budget
             for position, policy in enumerate(policies):
-                run = run_policy(table, policy, seed, None if fraction is None else {"budget": fraction})
+                knobs = dict(params or {}) if position == 0 else {}
+                if fraction is not None:
+                    knobs["budget"] = fraction
+                run = run_policy(table, policy, seed, knobs)
                 if position == 0:
                     fraction = min(1.0, max(run.evaluated, 1) / n)
                 runs[policy].append(run)

@@ -503,6 +503,27 @@ def _finite_or_null(value: object) -> object:
     return value
 
 
+def _policy_params(policy: str, items: tuple[str, ...], table: Path) -> dict[str, object]:
+    """`--param NAME=VALUE` items as the policy's keyword arguments, each checked by building the policy once."""
+    from .backends.replay import load_table
+
+    params: dict[str, object] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--param")
+        try:
+            params[name.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            params[name.strip()] = text
+    if params:
+        try:
+            make_policy(policy, load_table(table).configs, params)
+        except PolicyError as exc:
+            raise click.BadParameter(str(exc), param_hint="--param") from None
+    return params
+
+
 def _known_policy(name: str, option: str = "--policy") -> str:
     """`name` if a user can run that policy; a usage error listing those they can otherwise."""
     try:
@@ -558,6 +579,13 @@ def _cell(value: object) -> str:
     "--budget", default=None, type=float, help="Give the first policy this fraction; the others get what it evaluated."
 )
 @click.option(
+    "--param",
+    "param_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A knob of the first policy (repeatable; VALUE read as JSON, else as a string), e.g. failure_fit=true.",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -570,6 +598,7 @@ def bench_command(
     seed_start: int,
     policies: str,
     budget: float | None,
+    param_items: tuple[str, ...],
     json_out: Path | None,
 ) -> None:
     """Score the policy against baselines on recorded tables, at the same evaluation budget."""
@@ -590,7 +619,8 @@ def bench_command(
             names.remove("trees")
             notes.print("trees left out: it needs scikit-learn (pip install 'fasta-sm[bench]')")
     _check_directory_of("--json", json_out)
-    table_paths(tables_dir or shipped_tables())  # refused before the progress display starts
+    paths = table_paths(tables_dir or shipped_tables())  # refused before the progress display starts
+    params = _policy_params(names[0], param_items, paths[0])
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
@@ -605,7 +635,13 @@ def bench_command(
             progress.update(task, completed=done, total=total, description=f"{kernel} · {policy}")
 
         result = bench(
-            tables_dir or shipped_tables(), names, seeds, budget=budget, progress=advance, seed_start=seed_start
+            tables_dir or shipped_tables(),
+            names,
+            seeds,
+            budget=budget,
+            progress=advance,
+            seed_start=seed_start,
+            params=params,
         )
     columns = ("catch2", "catch5", "median_regret_pct", "p95_regret_pct", "evals_pct", "cost_pct")
     per_kernel = Table("kernel", "policy", "N", *columns, title=f"Per kernel ({seeds} seeds each, from {seed_start})")

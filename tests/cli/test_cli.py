@@ -189,6 +189,16 @@ def test_bench_refuses_a_policy_named_twice(table_file):
     assert "--policies" in refused("bench", "--tables", str(table_file.parent), "--policies", "random,random")
 
 
+def test_bench_refuses_a_param_the_policy_does_not_know_naming_it(table_file):
+    error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1", "--param", "nonsense=1")
+    assert "--param" in error and "nonsense" in error
+
+
+def test_bench_refuses_a_param_without_a_value(table_file):
+    error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1", "--param", "failure_fit")
+    assert "NAME=VALUE" in error
+
+
 def test_tune_refuses_a_negative_seed(table_file, state_dir):
     assert "--seed" in refused("tune", "--replay", str(table_file), "--seed", "-3", "--state-dir", str(state_dir))
 

@@ -108,6 +108,21 @@ def test_bench_with_a_budget_gives_baselines_what_the_leader_evaluated_past_its_
     assert evals["random"] == pytest.approx(evals["fasta"])
 
 
+def test_bench_params_set_the_first_policys_knobs(tmp_path):
+    data = landscapes.bowl(2)
+    (tmp_path / "bowl.json").write_text(json.dumps(data))
+    report = bench(tmp_path, ["fasta"], seeds=2, params={"min_budget": len(data["configs"])})
+    assert report["kernels"][0]["evals_pct"] == pytest.approx(100.0)
+
+
+def test_bench_params_do_not_reach_the_baselines(tmp_path):
+    (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(2)))
+    with pytest.raises(PolicyError, match="failure_fit"):
+        make_policy("random", BOWL.configs, {"failure_fit": True})
+    report = bench(tmp_path, ["fasta", "random"], seeds=2, params={"failure_fit": True})
+    assert {row["policy"] for row in report["kernels"]} == {"fasta", "random"}
+
+
 @pytest.mark.parametrize("n, k", [(348, 22), (1150, 59), (162, 31)])
 def test_a_budget_of_k_over_n_buys_exactly_k_configs(n, k):
     from fasta_sm.policies.baseline import budget_count
