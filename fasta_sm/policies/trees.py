@@ -34,6 +34,7 @@ class ExtraTreesLCB:
     ) -> None:
         if importlib.util.find_spec("sklearn") is None:
             raise MissingDependency("the trees policy needs scikit-learn: pip install 'fasta-sm[bench]'")
+        _check_knobs(r1_frac, rounds, kappa)
         self._n = len(configs)
         self._count = budget_count(self._n, budget)
         self._r1 = max(1, min(self._count, math.ceil(r1_frac * self._count)))
@@ -70,3 +71,13 @@ class ExtraTreesLCB:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+def _check_knobs(r1_frac: object, rounds: object, kappa: object) -> None:
+    """Refuse knob values that would break the search mid-tune (a ValueError: make_policy names the policy)."""
+    if isinstance(r1_frac, bool) or not isinstance(r1_frac, (int, float)) or not 0.0 < r1_frac <= 1.0:
+        raise ValueError(f"r1_frac={r1_frac!r} must be a fraction in (0, 1]")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds={rounds!r} must be a whole number of at least 1")
+    if isinstance(kappa, bool) or not isinstance(kappa, (int, float)) or not math.isfinite(kappa) or kappa < 0:
+        raise ValueError(f"kappa={kappa!r} must be a finite number, 0 or more")

@@ -115,6 +115,18 @@ def test_bench_params_set_the_first_policys_knobs(tmp_path):
     assert report["kernels"][0]["evals_pct"] == pytest.approx(100.0)
 
 
+def test_bench_refuses_a_budget_among_the_params(tmp_path):
+    (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(2)))
+    with pytest.raises(ValueError, match="budget"):
+        bench(tmp_path, ["fasta"], seeds=1, params={"budget": 0.1})
+
+
+@pytest.mark.parametrize("knob", [{"rounds": 0}, {"kappa": None}, {"r1_frac": 5}])
+def test_trees_refuses_a_knob_that_would_break_its_search(knob):
+    with pytest.raises(PolicyError, match=next(iter(knob))):
+        make_policy("trees", MATMUL.configs, knob)
+
+
 def test_bench_params_do_not_reach_the_baselines(tmp_path):
     (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(2)))
     with pytest.raises(PolicyError, match="failure_fit"):
