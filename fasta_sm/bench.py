@@ -32,6 +32,7 @@ EXHAUSTIVE_IN_BENCH = (
     "exhaustive is the yardstick every row is scored against (its pick is the true best, its cost 100 %); "
     "it takes no budget, so it is not a bench policy"
 )
+BUDGET_IN_PARAMS = "the first policy's budget is set by --budget (bench's `budget`), not as one of its params"
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,9 @@ def bench(
     """Score `policies` on every table in `tables_dir` over `seeds` seeds each, from `seed_start` on.
 
     The first policy runs with `params` (its knobs, to score a setting
-    against the defaults) and routes its own budget, or gets `budget` (a
-    fraction of N) when one is given; every other policy gets, run by run, the fraction
+    against the defaults; its budget is `budget`'s alone) and routes its own
+    budget, or gets `budget` (a fraction of N) when one is given; every
+    other policy gets, run by run, the fraction
     of configs the first one evaluated, so that all are compared at the
     evaluations it actually spent (a floor, a polish or a blind search past
     an all-failing R1 included). A `seed_start` past the seeds a change was
@@ -140,6 +142,8 @@ def bench(
         raise ValueError(f"policies {list(policies)!r}: name each policy once, at least one")
     if "exhaustive" in policies:
         raise ValueError(EXHAUSTIVE_IN_BENCH)
+    if params and "budget" in params:
+        raise ValueError(BUDGET_IN_PARAMS)
     tables = [load_table(p) for p in table_paths(tables_dir)]
     total = len(tables) * seeds * len(policies)
     done = 0

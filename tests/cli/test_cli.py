@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import write_table
 
 from fasta_sm.cli import main
 
@@ -197,6 +198,32 @@ def test_bench_refuses_a_param_the_policy_does_not_know_naming_it(table_file):
 def test_bench_refuses_a_param_without_a_value(table_file):
     error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1", "--param", "failure_fit")
     assert "NAME=VALUE" in error
+
+
+def test_bench_takes_param_values_as_json_or_python_literals(table_file):
+    for value in ("failure_fit=true", "failure_fit=True", "retime_rank=lower", "retime_rank='lower'"):
+        invoke("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "fasta", "--param", value)
+
+
+def test_bench_refuses_a_param_that_a_later_table_rejects_before_any_run(tmp_path):
+    write_table(tmp_path / "a_big.json")
+    small = json.loads(write_table(tmp_path / "b_small.json").read_text())
+    small["configs"] = small["configs"][:10]
+    (tmp_path / "b_small.json").write_text(json.dumps(small))
+    error = refused("bench", "--tables", str(tmp_path), "--seeds", "1", "--policies", "fasta",
+                    "--param", "expert_configs=[20]")
+    assert "b_small.json" in error and "expert_configs" in error
+
+
+def test_bench_refuses_a_budget_param_pointing_to_budget(table_file):
+    error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1", "--param", "budget=0.1")
+    assert "--budget" in error
+
+
+def test_bench_refuses_a_param_given_twice(table_file):
+    error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1",
+                    "--param", "failure_fit=true", "--param", "failure_fit=false")
+    assert "twice" in error
 
 
 def test_tune_refuses_a_negative_seed(table_file, state_dir):
