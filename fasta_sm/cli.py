@@ -525,7 +525,9 @@ def _policy_params(policy: str, items: tuple[str, ...], tables: list[Path]) -> d
         if name == "budget":
             raise click.BadParameter(BUDGET_IN_PARAMS, param_hint="--param")
         params[name] = _literal(text)
-    for table in tables if params else []:
+    if not params:
+        return params
+    for table in tables:
         try:
             make_policy(policy, load_table(table).configs, params)
         except PolicyError as exc:
