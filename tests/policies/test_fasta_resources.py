@@ -12,6 +12,7 @@ from driving import Simulator, decide_and_resume, drive, resumed_from_before
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
 from fasta_sm.data import tables_dir
+from fasta_sm.failures import shared_memory_overshoot
 from fasta_sm.machine import Tune
 from fasta_sm.policies.fasta import FastaPolicy
 from fasta_sm.policies.fasta.feasibility import (
@@ -19,7 +20,6 @@ from fasta_sm.policies.fasta.feasibility import (
     resource_dominance,
     resource_pressure,
     shared_memory_columns,
-    shared_memory_overshoot,
 )
 from fasta_sm.policies.fasta.features import extract_features
 from fasta_sm.protocols import Observations

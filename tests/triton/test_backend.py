@@ -170,7 +170,7 @@ def test_gpu_compiles_in_workers_and_loads_in_the_parent():
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 def test_gpu_out_of_shared_memory_failure_carries_the_figures_the_fasta_policy_reads():
-    from fasta_sm.policies.fasta.feasibility import shared_memory_overshoot
+    from fasta_sm.failures import shared_memory_overshoot
     from fasta_sm.triton import zoo
 
     spec = zoo.spec_mm_fp16(M=512, N=512, K=512)

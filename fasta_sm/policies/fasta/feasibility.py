@@ -7,27 +7,22 @@ duration model extrapolates "bigger tiles are faster" straight into the
 corner where they stop compiling. Each config gets a failure probability p,
 and selection multiplies its softmax weight by a power of its chance to
 run. Two rules make p certain: resource dominance (larger than a failure
-in every resource column), and the shared-memory bound, which reads how
+in every resource column), and the shared-memory bound, which takes how
 far a failure overshot from Triton's own error message, the one place a
-backend states it. A ridge fit of the 0/1 failure indicator can give the
-other configs a p in between (`failure_chance`, the `failure_fit` knob):
-it ranks failures well but demotes the fast configs at the limit's edge,
-so it is off by default.
+backend states it (read by `fasta_sm.failures`, so no wording reaches
+this module). A ridge fit of the 0/1 failure indicator can give the other
+configs a p in between (`failure_chance`, the `failure_fit` knob): it
+ranks failures well but demotes the fast configs at the limit's edge, so
+it is off by default.
 """
 
 from __future__ import annotations
-
-import re
-from collections.abc import Mapping
 
 import numpy as np
 
 from .surrogates import solve_ridge
 
 PROBABILITY_FLOOR = 1e-3
-
-SHARED_MEMORY_ERROR = re.compile(r"out of resource: shared memory, Required: (\d+), Hardware limit: (\d+)")
-"""Triton's OutOfResources message for shared memory: what the config needed, what the device has."""
 
 
 def failure_chance(design: np.ndarray, tried: np.ndarray, failed: np.ndarray, lam: float) -> np.ndarray:
@@ -92,20 +87,6 @@ def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
     return within.any(axis=0)
 
 
-def shared_memory_overshoot(failures: Mapping[int, str], n: int) -> np.ndarray:
-    """Per config, the shared memory its failure said it needed over what the device has; NaN where unknown.
-
-    Only Triton's out-of-shared-memory message says both figures; any other
-    failure (or a config that did not fail) is NaN.
-    """
-    overshoot = np.full(n, np.nan)
-    for index, message in failures.items():
-        found = SHARED_MEMORY_ERROR.search(message)
-        if found and int(found[2]) > 0:
-            overshoot[index] = int(found[1]) / int(found[2])
-    return overshoot
-
-
 def shared_memory_columns(names: tuple[str, ...]) -> tuple[np.ndarray, int | None]:
     """Which feature columns the overshoot bound treats as sizes (kwargs, warps), and the stage column's index."""
     sizes = np.array([name.startswith("kwargs.") or name == "num_warps" for name in names], dtype=bool)
@@ -135,7 +116,7 @@ def overshoot_bound(
     the form and is ignored.
 
     `raw` is the feature space's raw values, `sizes` and `stages` come from
-    `shared_memory_columns`, `overshoot` from `shared_memory_overshoot`.
+    `shared_memory_columns`, `overshoot` from `fasta_sm.failures.shared_memory_overshoot`.
     """
     ran = np.isfinite(durations)
     others = ~sizes

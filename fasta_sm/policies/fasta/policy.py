@@ -18,6 +18,7 @@ import numpy as np
 
 from ...config import Config
 from ...errors import ConfigError, PolicyError
+from ...failures import shared_memory_overshoot
 from ...protocols import Decision, Observations
 from .. import register
 from ..baseline import check_budget
@@ -31,7 +32,6 @@ from .feasibility import (
     resource_pressure,
     run_penalty,
     shared_memory_columns,
-    shared_memory_overshoot,
 )
 from .features import extract_features
 from .params import FastaParams, resolve_params
