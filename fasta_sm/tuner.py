@@ -20,7 +20,7 @@ import msgpack
 from .config import Config, check_config_list, configs_hash
 from .errors import FastaError, PolicyError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune
-from .policies import make_policy
+from .policies import make_policy, with_environment
 from .protocols import Backend, Policy
 from .state import TuneState
 from .store import StateStore
@@ -75,7 +75,8 @@ def tune(
         )
     store = store if store is not None else StateStore()
     wanted = configs_hash(configs)
-    done = _peek_done(store, key, wanted, policy, policy_params or {}, seed)
+    policy_params = _with_environment(kernel, policy, policy_params or {})
+    done = _peek_done(store, key, wanted, policy, policy_params, seed)
     if done is not None:
         return TuneResult(done, reused=True)
     with store.lock(key, kernel, lock_timeout_s):
@@ -119,7 +120,7 @@ def open_tune(
     The caller must hold the key's lock.
     """
     wanted = configs_hash(configs)
-    params = dict(policy_params or {})
+    params = _with_environment(kernel, policy, policy_params or {})
 
     def fresh_policy() -> Policy:
         """The policy of a new tune, made before any old file is set aside: bad params must lose nothing."""
@@ -226,6 +227,14 @@ def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:
         elif old_index in old.carried:  # carried into `old` from the list before it, not used yet
             carried[new_index] = dict(old.carried[old_index])
     return carried
+
+
+def _with_environment(kernel: str, policy: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The tune's parameters, the ones its policy takes from the environment included (see `with_environment`)."""
+    try:
+        return with_environment(policy, params)
+    except PolicyError as exc:
+        raise PolicyError(f"kernel {kernel!r}: {exc}") from None
 
 
 def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], seed: int) -> str | None:

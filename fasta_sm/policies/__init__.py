@@ -63,6 +63,18 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
         raise PolicyError(f"policy {name!r} cannot take {given!r}: {exc}") from None
 
 
+def with_environment(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A tune's parameters with the knobs its policy reads from the environment filled in; explicit ones win.
+
+    A tune keeps these as its settings, so that a variable changed after a
+    tune finished counts as a changed setting (a new tune, results carried
+    over), not as something the old winner silently ignores.
+    """
+    _load_builtin()
+    hook = getattr(_REGISTRY.get(name), "with_environment", None)
+    return hook(params) if hook is not None else dict(params)
+
+
 def check_arguments(name: str, params: Mapping[str, Any]) -> None:
     """Refuse an unknown policy, or a parameter it cannot take, before any tune: when an integration is set up.
 

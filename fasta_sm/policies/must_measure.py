@@ -10,7 +10,7 @@ import numpy as np
 from ..config import Config
 from ..errors import FastaError
 from ..protocols import Decision, Observations
-from . import make_policy, register
+from . import make_policy, register, with_environment
 
 
 @register("must-measure", listed=False)
@@ -32,6 +32,14 @@ class MustMeasure:
             raise FastaError(f"must-measure: index {bad[0]} outside 0..{len(configs) - 1}")
         self.must = sorted(int(i) for i in must)
         self.inner = make_policy(inner, configs, params)
+
+    @classmethod
+    def with_environment(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`params` with the inner policy's knobs from the environment filled in (unchanged when none is set)."""
+        inner = params.get("inner")
+        given = dict(params.get("params") or {})
+        merged = with_environment(inner, given) if isinstance(inner, str) else given
+        return dict(params) if merged == given else {**params, "params": merged}
 
     def plan(self, rng: np.random.Generator) -> Decision:
         decision = self.inner.plan(rng)

@@ -21,7 +21,7 @@ import pytest
 from engine_harness import CountingBackend, seal
 
 from fasta_sm import store as store_module
-from fasta_sm.errors import LockTimeout, SettingError, StateDirError
+from fasta_sm.errors import LockTimeout, PolicyError, SettingError, StateDirError
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore, default_lock_timeout
 from fasta_sm.tuner import tune
@@ -213,6 +213,34 @@ def test_a_changed_config_list_starts_a_new_tune_and_keeps_the_old_state_readabl
     assert not result.reused and result.state.n_configs == len(table.configs) - 1
     superseded = list(store.path.glob("*.superseded-*"))
     assert len(superseded) == 1 and store.read(superseded[0]).n_configs == len(table.configs)
+
+
+def test_a_fasta_knob_set_in_the_environment_after_a_tune_starts_a_new_tune(table, backend, store, monkeypatch):
+    monkeypatch.delenv("FASTA_R1_PCT", raising=False)
+    run_tune(table, backend, store, policy="fasta")
+    monkeypatch.setenv("FASTA_R1_PCT", "0.1")
+    again = run_tune(table, backend, store, policy="fasta")
+    assert not again.reused and again.state.policy_params == {"r1_frac": 0.1}
+    assert len(list(store.path.glob("*.superseded-*"))) == 1
+
+
+def test_a_tune_under_the_same_environment_is_reused(table, backend, store, monkeypatch):
+    monkeypatch.setenv("FASTA_R1_PCT", "0.1")
+    run_tune(table, backend, store, policy="fasta")
+    assert run_tune(table, backend, store, policy="fasta").reused
+
+
+def test_a_knob_given_explicitly_wins_over_the_environment(table, backend, store, monkeypatch):
+    monkeypatch.setenv("FASTA_R1_PCT", "0.1")
+    result = run_tune(table, backend, store, policy="fasta", policy_params={"r1_frac": 0.2})
+    assert result.state.policy_params == {"r1_frac": 0.2}
+
+
+def test_a_bad_fasta_variable_is_a_policy_error_naming_kernel_and_variable(table, backend, store, monkeypatch):
+    monkeypatch.setenv("FASTA_R1_PCT", "lots")
+    with pytest.raises(PolicyError, match=rf"kernel '{table.kernel}'.*FASTA_R1_PCT='lots'"):
+        run_tune(table, backend, store, policy="fasta")
+    assert not list(store.path.glob("*.fsm"))
 
 
 def test_results_carried_into_a_tune_survive_a_second_change_of_the_list(table, backend, store):

@@ -13,7 +13,7 @@ from driving import drive
 
 from fasta_sm.bench import bench, percentile, run_policy
 from fasta_sm.errors import MissingDependency, PolicyError
-from fasta_sm.policies import coordinate, make_policy, trees  # noqa: F401  (registers coordesc and trees)
+from fasta_sm.policies import coordinate, make_policy, trees, with_environment  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
 from fasta_sm.protocols import Observations
 
@@ -167,3 +167,11 @@ def test_a_parameter_of_the_wrong_kind_is_reported_as_such_not_as_an_unknown_one
     with pytest.raises(PolicyError, match=r"policy 'must-measure' cannot take .*'must': 5") as refused:
         make_policy("must-measure", BOWL.configs, {"inner": "random", "must": 5})
     assert "takes" not in str(refused.value)
+
+
+def test_must_measure_fills_in_its_inner_policys_knobs_from_the_environment(monkeypatch):
+    wrapped = {"inner": "fasta", "must": [0], "params": {"rounds": 4}}
+    monkeypatch.setenv("FASTA_R1_PCT", "0.1")
+    assert with_environment("must-measure", wrapped)["params"] == {"r1_frac": 0.1, "rounds": 4}
+    monkeypatch.delenv("FASTA_R1_PCT")
+    assert with_environment("must-measure", wrapped) == wrapped

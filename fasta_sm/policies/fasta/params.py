@@ -309,20 +309,24 @@ def _parse(field_type: Any, name: str, text: str, where: str) -> Any:
     raise PolicyError(f"fasta: {name} cannot be set from {where}")
 
 
-def resolve_params(overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> FastaParams:
-    """Defaults, then FASTA_* env vars, then per-tune keyword arguments."""
+def environment_params(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The knobs the FASTA_* environment variables set, parsed and checked; empty when none is set."""
     environ = os.environ if environ is None else environ
     types = {f.name: f.type for f in fields(FastaParams)}
-    values: dict[str, Any] = {}
-    for var, name in ENV_VARS.items():
-        if var in environ:
-            values[name] = _parse(types[name], name, environ[var], var)
+    values = {name: _parse(types[name], name, environ[var], var) for var, name in ENV_VARS.items() if var in environ}
     if values:
         try:
             FastaParams(**values)
         except PolicyError as error:
             settings = ", ".join(f"{var}={environ[var]!r}" for var in ENV_VARS if var in environ)
             raise PolicyError(f"{error} (set from the environment: {settings})") from None
+    return values
+
+
+def resolve_params(overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> FastaParams:
+    """Defaults, then FASTA_* env vars, then per-tune keyword arguments."""
+    types = {f.name: f.type for f in fields(FastaParams)}
+    values = environment_params(environ)
     for name, value in overrides.items():
         if name not in types:
             raise PolicyError(f"fasta: unknown parameter {name!r}; known: {', '.join(sorted(types))}")

@@ -34,7 +34,7 @@ from .feasibility import (
     shared_memory_columns,
 )
 from .features import extract_features
-from .params import FastaParams, resolve_params
+from .params import FastaParams, environment_params, resolve_params
 from .sampling import (
     cell_retry_picks,
     marginal_scores,
@@ -105,6 +105,11 @@ class FastaPolicy:
         if budget is not None:
             check_budget(budget, "fasta: ")
         resolve_params(knobs)
+
+    @classmethod
+    def with_environment(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`params` with the knobs the FASTA_* variables set filled in; those given explicitly win."""
+        return {**environment_params(), **params}
 
     def _setup(self, params: FastaParams) -> None:
         self.params = params
