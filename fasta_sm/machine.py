@@ -432,6 +432,10 @@ class Tune:
         self._keep_decision(decision)
         state.phase, state.step, state.pending, state.round_done = "DONE", "done", [], []
         state.stop_reason = decision.reason
+        log.info(
+            "kernel %s: done, winner #%d (%.4g µs) of %d measured: %s",
+            state.kernel, state.best, state.best_us, len(state.durations), decision.reason,
+        )
 
     def _open_round(self, decision: Decision, phase: str, round_: int, policy_s: float = 0.0) -> None:
         state = self.state

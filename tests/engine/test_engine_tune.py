@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import random
 import re
@@ -385,6 +386,13 @@ def test_a_tune_ends_with_the_tables_true_best_under_exhaustive(table, store):
     assert result.best_index == table.true_best
     assert result.best_us == pytest.approx(table.true_best_us)
     assert json.loads(result.best_config.identity) == json.loads(table.configs[table.true_best].identity)
+
+
+def test_a_finished_tune_logs_its_winner_and_why_it_stopped(table, store, caplog):
+    caplog.set_level(logging.INFO, logger="fasta_sm")
+    result = run_tune(table, ReplayBackend(table), store)
+    assert f"kernel {table.kernel}: done, winner #{result.best_index}" in caplog.text
+    assert result.state.stop_reason in caplog.text
 
 
 def test_every_checkpoint_stamps_the_state_updated_time(table, backend, store):
