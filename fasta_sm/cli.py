@@ -97,7 +97,13 @@ def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None
 @click.option(
     "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for the policy and the replay noise."
 )
-@click.option("--budget", default=None, type=float, help="Budget as a fraction of the space (policy default if unset).")
+@click.option(
+    "--budget",
+    default=None,
+    type=float,
+    callback=lambda _ctx, _param, value: _fraction(value),
+    help="Budget as a fraction of the space (policy default if unset).",
+)
 @click.option(
     "--noise/--no-noise", default=True, show_default=True, help="Replay with seeded noise matching the recorded spread."
 )
@@ -107,7 +113,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     from .backends.replay import ReplayBackend, load_table
     from .tuner import tune as run_tune
 
-    replay = load_table(table_path(table or DEFAULT_TABLE))
+    replay = load_table(table_path(DEFAULT_TABLE if table is None else table))
     params = {} if budget is None else {"budget": budget}
     try:  # a bad budget is refused before anything is written to the state dir
         make_policy(policy, replay.configs, params)
@@ -233,6 +239,7 @@ def list_states(state_dir: Path | None) -> None:
 @state_dir_option
 def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir: Path | None) -> None:
     """One state in full: position, rounds, measured configs by speed, failures, why it stopped."""
+    _check_directory_of("--plot", plot)
     given = Path(key_or_file).expanduser()
     directory = _state_dir_path(state_dir)
     in_store = not given.is_file() and directory.is_dir()
@@ -314,12 +321,17 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         timed, pending = set(state.round_done), set(state.pending)
         failed = pending & set(state.failed)
         waiting = state.untimed()
-        compiling = len(state.uncompiled())
+        uncompiled = set(state.uncompiled())
+        if uncompiled:
+            compiled = [i for i in waiting if i not in uncompiled]
+            not_yet = [i for i in waiting if i in uncompiled]
+            which = f"compiled: {_indices(compiled)}; not compiled yet: {_indices(not_yet)}"
+        else:
+            which = _indices(waiting)
         head.add_row(
             "pending",
             f"{len(state.pending)} configs in this round ({len(timed & pending)} timed, {len(failed)} failed); "
-            f"{len(waiting)} to time" + (f" ({compiling} not compiled yet)" if compiling else "") + ": "
-            + (", ".join(f"#{i}" for i in waiting[:12]) + (" …" if len(waiting) > 12 else "") if waiting else "-"),
+            f"{len(waiting)} to time: {which}",
         )
     if state.last_error:
         if state.done:  # the tune resumed and finished after it: history, not a problem now
@@ -371,6 +383,11 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         for index in sorted(state.failed):
             failed.add_row(str(index), state.configs[index].label(), state.failed[index])
         _print_table(failed)
+
+
+def _indices(indices: list[int]) -> str:
+    """Config numbers as `show` lists them: the first twelve, then an ellipsis; `-` for none."""
+    return (", ".join(f"#{i}" for i in indices[:12]) + (" …" if len(indices) > 12 else "")) if indices else "-"
 
 
 def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[str]]:
@@ -478,6 +495,7 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     rows, unreadable = report_rows(store)
     if rows:
         table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
+        table.columns[0].no_wrap = True  # the name is what `show` takes: never cut it
         for row in rows:
             table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
         _print_table(table)
@@ -547,6 +565,13 @@ def _literal(text: str) -> object:
         return text
 
 
+def _fraction(value: float | None) -> float | None:
+    """A budget option's value: a usage error unless it is a fraction in (0, 1], before any table is read."""
+    if value is not None and not 0.0 < value <= 1.0:
+        raise click.BadParameter(f"{value!r} must be a fraction in (0, 1]", param_hint="--budget")
+    return value
+
+
 def _known_policy(name: str, option: str = "--policy") -> str:
     """`name` if a user can run that policy; a usage error listing those they can otherwise."""
     try:
@@ -599,7 +624,11 @@ def _cell(value: object) -> str:
     help="Comma-separated; the first sets the budget the others get, run by run.",
 )
 @click.option(
-    "--budget", default=None, type=float, help="Give the first policy this fraction; the others get what it evaluated."
+    "--budget",
+    default=None,
+    type=float,
+    callback=lambda _ctx, _param, value: _fraction(value),
+    help="Give the first policy this fraction; the others get what it evaluated.",
 )
 @click.option(
     "--param",

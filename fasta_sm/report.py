@@ -18,7 +18,9 @@ from .state import TuneState
 from .store import StateStore
 
 REPORT_COLUMNS = (
+    "file",
     "kernel",
+    "policy",
     "position",
     "timings",
     "configs",
@@ -62,6 +64,9 @@ def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts
 def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per readable state file, then a TOTAL row; and the files that could not be read.
 
+    Each row names its file (what `fasta-sm show` takes) and its policy and
+    seed: two tunes of one kernel are two rows that must be told apart.
+
     Seconds saved are counted for finished tunes only (None for the others):
     an unfinished tune has not yet spent what it will.
     """
@@ -75,7 +80,9 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
         costs = tune_costs(state)
         rows.append(
             {
+                "file": path.name,
                 "kernel": state.kernel,
+                "policy": f"{state.policy} seed {state.seed}",
                 "position": state.position(),
                 "timings": state.evaluations(),
                 "configs": state.n_configs,
@@ -90,11 +97,12 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
             }
         )
     if rows:
-        numbers = [c for c in REPORT_COLUMNS if c not in ("kernel", "position")]
+        numbers = [c for c in REPORT_COLUMNS if c not in ("file", "kernel", "policy", "position")]
         total = {c: sum(r[c] for r in rows if r[c] is not None) for c in numbers}
         total["timings_pct"] = 100.0 * total["timings"] / total["configs"]
         spent = total["compile_s"] + total["benchmark_s"]
         total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else float("nan")
         finished = sum(r["saved_s"] is not None for r in rows)
-        rows.append({"kernel": "TOTAL", "position": f"{len(rows)} tunes, {finished} finished", **total})
+        position = f"{len(rows)} tunes, {finished} finished"
+        rows.append({"file": "", "kernel": "TOTAL", "policy": "", "position": position, **total})
     return rows, unreadable

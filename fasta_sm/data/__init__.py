@@ -21,7 +21,7 @@ def table_names() -> list[str]:
 def table_path(name_or_path: str) -> Path:
     """A table by path, or by the name of a shipped table."""
     candidate = Path(name_or_path).expanduser()
-    if candidate.suffix == ".json" or candidate.exists():
+    if name_or_path.strip() and (candidate.suffix == ".json" or candidate.exists()):
         return candidate
     shipped = tables_dir() / f"{name_or_path}.json"
     if shipped.exists():

@@ -80,8 +80,15 @@ def test_show_and_bench_into_a_pipe_print_every_cell_whole(tmp_path):
 
 def test_a_bad_budget_is_refused_before_anything_is_written(tmp_path):
     done = fasta_sm("tune", "--budget", "0", "--state-dir", str(tmp_path))
-    assert done.returncode == 1 and "budget=0.0" in done.stderr
+    assert done.returncode == 2 and "--budget" in done.stderr and "0.0 must be a fraction" in done.stderr
     assert done.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("budget", ["2", "-1", "nan"])
+def test_bench_refuses_a_budget_outside_0_1_as_a_usage_error_before_reading_tables(budget, tmp_path):
+    done = fasta_sm("bench", "--tables", str(tmp_path / "nowhere"), "--budget", budget)
+    assert done.returncode == 2 and "--budget" in done.stderr and "nowhere" not in done.stderr
+    assert done.stdout == ""
 
 
 @pytest.mark.parametrize("args", [("tune", "--policy"), ("bench", "--seeds", "1", "--policies")],
@@ -134,6 +141,16 @@ def test_report_writes_csv_with_a_total_row(table_file, state_dir, tmp_path):
     rows = list(csv.DictReader(out_csv.open()))
     assert [r["kernel"] for r in rows] == ["toy_mm", "TOTAL"]
     assert 0 < float(rows[0]["cost_pct"]) < 100
+
+
+def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
+    tune(table_file, state_dir)
+    tune(table_file, state_dir, "--seed", "2")
+    out_csv = tmp_path / "report.csv"
+    invoke("report", "--state-dir", str(state_dir), "--csv", str(out_csv))
+    rows = [r for r in csv.DictReader(out_csv.open()) if r["kernel"] == "toy_mm"]
+    assert sorted(r["policy"] for r in rows) == ["random seed 0", "random seed 2"]
+    assert {r["file"] for r in rows} == {p.name for p in state_dir.glob("*.fsm")}
 
 
 def test_graph_prints_mermaid_with_every_state():
@@ -296,6 +313,13 @@ def test_show_a_missing_file_names_that_file(state_dir, tmp_path):
     assert result.exit_code == 1 and "gone.fsm" in result.output and "looked for" not in result.output
 
 
+def test_a_plot_into_a_missing_dir_is_refused_as_the_other_outputs_are(table_file, state_dir, tmp_path):
+    tune(table_file, state_dir)
+    (state_file,) = state_dir.glob("*.fsm")
+    done = fasta_sm("show", str(state_file), "--plot", str(tmp_path / "no" / "p.png"))
+    assert done.returncode == 1 and f"--plot {tmp_path / 'no' / 'p.png'}: no directory" in done.stderr
+
+
 def test_graph_as_a_picture_needs_an_output_file():
     assert "--out" in refused("graph", "--format", "png")
 
@@ -332,7 +356,7 @@ def test_show_lists_the_configs_an_unfinished_round_still_has_to_time():
 def test_show_says_which_configs_of_an_unfinished_round_are_not_compiled_yet(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     out = invoke("show", str(CORPUS / "v1-r2-benchmark-compiling.fsm"))
-    assert "(0 timed, 0 failed); 4 to time (3 not compiled yet): #126, #129, #180, #183" in out
+    assert "(0 timed, 0 failed); 4 to time: compiled: #183; not compiled yet: #126, #129, #180" in out
 
 
 def test_show_gives_the_prediction_made_when_a_config_was_picked_beside_the_final_one(monkeypatch):
@@ -529,3 +553,9 @@ def test_a_state_dir_given_before_the_command_serves_every_command(table_file, s
 def test_a_commands_own_state_dir_wins_over_the_one_given_before_it(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     assert "toy_mm" in invoke("--state-dir", str(tmp_path / "elsewhere"), "ls", "--state-dir", str(state_dir))
+
+
+def test_an_empty_replay_name_is_an_error_not_the_default_table(state_dir):
+    done = fasta_sm("tune", "--replay", "", "--state-dir", str(state_dir))
+    assert done.returncode == 1 and "no replay table ''" in done.stderr
+    assert not list(state_dir.glob("*.fsm"))
