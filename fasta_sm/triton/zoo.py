@@ -155,6 +155,11 @@ def _square_name(prefix: str, M: int, N: int, K: int) -> str:
     return f"{prefix}_{M}" if M == N == K else f"{prefix}_{M}x{N}x{K}"
 
 
+def _shape_name(prefix: str, sizes: tuple[int, ...], recorded: tuple[int, ...]) -> str:
+    """`rmsnorm_bf16` at the recorded data set's shape, `rmsnorm_bf16_65536x2048` at any other: a table per shape."""
+    return prefix if sizes == recorded else f"{prefix}_{'x'.join(map(str, sizes))}"
+
+
 def spec_mm_bf16_gelu(M: int = 4096, N: int = 4096, K: int = 4096, configs: list[Config] | None = None) -> KernelSpec:
     """Square bf16 matmul with a tanh-GELU epilogue."""
     name = _square_name("mm_bf16_gelu", M, N, K)
@@ -209,7 +214,7 @@ def spec_row_sum(M: int = 16384, N: int = 8192, configs: list[Config] | None = N
         return (x, out, M, N, x.stride(0))
 
     return KernelSpec(
-        name="row_sum_fp32",
+        name=_shape_name("row_sum_fp32", (M, N), (16384, 8192)),
         fn=row_sum_kernel,
         configs=space,
         make_args=make_args,
@@ -260,7 +265,7 @@ def spec_rmsnorm(M: int = 16384, N: int = 8192, configs: list[Config] | None = N
         return x * torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + 1e-6) * w
 
     return KernelSpec(
-        name="rmsnorm_bf16",
+        name=_shape_name("rmsnorm_bf16", (M, N), (16384, 8192)),
         fn=rmsnorm_kernel,
         configs=space,
         make_args=make_args,
@@ -306,7 +311,7 @@ def spec_softmax(M: int = 8192, N: int = 8192, configs: list[Config] | None = No
         return (x, torch.empty_like(x), M, N, x.stride(0))
 
     return KernelSpec(
-        name="softmax_fp32",
+        name=_shape_name("softmax_fp32", (M, N), (8192, 8192)),
         fn=softmax_kernel,
         configs=space,
         make_args=make_args,
@@ -381,7 +386,7 @@ def spec_attention(
         return torch.softmax((q @ k.transpose(1, 2)) * args[4], dim=-1) @ v
 
     return KernelSpec(
-        name=f"attention_fwd_{dtype}_d{HEAD_DIM}",
+        name=_shape_name(f"attention_fwd_{dtype}_d{HEAD_DIM}", (Z, H, N_CTX), (4, 16, 4096)),
         fn=attention_fwd_kernel,
         configs=space,
         make_args=make_args,
@@ -429,7 +434,7 @@ def spec_add_gelu(M: int = 16384, N: int = 8192, configs: list[Config] | None = 
         return (x, bias, torch.empty_like(x), M, N, x.stride(0))
 
     return KernelSpec(
-        name="add_gelu_bf16",
+        name=_shape_name("add_gelu_bf16", (M, N), (16384, 8192)),
         fn=add_gelu_kernel,
         configs=space,
         make_args=make_args,
@@ -475,7 +480,7 @@ def spec_transpose(M: int = 8192, N: int = 8192, configs: list[Config] | None = 
         return (x, y, M, N, x.stride(0), y.stride(0))
 
     return KernelSpec(
-        name="transpose_fp32",
+        name=_shape_name("transpose_fp32", (M, N), (8192, 8192)),
         fn=transpose_kernel,
         configs=space,
         make_args=make_args,

@@ -22,7 +22,7 @@ def test_record_writes_a_table_the_replay_backend_loads(tmp_path):
     spec = zoo.spec_softmax(M=5, N=300)
     spec.configs = spread(spec.configs, 3)
     table = record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
-    assert table["kernel"] == "softmax_fp32" and len(table["configs"]) == 3
+    assert table["kernel"] == "softmax_fp32_5x300" and len(table["configs"]) == 3
     assert table["timing"]["method"].startswith("host-clock" if DEVICE == "cpu" else "triton.testing.do_bench")
     for row in table["configs"]:
         assert row["error"] is None and len(row["duration_us"]) == 2 and row["compile_s"] >= 0
@@ -54,8 +54,8 @@ def test_record_command_writes_one_table_per_spec(tmp_path):
     ])
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in tmp_path.glob("*.json"))
-    assert names == ["rmsnorm_bf16.json", "row_sum_fp32.json"]
-    table = json.loads((tmp_path / "row_sum_fp32.json").read_text())
+    assert names == ["rmsnorm_bf16_3x700.json", "row_sum_fp32_3x700.json"]
+    table = json.loads((tmp_path / "row_sum_fp32_3x700.json").read_text())
     assert table["shape"] == {"M": 3, "N": 700, "dtype": "fp32"} and len(table["configs"]) == 2
 
 
