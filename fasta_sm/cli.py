@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import click
+import numpy as np
 from click.core import ParameterSource
 from rich.console import Console
 from rich.logging import RichHandler
@@ -714,10 +715,47 @@ main.add_command(record_command)
 
 
 @main.command("tables")
-def list_tables() -> None:
-    """The recorded replay tables shipped with fasta-sm."""
-    for name in table_names():
-        click.echo(name)
+@click.option("--stats", is_flag=True, help="What each table holds: N, failures, best, near-best counts, noise.")
+@click.option(
+    "--tables",
+    "tables_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of replay tables (default: the shipped H200 tables).",
+)
+def list_tables(stats: bool, tables_dir: Path | None) -> None:
+    """The recorded replay tables shipped with fasta-sm (or in --tables DIR), with --stats what each holds."""
+    if tables_dir is None and not stats:
+        for name in table_names():
+            click.echo(name)
+        return
+    from .backends.replay import load_table
+    from .bench import table_paths
+    from .data import tables_dir as shipped_tables
+
+    paths = table_paths(tables_dir or shipped_tables())
+    if not stats:
+        for path in paths:
+            click.echo(path.stem)
+        return
+    table = Table(
+        "table", "N", "failed", "compile s (mean)", "best", "within 2 %", "within 5 %", "repeat spread (median / p90)"
+    )
+    for path in paths:
+        replay = load_table(path)
+        spread = replay.repeat_spread()
+        noise = f"{100 * np.median(spread):.2f} % / {100 * np.percentile(spread, 90):.1f} %" if spread.size else "-"
+        table.add_row(
+            replay.kernel,
+            str(len(replay.configs)),
+            str(sum(error is not None for error in replay.errors)),
+            f"{np.mean(replay.compile_s):.2f}",
+            format_us(replay.true_best_us),
+            str(replay.within(0.02)),
+            str(replay.within(0.05)),
+            noise,
+        )
+    _print_table(table)
 
 
 def run() -> None:

@@ -78,6 +78,15 @@ class ReplayTable:
     def index_of(self, config: Config) -> int:
         return self._index[config.identity]
 
+    def within(self, share: float) -> int:
+        """How many configs run within `share` of the best mean (0.02: within 2 %); a needle has few."""
+        return int(np.sum(self.mean_us <= self.true_best_us * (1.0 + share)))
+
+    def repeat_spread(self) -> np.ndarray:
+        """Per config timed more than once, its repeats' range over their minimum: the device's noise."""
+        spreads = [(max(s) - min(s)) / min(s) for s, e in zip(self.samples_us, self.errors) if e is None and len(s) > 1]
+        return np.array(spreads, dtype=float)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {c.identity: i for i, c in enumerate(self.configs)})
 

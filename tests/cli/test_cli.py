@@ -431,6 +431,17 @@ def test_show_does_not_count_configs_that_failed_to_compile_as_still_to_time(mon
     assert "(4 timed, 2 failed); 7 to time" in out
 
 
+def test_tables_stats_says_what_each_table_holds(table_file):
+    done = fasta_sm("tables", "--stats", "--tables", str(table_file.parent))
+    row = next(line.split("│") for line in done.stdout.splitlines() if "toy_mm" in line)
+    cells = [cell.strip() for cell in row if cell.strip()]
+    assert cells == ["toy_mm", "48", "3", "0.72", "102.00 µs", "2", "2", "1.01 % / 1.0 %"]
+
+
+def test_tables_of_a_directory_are_listed_by_name(table_file):
+    assert fasta_sm("tables", "--tables", str(table_file.parent)).stdout.split() == ["toy_mm"]
+
+
 def test_tables_into_a_pipe_carry_no_trailing_spaces(table_file, state_dir):
     tune(table_file, state_dir)
     for command in (["ls"], ["report"]):
