@@ -41,6 +41,7 @@ class FastaParams:
     large_n: int = 300
     large_d: int = 2
     cost_budget: float = 0.0
+    peak_share: float = 0.0
     coverage_budget: float = 0.5
     # --- model ---
     min_viable_np: float = 2.0
@@ -102,6 +103,8 @@ class FastaParams:
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise PolicyError(f"fasta: {name}={value!r} must be a fraction in (0, 1]")
+        if not 0.0 <= self.peak_share <= 1.0:
+            raise PolicyError(f"fasta: peak_share={self.peak_share!r} must be 0 (off) or a share in (0, 1]")
         if not 0.0 <= self.cost_budget <= 1.0:
             raise PolicyError(f"fasta: cost_budget={self.cost_budget!r} must be 0 (off) or a fraction in (0, 1]")
         if not 0.0 <= self.guided_share < 1.0:
@@ -220,6 +223,8 @@ DESCRIPTIONS: dict[str, str] = {
     "large_d": "D at or above which a space can be large",
     "cost_budget": "stop once this share of the estimated exhaustive seconds is spent (0: off)",
     "coverage_budget": "budget fraction of the coverage path",
+    "peak_share": "after R1, a space whose R1 has fewer than this share of its runs within `near_tol` of its best "
+    "is routed one budget class up (large to base, base to small; 0: off)",
     "min_viable_np": "R1 points per linear parameter below which no model is fitted (coverage path)",
     "ridge_lambda": "ridge penalty, on unit-scaled features and log durations",
     "bases": "bases that compete each round",

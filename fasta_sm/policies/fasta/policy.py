@@ -9,6 +9,7 @@ with the same RNG state makes the same choices.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -189,6 +190,8 @@ class FastaPolicy:
             return self._stop(f"fasta: {self._stop_reason}")
         measured = np.isfinite(durations)
         evaluated = ~np.isnan(durations)
+        if self._phase == "r1" and measured.any():
+            self._route_by_peak(durations[measured])
         candidates = np.flatnonzero(self._active & np.isnan(durations))
         remaining = self.plan_budget.total - int(evaluated[self._active].sum())
         if not measured.any():
@@ -316,6 +319,26 @@ class FastaPolicy:
         cap = self.params.cap_quantile
         target = np.minimum(y, np.quantile(y, cap)) if cap < 1 else y
         return rows, y, target
+
+    def _route_by_peak(self, r1: np.ndarray) -> None:
+        """A peaked R1 (few runs near its best) moves the budget one class up (`peak_share`; off by default).
+
+        Routing by N assumes a large space has a broad optimum; an R1 with few
+        runs near its best says this one may not. On the held-out tables it
+        helped one needle and cost 0.35 point on the data set for nothing
+        there (docs/benchmarks.md, held-out shapes), so it is a knob.
+        """
+        params, plan = self.params, self.plan_budget
+        if params.peak_share <= 0 or self._budget_arg is not None or plan.budget_class not in ("large", "base"):
+            return
+        share = float(np.mean(r1 <= r1.min() * (1.0 + params.near_tol)))
+        if share >= params.peak_share:
+            return
+        up, fraction = ("base", params.base_budget) if plan.budget_class == "large" else ("small", params.small_budget)
+        n = int(self._active.sum())
+        total = max(plan.total, min(n, max(math.ceil(fraction * n), params.min_budget)))
+        self.plan_budget = dataclasses.replace(plan, budget_class=f"{up} (peaked R1)", total=total)
+        self._history.append({"route": self.plan_budget.budget_class, "r1_near_share": round(share, 4), "total": total})
 
     def _polish_allowance(self) -> int:
         """Configs the polish phase may add past the budget: none when the tune fixed its own budget."""
@@ -587,6 +610,7 @@ class FastaPolicy:
             "polished": self._polished,
             "r1_cost": self._r1_cost,
             "stop_reason": self._stop_reason,
+            "plan": {"budget_class": self.plan_budget.budget_class, "total": self.plan_budget.total},
             "history": self._history,
         }
 
@@ -602,6 +626,7 @@ class FastaPolicy:
         stored.setdefault("polish_scale_up", False)  # written before the scaled-up tile polish pick
         stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
         stored.setdefault("failure_fit", True)  # written when the ridge fit of failures was always on
+        stored.setdefault("peak_share", 0.0)  # written before a peaked R1 could raise the budget
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
             if name in stored:
@@ -624,4 +649,9 @@ class FastaPolicy:
         self._polished = int(state.get("polished", 0))
         self._r1_cost = state.get("r1_cost")
         self._stop_reason = state["stop_reason"]
+        if "plan" in state:  # a budget routed again after R1 (`peak_share`) is not what _setup derives
+            plan = state["plan"]
+            self.plan_budget = dataclasses.replace(
+                self.plan_budget, budget_class=str(plan["budget_class"]), total=int(plan["total"])
+            )
         self._history = list(state["history"])
