@@ -93,7 +93,7 @@ def record_command(
 
     from .compile_pool import CompilePool, check_settings
     from .fork_server import interpreting
-    from .record import record, spread, write_table
+    from .record import compiled_before, record, spread, triton_cache_dir, write_table
     from .spec import load_spec
 
     check_settings()
@@ -115,6 +115,15 @@ def record_command(
             spec = load_spec(_spec_path(name), **_parse_params(params))
             spec.configs = spread(spec.configs, limit)
             click.echo(f"recording {spec.name}: {len(spec.configs)} configs")
+            warm = compiled_before(spec)
+            if warm:
+                click.echo(
+                    f"warning: {spec.name}: Triton's cache {triton_cache_dir()} already holds {warm} "
+                    f"build{'s' if warm > 1 else ''} of its kernel; a config built before records a cache hit's "
+                    "compile_s, not a compile. Record it "
+                    "from an empty TRITON_CACHE_DIR, in a run of its own (docs/recording.md)",
+                    err=True,
+                )
             table = record(
                 spec,
                 device=device,

@@ -60,6 +60,27 @@ def check_output(backend: TritonBackend, spec: KernelSpec, config: Config, expec
     return None
 
 
+def triton_cache_dir() -> Path:
+    """Where Triton keeps compiled kernels (TRITON_CACHE_DIR, as Triton reads it)."""
+    try:
+        from triton import knobs
+
+        return Path(knobs.cache.dir)
+    except (ImportError, AttributeError):  # a Triton without knobs
+        return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+
+
+def compiled_before(spec: KernelSpec, cache_dir: Path | None = None) -> int:
+    """How many builds of `spec`'s Triton kernel the cache holds already (any config, any shape).
+
+    A config compiled before loads from the cache in milliseconds, so its
+    `compile_s` would be a cache hit's, not the compile a tuner pays for.
+    """
+    name = getattr(getattr(spec.fn, "fn", spec.fn), "__name__", "")
+    directory = triton_cache_dir() if cache_dir is None else cache_dir
+    return sum(1 for _ in directory.glob(f"*/{name}.json")) if name and directory.is_dir() else 0
+
+
 def record(
     spec: KernelSpec,
     *,

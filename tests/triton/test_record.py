@@ -59,6 +59,26 @@ def test_record_command_writes_one_table_per_spec(tmp_path):
     assert table["shape"] == {"M": 3, "N": 700, "dtype": "fp32"} and len(table["configs"]) == 2
 
 
+def test_a_kernel_already_in_tritons_cache_is_recorded_with_a_warning_naming_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "0abc").mkdir(parents=True)
+    (cache / "0abc" / "row_sum_kernel.json").write_text("{}")  # a build of the same kernel, from an earlier run
+    result = CliRunner().invoke(record_command, [
+        "row_sum", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(cache)})
+    assert result.exit_code == 0, result.output
+    assert f"row_sum_fp32_3x700: Triton's cache {cache} already holds 1 build of its kernel" in result.output
+
+
+def test_a_kernel_new_to_the_cache_is_recorded_without_a_warning(tmp_path):
+    result = CliRunner().invoke(record_command, [
+        "row_sum", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 0 and "warning" not in result.output
+
+
 @pytest.mark.parametrize(
     ("spec", "params", "says"),
     [
