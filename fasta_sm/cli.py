@@ -8,7 +8,9 @@ import json
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 import numpy as np
@@ -45,6 +47,20 @@ state_dir_option = click.option(
     default=None,
     help="State directory (default: $FASTA_SM_STATE_DIR, else the per-user cache dir).",
 )
+tables_dir_option = click.option(
+    "--tables",
+    "tables_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of replay tables (default: the shipped H200 tables).",
+)
+
+
+def budget_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--budget F`: a fraction in (0, 1], refused as a usage error before any table is read."""
+    return click.option(
+        "--budget", default=None, type=float, callback=lambda _ctx, _param, value: _fraction(value), help=help_text
+    )
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -98,13 +114,7 @@ def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None
 @click.option(
     "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for the policy and the replay noise."
 )
-@click.option(
-    "--budget",
-    default=None,
-    type=float,
-    callback=lambda _ctx, _param, value: _fraction(value),
-    help="Budget as a fraction of the space (policy default if unset).",
-)
+@budget_option("Budget as a fraction of the space (policy default if unset).")
 @click.option(
     "--noise/--no-noise", default=True, show_default=True, help="Replay with seeded noise matching the recorded spread."
 )
@@ -603,13 +613,7 @@ def _cell(value: object) -> str:
 
 
 @main.command("bench")
-@click.option(
-    "--tables",
-    "tables_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory of replay tables (default: the shipped H200 tables).",
-)
+@tables_dir_option
 @click.option("--seeds", default=50, show_default=True, type=click.IntRange(min=1), help="Seeds per kernel and policy.")
 @click.option(
     "--seed-start",
@@ -624,13 +628,7 @@ def _cell(value: object) -> str:
     show_default=True,
     help="Comma-separated; the first sets the budget the others get, run by run.",
 )
-@click.option(
-    "--budget",
-    default=None,
-    type=float,
-    callback=lambda _ctx, _param, value: _fraction(value),
-    help="Give the first policy this fraction; the others get what it evaluated.",
-)
+@budget_option("Give the first policy this fraction; the others get what it evaluated.")
 @click.option(
     "--param",
     "param_items",
@@ -716,13 +714,7 @@ main.add_command(record_command)
 
 @main.command("tables")
 @click.option("--stats", is_flag=True, help="What each table holds: N, failures, best, near-best counts, noise.")
-@click.option(
-    "--tables",
-    "tables_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory of replay tables (default: the shipped H200 tables).",
-)
+@tables_dir_option
 def list_tables(stats: bool, tables_dir: Path | None) -> None:
     """The recorded replay tables shipped with fasta-sm (or in --tables DIR), with --stats what each holds."""
     if tables_dir is None and not stats:
