@@ -126,7 +126,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
 
     replay = load_table(table_path(DEFAULT_TABLE if table is None else table))
     params = {} if budget is None else {"budget": budget}
-    try:  # a bad budget is refused before anything is written to the state dir
+    try:  # a policy that cannot take the budget is refused before anything is written to the state dir
         make_policy(policy, replay.configs, params)
     except PolicyError as exc:
         raise PolicyError(f"kernel {replay.kernel!r}: {exc}") from None

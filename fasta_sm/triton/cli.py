@@ -120,8 +120,8 @@ def record_command(
                 click.echo(
                     f"warning: {spec.name}: Triton's cache {triton_cache_dir()} already holds {warm} "
                     f"build{'s' if warm > 1 else ''} of its kernel; a config built before records a cache hit's "
-                    "compile_s, not a compile. Record it "
-                    "from an empty TRITON_CACHE_DIR, in a run of its own (docs/recording.md)",
+                    "compile_s, not a compile. Record it from an empty TRITON_CACHE_DIR, in a run of its own "
+                    "(docs/recording.md)",
                     err=True,
                 )
             table = record(
