@@ -405,8 +405,9 @@ def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[s
     """The parameters the policy stored with its state (the ones it ran with) that neither its defaults nor the
     caller's `policy_params` (shown beside the policy) would give, and today's parameters the state does not store.
 
-    Those come from elsewhere: defaults change between versions, and the
-    environment (`FASTA_*`) sets some.
+    Those come from elsewhere: defaults change between versions, and in a
+    state written before a tune kept the `FASTA_*` knobs among its
+    `policy_params`, the environment set some.
     """
     stored = state.policy_state.get("params") if isinstance(state.policy_state, dict) else None
     if not isinstance(stored, dict):

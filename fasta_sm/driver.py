@@ -33,7 +33,7 @@ from typing import Any
 from .config import Config, check_config_list
 from .errors import FastaError, LockTimeout
 from .machine import DEFAULT_CHUNK, Tune
-from .policies import check_arguments, policy_names
+from .policies import check_arguments, policy_names, with_environment
 from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import TuneState
 from .store import StateStore
@@ -62,7 +62,11 @@ def integration_params(
 
     They travel in generated kernel source or the environment, so a numpy
     number becomes the Python number it holds, and anything whose repr does
-    not read back as itself (inf, NaN, objects) is refused, naming it.
+    not read back as itself (inf, NaN, objects) is refused, naming it. The
+    knobs the environment sets (`with_environment`) are read here, once, in
+    the process that sets the integration up: a compile worker started
+    earlier may not have them, and both must open the tune with the same
+    settings.
     """
     if params is not None and not isinstance(params, Mapping):
         raise ValueError(f"policy_params={params!r} must be a mapping of parameter names to values")
@@ -76,7 +80,7 @@ def integration_params(
         if not same:
             raise ValueError(f"policy_params[{name!r}]={value!r}: must be a plain, finite Python literal")
         plain[name] = value
-    return {**(fasta_defaults if policy == "fasta" else {}), **plain}
+    return with_environment(policy, {**(fasta_defaults if policy == "fasta" else {}), **plain})
 
 
 def whole_number(name: str, value: Any, least: int) -> int:

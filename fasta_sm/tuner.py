@@ -67,7 +67,11 @@ def tune(
     benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
     on_step: StepCallback | None = None,
 ) -> TuneResult:
-    """Tune `kernel` (durably, under `key`) and return its winner."""
+    """Tune `kernel` (durably, under `key`) and return its winner.
+
+    `policy_params` are completed with the knobs the environment sets
+    (`with_environment`), and the tune keeps them as its settings.
+    """
     configs = check_config_list(kernel, configs)
     if lock_timeout_s is not None and not lock_timeout_s >= 0:
         raise ValueError(
@@ -117,10 +121,13 @@ def open_tune(
 ) -> Tune | TuneState:
     """The tune to drive for `key` (resumed or new), or its DONE state, to reuse as it is.
 
-    The caller must hold the key's lock.
+    The caller must hold the key's lock. `policy_params` are taken as they
+    are: an integration settles them once (`integration_params`, the
+    environment's knobs included), so that the processes that open one
+    tune agree on them.
     """
     wanted = configs_hash(configs)
-    params = _with_environment(kernel, policy, policy_params or {})
+    params = dict(policy_params or {})
 
     def fresh_policy() -> Policy:
         """The policy of a new tune, made before any old file is set aside: bad params must lose nothing."""

@@ -24,7 +24,7 @@ from fasta_sm import store as store_module
 from fasta_sm.errors import LockTimeout, PolicyError, SettingError, StateDirError
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore, default_lock_timeout
-from fasta_sm.tuner import tune
+from fasta_sm.tuner import open_tune, tune
 
 KEY = "mm_synth:fp16:1024"
 HASHED_NAME = re.compile(r"^[0-9a-f]{32}\.(fsm|lock)$")
@@ -222,6 +222,20 @@ def test_a_fasta_knob_set_in_the_environment_after_a_tune_starts_a_new_tune(tabl
     again = run_tune(table, backend, store, policy="fasta")
     assert not again.reused and again.state.policy_params == {"r1_frac": 0.1}
     assert len(list(store.path.glob("*.superseded-*"))) == 1
+
+
+def test_a_fasta_variable_set_to_its_default_keeps_the_tune(table, backend, store, monkeypatch):
+    monkeypatch.delenv("FASTA_R1_PCT", raising=False)
+    run_tune(table, backend, store, policy="fasta")
+    monkeypatch.setenv("FASTA_R1_PCT", "0.06")  # the default: the settings did not change
+    assert run_tune(table, backend, store, policy="fasta").reused
+
+
+def test_open_tune_takes_the_parameters_it_is_given_not_the_environment(table, backend, store, monkeypatch):
+    monkeypatch.setenv("FASTA_R1_PCT", "0.1")  # a compile worker's environment may differ from its parent's
+    with store.lock(KEY, table.kernel):
+        opened = open_tune(store, KEY, table.kernel, table.configs, backend, policy="fasta", policy_params={})
+    assert opened.state.policy_params == {}
 
 
 def test_a_tune_under_the_same_environment_is_reused(table, backend, store, monkeypatch):

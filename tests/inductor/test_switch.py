@@ -196,6 +196,15 @@ def test_fasta_under_inductor_starts_from_one_guided_round_and_live_retiming_and
         fi.disable()
 
 
+def test_a_fasta_variable_of_the_enabling_process_travels_in_the_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTA_R1_PCT", "0.1")  # compile workers started before enable() would not see it
+    try:
+        assert fi.enable(state_dir=tmp_path).policy_params["r1_frac"] == 0.1
+        assert fi.enable(state_dir=tmp_path, policy_params={"r1_frac": 0.2}).policy_params["r1_frac"] == 0.2
+    finally:
+        fi.disable()
+
+
 def test_numpy_numbers_in_policy_params_are_written_as_plain_python_numbers(tmp_path):
     import numpy as np
 

@@ -51,3 +51,11 @@ def test_a_policy_resumed_after_a_peaked_r1_keeps_the_raised_budget():
 def test_peak_share_outside_0_1_is_refused_naming_it(share):
     with pytest.raises(PolicyError, match="peak_share"):
         FastaPolicy(SPACE, peak_share=share)
+
+
+def test_a_state_from_before_the_routing_resumes_with_the_plan_its_class_gives():
+    state = _after_r1(FastaPolicy(SPACE), near_best=2.0).state_dict()
+    del state["plan"]
+    resumed = FastaPolicy(SPACE)
+    resumed.load_state_dict(state)
+    assert (resumed.plan_budget.budget_class, resumed.plan_budget.total) == ("large", 20)

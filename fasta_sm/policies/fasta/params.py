@@ -328,6 +328,12 @@ def environment_params(environ: Mapping[str, str] | None = None) -> dict[str, An
     return values
 
 
+def environment_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The knobs the FASTA_* variables set to something other than their default: what changes a tune."""
+    defaults = FastaParams()
+    return {name: value for name, value in environment_params(environ).items() if getattr(defaults, name) != value}
+
+
 def resolve_params(overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> FastaParams:
     """Defaults, then FASTA_* env vars, then per-tune keyword arguments."""
     types = {f.name: f.type for f in fields(FastaParams)}

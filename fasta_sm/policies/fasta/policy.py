@@ -35,7 +35,7 @@ from .feasibility import (
     shared_memory_columns,
 )
 from .features import extract_features
-from .params import FastaParams, environment_params, resolve_params
+from .params import FastaParams, environment_overrides, resolve_params
 from .sampling import (
     cell_retry_picks,
     marginal_scores,
@@ -82,6 +82,7 @@ class FastaPolicy:
         self._budget_arg = budget
         self._setup(resolve_params(params))
         # What _setup derives, taken before the tune's memory exists; load_state_dict may rerun _setup.
+        # plan_budget is among them, yet `_route_by_peak` may replace it (never mutate it): copies stay apart.
         self._derived = frozenset(vars(self)) | {"_derived"}
         self._phase = "start"
         self._r2_rounds = 0
@@ -109,8 +110,8 @@ class FastaPolicy:
 
     @classmethod
     def with_environment(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        """`params` with the knobs the FASTA_* variables set filled in; those given explicitly win."""
-        return {**environment_params(), **params}
+        """`params` with the knobs the FASTA_* variables set away from their defaults; those given explicitly win."""
+        return {**environment_overrides(), **params}
 
     def _setup(self, params: FastaParams) -> None:
         self.params = params
@@ -323,13 +324,16 @@ class FastaPolicy:
     def _route_by_peak(self, r1: np.ndarray) -> None:
         """A peaked R1 (few runs near its best) moves the budget one class up (`peak_share`; off by default).
 
+        `r1` is what ran by the first refine: R1's timings, with any results
+        carried over from a superseded tune or measured by a wrapper's R1.
+
         Routing by N assumes a large space has a broad optimum; an R1 with few
         runs near its best says this one may not. On the held-out tables it
         helped one needle and cost 0.35 point on the data set for nothing
         there (docs/benchmarks.md, held-out shapes), so it is a knob.
         """
         params, plan = self.params, self.plan_budget
-        if params.peak_share <= 0 or self._budget_arg is not None or plan.budget_class not in ("large", "base"):
+        if params.peak_share <= 0 or plan.budget_class not in ("large", "base"):  # an explicit budget is "fixed"
             return
         share = float(np.mean(r1 <= r1.min() * (1.0 + params.near_tol)))
         if share >= params.peak_share:
