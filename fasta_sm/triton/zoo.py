@@ -177,14 +177,14 @@ def spec_mm_skinny_bf16(M: int = 16, N: int = 8192, K: int = 8192, configs: list
     """Decode-style skinny bf16 matmul (few rows, wide weights); 288 configs."""
     axes = {"BLOCK_M": [16, 32], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [64, 128, 256], "GROUP_M": [8]}
     space = configs or _space(axes, warps=[2, 4, 8], stages=[2, 3, 4, 5])
-    return _matmul_spec(f"mm_skinny_bf16_m{M}", M, N, K, "bf16", "none", space)
+    return _matmul_spec(_shape_name(f"mm_skinny_bf16_m{M}", (N, K), (8192, 8192)), M, N, K, "bf16", "none", space)
 
 
 def spec_mm_skinny_fp16(M: int = 64, N: int = 8192, K: int = 8192, configs: list[Config] | None = None) -> KernelSpec:
     """Skinny fp16 matmul, M=64; 216 configs."""
     axes = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "GROUP_M": [8]}
     space = configs or _space(axes, warps=[4, 8], stages=[2, 3, 4, 5])
-    return _matmul_spec(f"mm_skinny_fp16_m{M}", M, N, K, "fp16", "none", space)
+    return _matmul_spec(_shape_name(f"mm_skinny_fp16_m{M}", (N, K), (8192, 8192)), M, N, K, "fp16", "none", space)
 
 
 # --------------------------------------------------------------------------- row sum

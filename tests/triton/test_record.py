@@ -41,6 +41,13 @@ def test_a_config_with_a_wrong_result_is_recorded_as_failed():
     assert by_block[64]["error"].startswith("WrongResult") and by_block[64]["duration_us"] == []
 
 
+def test_a_kernel_at_another_shape_than_the_data_sets_gets_a_table_of_its_own():
+    assert zoo.spec_rmsnorm().name == "rmsnorm_bf16"
+    assert zoo.spec_rmsnorm(M=32768, N=2048).name == "rmsnorm_bf16_32768x2048"
+    assert zoo.spec_mm_skinny_bf16(M=16).name == "mm_skinny_bf16_m16"
+    assert zoo.spec_mm_skinny_bf16(M=32, N=4096, K=14336).name == "mm_skinny_bf16_m32_4096x14336"
+
+
 def test_spread_keeps_an_evenly_spaced_subset():
     configs = zoo.spec_transpose().configs
     assert spread(configs, 5)[0] == configs[0] and len(spread(configs, 5)) == 5
