@@ -70,6 +70,10 @@ def with_environment(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     tune finished counts as a changed setting (a new tune, results carried
     over), not as something the old winner silently ignores.
     """
+    if name == "fasta":  # as in check_arguments: a decorated kernel loads no other policy
+        from .fasta import FastaPolicy
+
+        return FastaPolicy.with_environment(params)
     _load_builtin()
     hook = getattr(_REGISTRY.get(name), "with_environment", None)
     return hook(params) if hook is not None else dict(params)
