@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import write_table
+from toy_table import write_table
 
 from fasta_sm.cli import main
 
