@@ -20,6 +20,11 @@ class BudgetPlan:
     path: str
 
 
+def class_total(n: int, fraction: float, params: FastaParams) -> int:
+    """Configs a budget fraction buys in a space of `n`: at least `min_budget`, at most all."""
+    return min(n, max(math.ceil(fraction * n), params.min_budget))
+
+
 def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -> BudgetPlan:
     """Budget by N and D: small low-D spaces get more, large high-D ones less.
 
@@ -41,7 +46,7 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
         budget_class, fraction = "large", params.large_budget
     else:
         budget_class, fraction = "base", params.base_budget
-    total = min(n, max(math.ceil(fraction * n), params.min_budget))
+    total = class_total(n, fraction, params)
     wanted_r1 = max(math.ceil(params.r1_frac * n), params.r1_min, math.ceil(params.r1_per_param * (1 + dims)))
     guided = math.ceil(params.guided_share * total) if total > 1 else 0
     r1 = max(1, min(wanted_r1, total - guided))

@@ -24,7 +24,7 @@ from ...protocols import Decision, Observations
 from .. import register
 from ..baseline import check_budget
 from ..config_optimizer import optimize_configs
-from .budget import BudgetPlan, route_budget
+from .budget import BudgetPlan, class_total, route_budget
 from .contract import check_observations
 from .feasibility import (
     failure_chance,
@@ -339,8 +339,7 @@ class FastaPolicy:
         if share >= params.peak_share:
             return
         up, fraction = ("base", params.base_budget) if plan.budget_class == "large" else ("small", params.small_budget)
-        n = int(self._active.sum())
-        total = max(plan.total, min(n, max(math.ceil(fraction * n), params.min_budget)))
+        total = max(plan.total, class_total(int(self._active.sum()), fraction, params))
         self.plan_budget = dataclasses.replace(plan, budget_class=f"{up} (peaked R1)", total=total)
         self._history.append({"route": self.plan_budget.budget_class, "r1_near_share": round(share, 4), "total": total})
 
