@@ -673,6 +673,7 @@ def bench_command(
             notes.print("trees left out: it needs scikit-learn (pip install 'fasta-sm[bench]')")
     _check_directory_of("--json", json_out)
     paths = table_paths(tables_dir or shipped_tables())  # refused before the progress display starts
+    _note_cache_hits(paths)
     params = _policy_params(names[0], param_items, paths)
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),
@@ -749,6 +750,21 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
             noise,
         )
     _print_table(table)
+    _note_cache_hits(paths)
+
+
+def _note_cache_hits(paths: list[Path]) -> None:
+    """Say which tables hold compile times too short to be compiles: their cost figures read low."""
+    from .backends.replay import CACHE_HIT_S, load_table
+
+    for path in paths:
+        replay = load_table(path)
+        hits = replay.cache_hits()
+        if hits:
+            notes.print(
+                f"note: {path}: {hits} of {len(replay.configs)} compile times are under {CACHE_HIT_S} s, "
+                "as loads from Triton's cache are; cost on this table reads low (docs/recording.md)"
+            )
 
 
 def run() -> None:

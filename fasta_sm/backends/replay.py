@@ -27,6 +27,11 @@ BENCH_OVERHEAD_S = 0.125
 """Seconds one timing costs on a live device: `triton.testing.do_bench`'s default
 25 ms warm-up plus 100 ms of repeats, charged per config benchmarked."""
 
+CACHE_HIT_S = 0.05
+"""Compile seconds below which a recorded compile was a load from Triton's on-disk
+cache, not a compile: on the H200 tables real compiles take 0.07 s or more, and
+the cache hits once recorded by mistake 0.006 s or less (docs/recording.md)."""
+
 _TOP_FIELDS = ("kernel", "configs")
 _CONFIG_FIELDS = ("kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error")
 
@@ -81,6 +86,10 @@ class ReplayTable:
     def within(self, share: float) -> int:
         """How many configs run within `share` of the best mean (0.02: within 2 %); a needle has few."""
         return int(np.sum(self.mean_us <= self.true_best_us * (1.0 + share)))
+
+    def cache_hits(self) -> int:
+        """How many compile times are below `CACHE_HIT_S`: a table with any understates its cost."""
+        return int(np.sum(self.compile_s < CACHE_HIT_S))
 
     def repeat_spread(self) -> np.ndarray:
         """Per config timed more than once, its repeats' range over their minimum: the device's noise."""

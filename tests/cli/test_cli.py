@@ -438,6 +438,32 @@ def test_tables_stats_says_what_each_table_holds(table_file):
     assert cells == ["toy_mm", "48", "3", "0.72", "102.00 µs", "2", "2", "1.01 % / 1.0 %"]
 
 
+def _with_cache_hits(table_file: Path, hits: int) -> Path:
+    """The toy table with its first `hits` compile times those of loads from Triton's cache."""
+    table = json.loads(table_file.read_text())
+    for row in table["configs"][:hits]:
+        row["compile_s"] = 0.004
+    table_file.write_text(json.dumps(table))
+    return table_file
+
+
+def test_tables_stats_notes_a_table_whose_compile_times_are_cache_hits(table_file):
+    done = fasta_sm("tables", "--stats", "--tables", str(_with_cache_hits(table_file, 5).parent))
+    assert done.returncode == 0
+    assert f"note: {table_file}: 5 of 48 compile times are under 0.05 s" in done.stderr
+
+
+def test_tables_stats_notes_nothing_on_a_table_of_real_compiles(table_file):
+    assert "note:" not in fasta_sm("tables", "--stats", "--tables", str(table_file.parent)).stderr
+
+
+def test_bench_notes_a_table_whose_cost_reads_low_before_scoring_it(table_file):
+    done = fasta_sm("bench", "--tables", str(_with_cache_hits(table_file, 5).parent), "--seeds", "1",
+                    "--policies", "random")
+    assert done.returncode == 0
+    assert f"note: {table_file}: 5 of 48 compile times" in done.stderr and "cost on this table reads low" in done.stderr
+
+
 def test_tables_of_a_directory_are_listed_by_name(table_file):
     assert fasta_sm("tables", "--tables", str(table_file.parent)).stdout.split() == ["toy_mm"]
 

@@ -1,0 +1,56 @@
+"""The recorded data set shipped as package data: what the policy issue asks of it, and that it is sound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fasta_sm.backends.replay import load_table
+from fasta_sm.data import tables_dir
+
+SHIPPED = sorted(tables_dir().glob("*.json"))
+SUPERSEDED = Path(__file__).parents[2] / "benchmarks" / "tables_superseded" / "mm_skinny_fp16_m64_2026-11-30.json"
+
+
+def test_at_least_ten_tables_ship():
+    assert len(SHIPPED) >= 10
+
+
+def test_every_table_was_recorded_on_an_h200():
+    assert {load_table(path).meta["device"] for path in SHIPPED} == {"NVIDIA H200"}
+
+
+def test_the_spaces_run_from_about_fifty_to_over_a_thousand_configs():
+    sizes = [len(load_table(path).configs) for path in SHIPPED]
+    assert min(sizes) <= 80 and max(sizes) > 1000
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["mm_fp16", "mm_bf16", "mm_skinny_fp16", "mm_skinny_bf16", "row_sum", "rmsnorm", "softmax", "attention",
+     "add_gelu", "transpose"],
+)
+def test_each_kind_of_kernel_the_issue_names_has_a_table(kind):
+    assert any(path.stem.startswith(kind) for path in SHIPPED)
+
+
+def test_at_least_two_are_needles_with_at_most_three_configs_within_five_percent():
+    assert sum(load_table(path).within(0.05) <= 3 for path in SHIPPED) >= 2
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_every_config_that_ran_was_timed_twice_positively(path):
+    table = load_table(path)
+    timed = [samples for samples, error in zip(table.samples_us, table.errors) if error is None]
+    assert timed and all(len(samples) == 2 and min(samples) > 0 and np.isfinite(samples).all() for samples in timed)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_no_compile_time_is_a_load_from_tritons_cache(path):
+    assert load_table(path).cache_hits() == 0
+
+
+def test_the_superseded_recording_is_flagged_for_its_cache_hits():
+    assert load_table(SUPERSEDED).cache_hits() == 24
