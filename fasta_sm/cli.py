@@ -17,6 +17,7 @@ import numpy as np
 from click.core import ParameterSource
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -594,12 +595,13 @@ def _known_policy(name: str, option: str = "--policy") -> str:
 
 
 def _print_table(table: Table) -> None:
-    """A table into a pipe or a file is printed wide, never cut to 80 columns: its cells (kernel names,
-    configs, keys) are what a user greps for or pastes."""
+    """A table into a pipe or a file is printed as wide as its cells need, never cut: its cells (kernel
+    names, configs, keys) are what a user greps for or pastes."""
     if console.is_terminal:
         console.print(table)
         return
-    wide = Console(markup=False, width=max(console.width, 240))
+    needed = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
+    wide = Console(markup=False, width=max(console.width, 240, needed))
     with wide.capture() as captured:
         wide.print(table)
     click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
@@ -740,7 +742,7 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
         spread = replay.repeat_spread()
         noise = f"{100 * np.median(spread):.2f} % / {100 * np.percentile(spread, 90):.1f} %" if spread.size else "-"
         table.add_row(
-            replay.kernel,
+            path.stem,
             str(len(replay.configs)),
             str(sum(error is not None for error in replay.errors)),
             f"{np.mean(replay.compile_s):.2f}",
@@ -772,6 +774,7 @@ def run() -> None:
     try:
         main(standalone_mode=False)
     except click.exceptions.Abort:
+        click.echo("interrupted: a tune keeps every step it finished, and the same command resumes it", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()

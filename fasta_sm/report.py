@@ -39,24 +39,28 @@ REPORT_COLUMNS = (
 @dataclass(frozen=True)
 class TuneCosts:
     spent_s: float
-    exhaustive_s: float
+    exhaustive_s: float | None
+    """None while nothing has been compiled: there is no seconds-per-config to estimate it from."""
 
     @property
-    def spent_pct(self) -> float:
-        return 100.0 * self.spent_s / self.exhaustive_s if self.exhaustive_s > 0 else float("nan")
+    def spent_pct(self) -> float | None:
+        return 100.0 * self.spent_s / self.exhaustive_s if self.exhaustive_s else None
 
 
 def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts:
     """Compile plus benchmark seconds spent, against exhaustive tuning's cost.
 
     `exhaustive_s` is that cost when it is known (a replay table records it);
-    otherwise it is estimated from the tune's own seconds per config.
+    otherwise it is estimated from the tune's own seconds per config, and
+    unknown (None) until the tune has compiled something.
     """
     spent = state.cost.compile_s + state.cost.benchmark_s
     if exhaustive_s is None:
-        bench_per_timing = state.cost.benchmark_s / max(state.evaluations(), 1)
         tried = len(set(state.compiled) | set(state.failed))
-        compile_all = (state.cost.compile_s / tried if tried else 0.0) * state.n_configs
+        if not tried:
+            return TuneCosts(spent_s=spent, exhaustive_s=None)
+        bench_per_timing = state.cost.benchmark_s / max(state.evaluations(), 1)
+        compile_all = state.cost.compile_s / tried * state.n_configs
         exhaustive_s = compile_all + bench_per_timing * (state.n_configs - len(state.failed))
     return TuneCosts(spent_s=spent, exhaustive_s=exhaustive_s)
 
@@ -92,7 +96,7 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
                 "policy_s": state.cost.policy_s,
                 "total_s": state.cost.total_s,
                 "exhaustive_s": costs.exhaustive_s,
-                "saved_s": costs.exhaustive_s - costs.spent_s if state.done else None,
+                "saved_s": costs.exhaustive_s - costs.spent_s if state.done and costs.exhaustive_s else None,
                 "cost_pct": costs.spent_pct,
             }
         )
@@ -101,7 +105,7 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
         total = {c: sum(r[c] for r in rows if r[c] is not None) for c in numbers}
         total["timings_pct"] = 100.0 * total["timings"] / total["configs"]
         spent = total["compile_s"] + total["benchmark_s"]
-        total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else float("nan")
+        total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else None
         finished = sum(r["saved_s"] is not None for r in rows)
         position = f"{len(rows)} tunes, {finished} finished"
         rows.append({"file": "", "kernel": "TOTAL", "policy": "", "position": position, **total})

@@ -6,14 +6,27 @@ itself starts without torch or Triton.
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from ..errors import MissingDependency
+
+
+def _finite(least: float, strict: bool) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
+    """An option callback: a usage error unless the value is finite and above `least` (or at it, if not strict)."""
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and (value > least if strict else value >= least)):
+            raise click.BadParameter(f"{value!r} must be a finite number {'>' if strict else '≥'} {least:g}")
+        return value
+
+    return check
 
 
 def _parse_params(items: tuple[str, ...]) -> dict[str, object]:
@@ -50,11 +63,23 @@ def _spec_path(spec: str) -> str:
 )
 @click.option("--param", "params", multiple=True, help="NAME=VALUE passed to every spec function (e.g. M=2048).")
 @click.option("--device", default="cuda", show_default=True, help="Device the inputs live on.")
-@click.option("--warmup-ms", default=5.0, show_default=True, help="do_bench warm-up per config and pass.")
-@click.option("--rep-ms", default=20.0, show_default=True, help="do_bench repetition time per config and pass.")
+@click.option(
+    "--warmup-ms",
+    default=5.0,
+    show_default=True,
+    callback=_finite(0, strict=False),
+    help="do_bench warm-up per config and pass.",
+)
+@click.option(
+    "--rep-ms",
+    default=20.0,
+    show_default=True,
+    callback=_finite(0, strict=False),
+    help="do_bench repetition time per config and pass.",
+)
 @click.option(
     "--workers",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
     help="Compile workers (default: FASTA_COMPILE_WORKERS, else usable cores less two).",
 )
@@ -65,7 +90,13 @@ def _spec_path(spec: str) -> str:
     help="Record only an evenly spaced subset of N configs (smoke runs).",
 )
 @click.option("--no-check", is_flag=True, help="Skip checking each config's output against the reference.")
-@click.option("--deadline-s", type=float, default=None, help="Start no new kernel after this many seconds.")
+@click.option(
+    "--deadline-s",
+    type=float,
+    default=None,
+    callback=_finite(0, strict=True),
+    help="Start no new kernel after this many seconds.",
+)
 def record_command(
     specs: tuple[str, ...],
     out_dir: str,
@@ -102,7 +133,7 @@ def record_command(
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise click.BadParameter(f"{device}: torch sees no CUDA device here", param_hint="--device")
 
-    command = shlex.join(sys.argv)
+    command = shlex.join(["fasta-sm", *sys.argv[1:]])  # argv[1] is "record", from `fasta-sm` or `-m` alike
     pool = CompilePool(workers)
     started = time.perf_counter()
     try:

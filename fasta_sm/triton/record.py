@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, check_config_list
+from ..errors import ConfigError
 from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
 from .compile_pool import CompilePool
 from .spec import KernelSpec
@@ -101,8 +102,13 @@ def record(
     import triton
 
     say = progress or logger.info
+    if not all(math.isfinite(ms) and ms >= 0 for ms in (warmup_ms, rep_ms)):
+        raise ConfigError(f"{spec.name}: warmup_ms={warmup_ms!r} and rep_ms={rep_ms!r} must be finite and ≥ 0")
     configs = check_config_list(spec.name, spec.configs)  # the replay format allows each config once
-    args = spec.make_args(device)
+    try:
+        args = spec.make_args(device)
+    except Exception as exc:  # the spec's own code: whatever it raises, these parameters make no inputs
+        raise ConfigError(f"{spec.name}: cannot make its inputs at {spec.shape}: {type(exc).__name__}: {exc}") from exc
     backend = TritonBackend(
         spec.fn,
         args,

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 from toy_table import write_table
@@ -384,6 +385,45 @@ def test_report_counts_no_savings_for_unfinished_tunes_and_names_unreadable_file
     assert done.returncode == 0 and "b.fsm" in done.stderr
     rows = list(csv.DictReader(out_csv.open()))
     assert rows[0]["saved_s"] == "" and float(rows[1]["saved_s"]) == 0.0
+
+
+def test_report_leaves_the_cost_of_a_tune_that_compiled_nothing_blank_not_zero_or_nan(tmp_path):
+    states = tmp_path / "s"
+    states.mkdir()
+    shutil.copy(CORPUS / "v1-r1-compile.fsm", states / "a.fsm")
+    out_csv = tmp_path / "r.csv"
+    done = fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv))
+    row = next([cell.strip() for cell in line.split("│")[1:-1]] for line in done.stdout.splitlines() if "a.fsm" in line)
+    assert done.returncode == 0 and "nan" not in done.stdout and row[-3:] == ["-", "-", "-"]
+    first = next(csv.DictReader(out_csv.open()))
+    assert (first["exhaustive_s"], first["cost_pct"]) == ("", "")
+
+
+def test_report_into_a_pipe_keeps_a_long_kernel_name_whole(tmp_path, state_dir):
+    name = "triton_poi_fused_native_layer_norm_gelu_" + "x" * 120
+    tune(write_table(tmp_path / "long.json", kernel=name), state_dir)
+    assert name in fasta_sm("report", "--state-dir", str(state_dir)).stdout
+
+
+def test_ctrl_c_exits_130_with_one_line_saying_the_same_command_resumes(monkeypatch, capsys):
+    import fasta_sm.cli as cli
+
+    def interrupted(**_kwargs):
+        raise click.exceptions.Abort
+
+    monkeypatch.setattr(cli, "main", interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        cli.run()
+    assert exit_.value.code == 130
+    said = capsys.readouterr().err
+    assert said == "interrupted: a tune keeps every step it finished, and the same command resumes it\n"
+
+
+def test_tables_stats_names_each_table_by_its_file_as_the_plain_listing_does(table_file):
+    shutil.copy(table_file, table_file.parent / "toy_mm_other_device.json")
+    done = fasta_sm("tables", "--stats", "--tables", str(table_file.parent))
+    names = [line.split("│")[1].strip() for line in done.stdout.splitlines() if "toy_mm" in line]
+    assert names == ["toy_mm", "toy_mm_other_device"]
 
 
 def test_output_files_in_a_missing_directory_are_refused_before_any_work(tmp_path, table_file):

@@ -93,6 +93,8 @@ def test_a_kernel_new_to_the_cache_is_recorded_without_a_warning(tmp_path):
         ("no_such_module:spec", [], "cannot import 'no_such_module'"),
         ("fasta_sm.triton.zoo:nofunc", [], "has no function 'nofunc'"),
         ("mm_fp16", ["--param", "X=1"], "'X'"),
+        ("softmax", ["--param", "M=abc"], "softmax_fp32_abcx8192: cannot make its inputs at"),
+        ("softmax", ["--param", "M=-4"], "softmax_fp32_-4x8192: cannot make its inputs at"),
     ],
 )
 def test_record_with_a_bad_spec_is_a_clear_error_naming_it(spec, params, says, tmp_path):
@@ -102,6 +104,33 @@ def test_record_with_a_bad_spec_is_a_clear_error_naming_it(spec, params, says, t
         capture_output=True, text=True,
     )
     assert done.returncode in (1, 2) and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--warmup-ms", "inf"), ("--warmup-ms", "-5"), ("--rep-ms", "nan"), ("--rep-ms", "-1"), ("--workers", "0"),
+     ("--deadline-s", "0"), ("--deadline-s", "-1")],
+)
+def test_record_refuses_an_option_out_of_range_naming_it_before_recording(option, value, tmp_path):
+    result = CliRunner().invoke(record_command, ["row_sum", "--out", str(tmp_path), "--device", DEVICE, "--limit", "1",
+                                                 option, value])
+    assert result.exit_code == 2 and option in result.output and not list(tmp_path.iterdir()), result.output
+
+
+def test_record_refuses_timing_settings_that_are_not_finite_and_non_negative():
+    with pytest.raises(ConfigError, match=r"softmax_fp32_5x300: warmup_ms=inf"):
+        record(zoo.spec_softmax(M=5, N=300), device=DEVICE, warmup_ms=float("inf"), rep_ms=0)
+
+
+def test_a_table_names_the_fasta_sm_record_command_that_made_it(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "fasta_sm.triton.cli", "row_sum", "--out", str(tmp_path), "--param", "M=3",
+         "--param", "N=700", "--limit", "1", "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    command = json.loads((tmp_path / "row_sum_fp32_3x700.json").read_text())["command"]
+    assert command.startswith("fasta-sm record row_sum --out ")
 
 
 def test_a_spec_with_a_config_twice_is_refused_before_anything_is_recorded():
