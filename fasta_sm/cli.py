@@ -228,8 +228,16 @@ def list_states(state_dir: Path | None) -> None:
         )
     if not table.row_count:
         notes.print(f"no state files in {store.path}")
-        return
-    _print_table(table)
+    else:
+        _print_table(table)
+    aside = store.set_aside_files()
+    if aside:
+        corrupt = sum(".corrupt-" in path.name for path in aside)
+        notes.print(
+            f"{len(aside)} state file{'s' if len(aside) > 1 else ''} set aside in {store.path} "
+            f"({corrupt} unreadable, .corrupt-*; {len(aside) - corrupt} superseded, .superseded-*): "
+            "kept, never read by a tune (`show FILE` opens a superseded one); delete them when done"
+        )
 
 
 @main.command()

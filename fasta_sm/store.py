@@ -259,6 +259,10 @@ class StateStore:
     def state_files(self) -> list[Path]:
         return sorted(self.path.glob("*" + STATE_SUFFIX))
 
+    def set_aside_files(self) -> list[Path]:
+        """Every state moved aside, quarantined (`.corrupt-*`) or superseded (`.superseded-*`): kept, never read."""
+        return sorted([*self.path.glob(f"*{STATE_SUFFIX}.corrupt-*"), *self.path.glob(f"*{STATE_SUFFIX}.superseded-*")])
+
     def resolve(self, key_or_file: str) -> Path:
         """A path to a state file from a path, a file name in the store (with or without its suffix), or a key."""
         candidate = Path(key_or_file).expanduser()

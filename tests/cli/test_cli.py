@@ -63,6 +63,24 @@ def test_ls_lists_an_entry_it_cannot_open_as_unreadable_and_the_others_as_usual(
     assert "unreadable" in out and "dangling.fsm" in out and "DONE" in out
 
 
+def test_ls_counts_the_state_files_set_aside_so_they_do_not_pile_up_unseen(table_file, state_dir):
+    fasta = ("tune", "--replay", str(table_file), "--state-dir", str(state_dir))
+    invoke(*fasta)
+    next(state_dir.glob("*.fsm")).write_bytes(b"garbage")
+    invoke(*fasta)  # quarantines the garbage, tunes afresh
+    assert fasta_sm(*fasta, env={"FASTA_RETIME_TOP": "5"}).returncode == 0  # another setting: superseded
+    done = fasta_sm("ls", "--state-dir", str(state_dir))
+    assert done.returncode == 0 and "DONE" in done.stdout
+    assert f"2 state files set aside in {state_dir} (1 unreadable, .corrupt-*; 1 superseded, .superseded-*)" in (
+        done.stderr
+    )
+
+
+def test_ls_says_nothing_of_set_aside_files_where_there_are_none(table_file, state_dir):
+    tune(table_file, state_dir)
+    assert "set aside" not in fasta_sm("ls", "--state-dir", str(state_dir)).stderr
+
+
 def test_report_counts_the_readable_states_beside_an_entry_it_cannot_open(table_file, state_dir):
     tune(table_file, state_dir)
     (state_dir / "dangling.fsm").symlink_to(state_dir / "nowhere")
