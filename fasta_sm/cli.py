@@ -289,11 +289,12 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
 
 def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[Path, TuneState]:
     """The one tune in `store` of the kernel named `kernel` (as `ls` lists it), for `show KERNEL`."""
-    found = []
+    found, unreadable = [], []
     for path in store.state_files():
         try:
             state = StateStore.read(path)
         except (OSError, FastaError):
+            unreadable.append(path.name)
             continue
         if state.kernel == kernel:
             found.append((path, state))
@@ -302,9 +303,15 @@ def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[P
     if found:
         files = ", ".join(path.name for path, _ in found)
         raise click.ClickException(f"kernel {kernel!r} has {len(found)} tunes here ({files}); name one by its file")
+    maybe = (
+        f"; {len(unreadable)} file{'s' if len(unreadable) > 1 else ''} there cannot be read and may hold it: "
+        + ", ".join(unreadable)
+        if unreadable
+        else ""
+    )
     raise click.ClickException(
         f"no state file for the key or kernel {kernel!r} (looked for {looked_for}, and for a tune of that kernel "
-        f"in {store.path}: `fasta-sm ls` lists them)"
+        f"in {store.path}: `fasta-sm ls` lists them){maybe}"
     )
 
 

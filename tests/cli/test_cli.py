@@ -76,6 +76,14 @@ def test_ls_counts_the_state_files_set_aside_so_they_do_not_pile_up_unseen(table
     )
 
 
+def test_show_of_a_kernel_whose_only_file_is_unreadable_names_that_file(table_file, state_dir):
+    tune(table_file, state_dir)
+    state_file = next(state_dir.glob("*.fsm"))
+    state_file.write_bytes(b"garbage")
+    done = fasta_sm("show", "toy_mm", "--state-dir", str(state_dir))
+    assert done.returncode == 1 and f"1 file there cannot be read and may hold it: {state_file.name}" in done.stderr
+
+
 def test_ls_says_nothing_of_set_aside_files_where_there_are_none(table_file, state_dir):
     tune(table_file, state_dir)
     assert "set aside" not in fasta_sm("ls", "--state-dir", str(state_dir)).stderr
