@@ -23,6 +23,8 @@ def plot_tune(state: TuneState, out: Path) -> Path:
     """Draw `state` to `out` (PNG or SVG, by its suffix); needs matplotlib."""
     if Path(out).suffix.lower() not in (".png", ".svg"):
         raise ValueError("name a file ending in .png or .svg")
+    if not any(math.isfinite(state.mean_us(index)) for index in state.durations):
+        raise ValueError(f"{state.kernel}: nothing is timed yet ({state.position()}), so there is nothing to draw")
     fig = tune_figure(state)
     out = Path(out)
     fig.savefig(out, dpi=110)

@@ -327,6 +327,13 @@ def test_show_plot_in_an_unknown_format_is_a_clear_error(table_file, state_dir, 
     assert result.exit_code == 1 and "--plot" in result.output and "txt" in result.output
 
 
+def test_show_plot_of_a_tune_that_timed_nothing_says_so_and_draws_nothing(tmp_path):
+    pytest.importorskip("matplotlib")
+    picture = tmp_path / "p.png"
+    result = CliRunner().invoke(main, ["show", str(CORPUS / "v1-r1-compile.fsm"), "--plot", str(picture)])
+    assert result.exit_code == 1 and "nothing is timed yet (R1 compile)" in result.output and not picture.exists()
+
+
 def test_show_json_with_a_plot_keeps_standard_output_json(table_file, state_dir, tmp_path):
     pytest.importorskip("matplotlib")
     tune(table_file, state_dir)
