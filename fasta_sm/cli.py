@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import __version__
+from .backends.replay import CACHE_HIT_S, ReplayBackend, ReplayTable, load_table
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError
 from .policies import make_policy, require_listed
@@ -122,7 +123,6 @@ def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None
 @state_dir_option
 def tune(table: str | None, policy: str, seed: int, budget: float | None, noise: bool, state_dir: Path | None) -> None:
     """Tune a kernel by replaying its recorded table; a second run reuses the DONE state."""
-    from .backends.replay import ReplayBackend, load_table
     from .tuner import tune as run_tune
 
     replay = load_table(table_path(DEFAULT_TABLE if table is None else table))
@@ -154,17 +154,21 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
                 best=format_us(state.best_us),
             )
 
-        result = run_tune(
-            key,
-            replay.kernel,
-            replay.configs,
-            ReplayBackend(replay, noise=noise, seed=seed),
-            policy=policy,
-            policy_params=params,
-            seed=seed,
-            store=store,
-            on_step=on_step,
-        )
+        try:
+            result = run_tune(
+                key,
+                replay.kernel,
+                replay.configs,
+                ReplayBackend(replay, noise=noise, seed=seed),
+                policy=policy,
+                policy_params=params,
+                seed=seed,
+                store=store,
+                on_step=on_step,
+            )
+        except KeyboardInterrupt:
+            notes.print("interrupted: the tune keeps every step it finished, and the same command resumes it")
+            raise
     state = result.state
     costs = tune_costs(state, replay.exhaustive_cost_s)
     best_true = replay.true_best_us
@@ -191,7 +195,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
         "tuning cost",
         f"{costs.spent_s:.1f} s = compile {state.cost.compile_s:.1f} s + benchmark "
         f"{state.cost.benchmark_s:.1f} s (and policy {state.cost.policy_s * 1000:.1f} ms); "
-        f"{costs.spent_pct:.1f}% of exhaustive ({costs.exhaustive_s:.1f} s, the table's cost of every config; "
+        f"{_cell(costs.spent_pct)}% of exhaustive ({_cell(costs.exhaustive_s)} s, the table's cost of every config; "
         "`report` estimates it from the tune instead)",
     )
     summary.add_row(
@@ -234,9 +238,10 @@ def list_states(state_dir: Path | None) -> None:
     if aside:
         corrupt = sum(".corrupt-" in path.name for path in aside)
         notes.print(
-            f"{len(aside)} state file{'s' if len(aside) > 1 else ''} set aside in {store.path} "
-            f"({corrupt} unreadable, .corrupt-*; {len(aside) - corrupt} superseded, .superseded-*): "
-            "kept, never read by a tune (`show FILE` opens a superseded one); delete them when done"
+            f"{len(aside)} state file{'s' if len(aside) > 1 else ''} set aside in {store.path}: "
+            f"{corrupt} unreadable (.corrupt-*; never read again, yours to inspect and delete) and "
+            f"{len(aside) - corrupt} superseded (.superseded-*; their results carry into their key's next tune "
+            "after another change of settings)"
         )
 
 
@@ -558,7 +563,6 @@ def _policy_params(policy: str, items: tuple[str, ...], tables: list[Path]) -> d
     built once on every table, so that a bad knob is a usage error before
     the first run, not a crash on the table that rejects it.
     """
-    from .backends.replay import load_table
     from .bench import BUDGET_IN_PARAMS
 
     params: dict[str, object] = {}
@@ -690,8 +694,9 @@ def bench_command(
             notes.print("trees left out: it needs scikit-learn (pip install 'fasta-sm[bench]')")
     _check_directory_of("--json", json_out)
     paths = table_paths(tables_dir or shipped_tables())  # refused before the progress display starts
-    _note_cache_hits(paths)
     params = _policy_params(names[0], param_items, paths)
+    for path in paths:
+        _note_cache_hits(path, load_table(path))
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
@@ -740,7 +745,6 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
         for name in table_names():
             click.echo(name)
         return
-    from .backends.replay import load_table
     from .bench import table_paths
     from .data import tables_dir as shipped_tables
 
@@ -754,6 +758,7 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
     )
     for path in paths:
         replay = load_table(path)
+        _note_cache_hits(path, replay)
         spread = replay.repeat_spread()
         noise = f"{100 * np.median(spread):.2f} % / {100 * np.percentile(spread, 90):.1f} %" if spread.size else "-"
         table.add_row(
@@ -767,21 +772,16 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
             noise,
         )
     _print_table(table)
-    _note_cache_hits(paths)
 
 
-def _note_cache_hits(paths: list[Path]) -> None:
-    """Say which tables hold compile times too short to be compiles: their cost figures read low."""
-    from .backends.replay import CACHE_HIT_S, load_table
-
-    for path in paths:
-        replay = load_table(path)
-        hits = replay.cache_hits()
-        if hits:
-            notes.print(
-                f"note: {path}: {hits} of {len(replay.configs)} compile times are under {CACHE_HIT_S} s, "
-                "as loads from Triton's cache are; cost on this table reads low (docs/recording.md)"
-            )
+def _note_cache_hits(path: Path, replay: ReplayTable) -> None:
+    """Say so when a table holds compile times too short to be compiles: its cost figures read low."""
+    hits = replay.cache_hits()
+    if hits:
+        notes.print(
+            f"note: {path}: {hits} of {len(replay.configs)} compile times are under {CACHE_HIT_S} s, "
+            "as loads from Triton's cache are; cost on this table reads low (docs/recording.md)"
+        )
 
 
 def run() -> None:
@@ -789,7 +789,6 @@ def run() -> None:
     try:
         main(standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("interrupted: a tune keeps every step it finished, and the same command resumes it", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()

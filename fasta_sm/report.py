@@ -74,13 +74,14 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
     Seconds saved are counted for finished tunes only (None for the others):
     an unfinished tune has not yet spent what it will.
     """
-    rows, unreadable = [], []
+    rows, unreadable, finished = [], [], 0
     for path in store.state_files():
         try:
             state = store.read(path)
         except (StateFileError, OSError) as exc:
             unreadable.append(str(exc))
             continue
+        finished += state.done
         costs = tune_costs(state)
         rows.append(
             {
@@ -96,17 +97,18 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
                 "policy_s": state.cost.policy_s,
                 "total_s": state.cost.total_s,
                 "exhaustive_s": costs.exhaustive_s,
-                "saved_s": costs.exhaustive_s - costs.spent_s if state.done and costs.exhaustive_s else None,
+                "saved_s": None if not state.done or costs.exhaustive_s is None else costs.exhaustive_s - costs.spent_s,
                 "cost_pct": costs.spent_pct,
             }
         )
     if rows:
         numbers = [c for c in REPORT_COLUMNS if c not in ("file", "kernel", "policy", "position")]
         total = {c: sum(r[c] for r in rows if r[c] is not None) for c in numbers}
+        if all(r["exhaustive_s"] is None for r in rows):
+            total["exhaustive_s"] = None
         total["timings_pct"] = 100.0 * total["timings"] / total["configs"]
         spent = total["compile_s"] + total["benchmark_s"]
         total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else None
-        finished = sum(r["saved_s"] is not None for r in rows)
         position = f"{len(rows)} tunes, {finished} finished"
         rows.append({"file": "", "kernel": "TOTAL", "policy": "", "position": position, **total})
     return rows, unreadable

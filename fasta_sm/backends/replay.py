@@ -88,7 +88,12 @@ class ReplayTable:
         return int(np.sum(self.mean_us <= self.true_best_us * (1.0 + share)))
 
     def cache_hits(self) -> int:
-        """How many compile times are below `CACHE_HIT_S`: a table with any understates its cost."""
+        """How many compile times are below `CACHE_HIT_S`: a table with any understates its cost.
+
+        None in a table recorded under Triton's interpreter, which compiles nothing (every `compile_s` is 0).
+        """
+        if "interpreter" in str(self.meta.get("timing", {}).get("method", "")):
+            return 0
         return int(np.sum(self.compile_s < CACHE_HIT_S))
 
     def repeat_spread(self) -> np.ndarray:

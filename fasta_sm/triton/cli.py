@@ -133,7 +133,7 @@ def record_command(
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise click.BadParameter(f"{device}: torch sees no CUDA device here", param_hint="--device")
 
-    command = shlex.join(["fasta-sm", *sys.argv[1:]])  # argv[1] is "record", from `fasta-sm` or `-m` alike
+    command = shlex.join(["fasta-sm", *sys.argv[1:]])  # fasta-sm's own arguments, from `fasta-sm` or `-m` alike
     pool = CompilePool(workers)
     started = time.perf_counter()
     try:
@@ -174,6 +174,13 @@ def record_command(
             del spec, table
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+    except KeyboardInterrupt:
+        click.echo(
+            "interrupted: the tables written so far are whole; record the rest from an empty TRITON_CACHE_DIR, "
+            "as a rerun in this cache would load what this run compiled and record cache hits",
+            err=True,
+        )
+        raise
     finally:
         pool.close()
 

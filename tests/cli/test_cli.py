@@ -12,12 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 from toy_table import write_table
 
-from fasta_sm.cli import main
+from fasta_sm.cli import main, run
 
 
 def invoke(*args: str) -> str:
@@ -71,9 +70,8 @@ def test_ls_counts_the_state_files_set_aside_so_they_do_not_pile_up_unseen(table
     assert fasta_sm(*fasta, env={"FASTA_RETIME_TOP": "5"}).returncode == 0  # another setting: superseded
     done = fasta_sm("ls", "--state-dir", str(state_dir))
     assert done.returncode == 0 and "DONE" in done.stdout
-    assert f"2 state files set aside in {state_dir} (1 unreadable, .corrupt-*; 1 superseded, .superseded-*)" in (
-        done.stderr
-    )
+    said = done.stderr.replace("\n", " ")
+    assert f"2 state files set aside in {state_dir}: 1 unreadable (.corrupt-*;" in said and "1 superseded" in said
 
 
 def test_show_of_a_kernel_whose_only_file_is_unreadable_names_that_file(table_file, state_dir):
@@ -328,7 +326,6 @@ def test_show_plot_in_an_unknown_format_is_a_clear_error(table_file, state_dir, 
 
 
 def test_show_plot_of_a_tune_that_timed_nothing_says_so_and_draws_nothing(tmp_path):
-    pytest.importorskip("matplotlib")
     picture = tmp_path / "p.png"
     result = CliRunner().invoke(main, ["show", str(CORPUS / "v1-r1-compile.fsm"), "--plot", str(picture)])
     assert result.exit_code == 1 and "nothing is timed yet (R1 compile)" in result.output and not picture.exists()
@@ -428,8 +425,7 @@ def test_report_leaves_the_cost_of_a_tune_that_compiled_nothing_blank_not_zero_o
     done = fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv))
     row = next([cell.strip() for cell in line.split("│")[1:-1]] for line in done.stdout.splitlines() if "a.fsm" in line)
     assert done.returncode == 0 and "nan" not in done.stdout and row[-3:] == ["-", "-", "-"]
-    first = next(csv.DictReader(out_csv.open()))
-    assert (first["exhaustive_s"], first["cost_pct"]) == ("", "")
+    assert [(row["exhaustive_s"], row["cost_pct"]) for row in csv.DictReader(out_csv.open())] == [("", "")] * 2
 
 
 def test_report_into_a_pipe_keeps_a_long_kernel_name_whole(tmp_path, state_dir):
@@ -438,18 +434,31 @@ def test_report_into_a_pipe_keeps_a_long_kernel_name_whole(tmp_path, state_dir):
     assert name in fasta_sm("report", "--state-dir", str(state_dir)).stdout
 
 
-def test_ctrl_c_exits_130_with_one_line_saying_the_same_command_resumes(monkeypatch, capsys):
-    import fasta_sm.cli as cli
+def _interrupted(*_args, **_kwargs):
+    raise KeyboardInterrupt
 
-    def interrupted(**_kwargs):
-        raise click.exceptions.Abort
 
-    monkeypatch.setattr(cli, "main", interrupted)
+def test_ctrl_c_in_a_tune_exits_130_saying_the_same_command_resumes_it(monkeypatch, capsys, table_file, state_dir):
+    import fasta_sm.tuner
+
+    monkeypatch.setattr(fasta_sm.tuner, "tune", _interrupted)
+    monkeypatch.setattr(sys, "argv", ["fasta-sm", "tune", "--replay", str(table_file), "--state-dir", str(state_dir)])
     with pytest.raises(SystemExit) as exit_:
-        cli.run()
+        run()
     assert exit_.value.code == 130
-    said = capsys.readouterr().err
-    assert said == "interrupted: a tune keeps every step it finished, and the same command resumes it\n"
+    assert "interrupted: the tune keeps every step it finished, and the same command resumes it" in (
+        capsys.readouterr().err
+    )
+
+
+def test_ctrl_c_in_a_command_that_keeps_no_state_exits_130_promising_nothing(monkeypatch, capsys, table_file):
+    import fasta_sm.bench
+
+    monkeypatch.setattr(fasta_sm.bench, "bench", _interrupted)
+    monkeypatch.setattr(sys, "argv", ["fasta-sm", "bench", "--tables", str(table_file.parent), "--seeds", "1"])
+    with pytest.raises(SystemExit) as exit_:
+        run()
+    assert exit_.value.code == 130 and "resume" not in capsys.readouterr().err
 
 
 def test_tables_stats_names_each_table_by_its_file_as_the_plain_listing_does(table_file):
@@ -526,11 +535,18 @@ def test_tables_stats_notes_a_table_whose_compile_times_are_cache_hits(table_fil
     assert f"note: {table_file}: 5 of 48 compile times are under 0.05 s" in done.stderr
 
 
+def test_tables_stats_notes_nothing_on_a_table_recorded_under_the_interpreter_which_compiles_nothing(table_file):
+    table = json.loads(_with_cache_hits(table_file, 48).read_text())
+    table["timing"] = {"method": "host-clock median under the Triton interpreter, 2 passes in opposite orders"}
+    table_file.write_text(json.dumps(table))
+    assert "note:" not in fasta_sm("tables", "--stats", "--tables", str(table_file.parent)).stderr
+
+
 def test_tables_stats_notes_nothing_on_a_table_of_real_compiles(table_file):
     assert "note:" not in fasta_sm("tables", "--stats", "--tables", str(table_file.parent)).stderr
 
 
-def test_bench_notes_a_table_whose_cost_reads_low_before_scoring_it(table_file):
+def test_bench_notes_a_table_whose_cost_reads_low(table_file):
     done = fasta_sm("bench", "--tables", str(_with_cache_hits(table_file, 5).parent), "--seeds", "1",
                     "--policies", "random")
     assert done.returncode == 0

@@ -117,6 +117,21 @@ def test_record_refuses_an_option_out_of_range_naming_it_before_recording(option
     assert result.exit_code == 2 and option in result.output and not list(tmp_path.iterdir()), result.output
 
 
+def test_ctrl_c_while_recording_says_the_rest_wants_an_empty_cache(monkeypatch, capsys, tmp_path):
+    import fasta_sm.triton.record
+    from fasta_sm.cli import run
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fasta_sm.triton.record, "record", interrupted)
+    monkeypatch.setattr(sys, "argv", ["fasta-sm", "record", "row_sum", "--out", str(tmp_path), "--device", DEVICE,
+                                      "--limit", "1", "--param", "M=3", "--param", "N=700"])
+    with pytest.raises(SystemExit) as exit_:
+        run()
+    assert exit_.value.code == 130 and "record the rest from an empty TRITON_CACHE_DIR" in capsys.readouterr().err
+
+
 def test_record_refuses_timing_settings_that_are_not_finite_and_non_negative():
     with pytest.raises(ConfigError, match=r"softmax_fp32_5x300: warmup_ms=inf"):
         record(zoo.spec_softmax(M=5, N=300), device=DEVICE, warmup_ms=float("inf"), rep_ms=0)
