@@ -90,7 +90,7 @@ class ReplayTable:
     def cache_hits(self) -> int:
         """How many compile times are below `CACHE_HIT_S`: a table with any understates its cost.
 
-        None in a table recorded under Triton's interpreter, which compiles nothing (every `compile_s` is 0).
+        Zero for a table recorded under Triton's interpreter, which compiles nothing (every `compile_s` is 0).
         """
         if "interpreter" in str(self.meta.get("timing", {}).get("method", "")):
             return 0
