@@ -32,6 +32,9 @@ CACHE_HIT_S = 0.05
 cache, not a compile: on the H200 tables real compiles take 0.07 s or more, and
 the cache hits once recorded by mistake 0.006 s or less (docs/recording.md)."""
 
+INTERPRETER_TIMING = "host-clock median under the Triton interpreter"
+"""How a table recorded under Triton's interpreter names its timing method (`timing.method` starts so)."""
+
 _TOP_FIELDS = ("kernel", "configs")
 _CONFIG_FIELDS = ("kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error")
 
@@ -92,7 +95,7 @@ class ReplayTable:
 
         Zero for a table recorded under Triton's interpreter, which compiles nothing (every `compile_s` is 0).
         """
-        if "interpreter" in str(self.meta.get("timing", {}).get("method", "")):
+        if str(self.meta.get("timing", {}).get("method", "")).startswith(INTERPRETER_TIMING):
             return 0
         return int(np.sum(self.compile_s < CACHE_HIT_S))
 

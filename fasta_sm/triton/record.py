@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..backends.replay import INTERPRETER_TIMING
 from ..config import Config, check_config_list
 from ..errors import ConfigError
 from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
@@ -169,7 +170,7 @@ def record(
         "triton": triton.__version__,
         "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timing": {
-            "method": ("host-clock median under the Triton interpreter" if backend.interpreting
+            "method": (INTERPRETER_TIMING if backend.interpreting
                        else "triton.testing.do_bench median") + ", 2 passes in opposite orders",
             "warmup_ms": warmup_ms,
             "rep_ms": rep_ms,
