@@ -371,6 +371,9 @@ def main() -> None:
     parser.add_argument("--keep-states", default=None, help="copy each fasta-sm tune's state file into this dir")
     parser.add_argument("--crash-kernel", default="rmsnorm")
     parser.add_argument("--no-tune", action="store_true", help="only the crash test")
+    parser.add_argument("--full-failure-compiles", action="store_true",
+                        help="give the compile workers no shared-memory limit, so that a config past it compiles "
+                        "in full and fails at load, as before the workers stopped early (an A/B of that stop)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     parser.add_argument("--state-dir", help=argparse.SUPPRESS)
@@ -397,6 +400,10 @@ def main() -> None:
 
     if opts.spare is not None:
         prefetch.SPARE = opts.spare
+    if opts.full_failure_compiles:
+        from fasta_sm.triton import backend
+
+        backend._device_max_shared = lambda: None
     if opts.keep_states:
         Path(opts.keep_states).mkdir(parents=True, exist_ok=True)
     results: dict = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "argv": sys.argv, "kernels": []}
@@ -406,7 +413,7 @@ def main() -> None:
     from fasta_sm.triton.backend import device_name
 
     results.update(device=device_name(), torch=torch.__version__, triton=triton.__version__,
-                   prefetch_spare=prefetch.SPARE)
+                   prefetch_spare=prefetch.SPARE, early_shared_stop=not opts.full_failure_compiles)
     if not opts.no_tune:
         for name in opts.kernels:
             row = run_kernel(name, opts)

@@ -410,10 +410,11 @@ class TritonBackend:
                 abstract.append(arg)
             else:
                 return None
-        target, key = _compile_target(), tuning_triton_key()
+        target, key, max_shared = _compile_target(), tuning_triton_key(), _device_max_shared()
         root = module_root(module)
         return [
-            CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key, root) for c in configs
+            CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key, root, max_shared)
+            for c in configs
         ]
 
     def _failures(self) -> tuple[type[BaseException], ...]:
@@ -455,3 +456,20 @@ def _compile_target() -> Any:
         logger.debug("no compile target: %s", describe_error(error))
         return None
 
+
+def _device_max_shared() -> int | None:
+    """The current device's shared memory per block as Triton checks it at load, or None where there is no driver."""
+    try:
+        from triton.runtime import driver
+
+        return _max_shared_of(driver.active.get_current_device())
+    except Exception as error:  # noqa: BLE001  the workers then compile in full and the load checks
+        logger.debug("no shared-memory limit: %s", describe_error(error))
+        return None
+
+
+@functools.cache
+def _max_shared_of(device: int) -> int:
+    from triton.runtime import driver
+
+    return int(driver.active.utils.get_device_properties(device)["max_shared_mem"])

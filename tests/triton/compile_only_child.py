@@ -1,10 +1,11 @@
-"""Compiles an sm_90 kernel in a compile worker, then in this process, and prints what each did (JSON).
+"""Compiles sm_90 kernels in a compile worker, then one in this process, and prints what each did (JSON).
 
 Run without TRITON_INTERPRET, with TRITON_CACHE_DIR set to an empty folder:
 the worker compiles for the target and with the cache-key prefix it is
 given, with no driver, torch or GPU of its own; this process then compiles
 the same launch with torch dtypes, which must find the worker's binary in
-the cache under the same key.
+the cache under the same key. The worker also compiles a matmul tile under
+a shared-memory limit below its need, and under one above it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ if __name__ == "__main__":
                          tuning_triton_key())
         error = pool.submit(job).result(120).error
         torch_in_worker = pool.submit(CompileJob("worker_probe", "torch_probe", (), {}, target)).result(60).error
+        f16 = TensorArg("torch.float16")
+        tile = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
+        over, under = (
+            CompileJob("sm90_kernels", "tile_dot_kernel", (f16, f16, f16, 4096), tile, target, tuning_triton_key(),
+                       max_shared=limit)
+            for limit in (1024, 232448)
+        )
+        over_error = pool.submit(over).result(120).error
+        over_files = sorted(path.suffix for path in Path(os.environ["TRITON_CACHE_DIR"]).rglob("tile_dot_kernel.*"))
+        under_error = pool.submit(under).result(120).error
     finally:
         pool.close()
     cache = Path(os.environ["TRITON_CACHE_DIR"])
@@ -45,6 +56,9 @@ if __name__ == "__main__":
     kernel = accumulate_kernel.warmup(torch.float32, torch.float32, 4096, 2.0, grid=(1,), **launch)
     print(json.dumps({
         "worker_error": error,
+        "over_limit_error": over_error,
+        "over_limit_files": over_files,
+        "under_limit_error": under_error,
         "torch_in_worker": torch_in_worker,
         "cubins": compiled,
         "new_cache_entries": sorted(set(path.name for path in cache.iterdir()) - set(entries_before)),

@@ -182,6 +182,29 @@ def test_gpu_out_of_shared_memory_failure_carries_the_figures_the_fasta_policy_r
     assert shared_memory_overshoot({0: outcome.error}, 1)[0] > 1.0, outcome.error
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_gpu_a_config_past_the_devices_shared_memory_fails_in_its_worker_before_a_binary_is_built(
+    tmp_path, monkeypatch
+):
+    from fasta_sm.triton import zoo
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # the workers take it as the pool starts
+    spec = zoo.spec_mm_fp16(M=512, N=512, K=512)
+    pool = CompilePool(2)
+    pool.start()
+    try:
+        backend = TritonBackend(spec.fn, spec.make_args("cuda"), spec.grid, spec.kwargs, pool=pool)
+        too_big = Config(kwargs={"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8}, num_warps=8,
+                         num_stages=4)
+        (outcome,) = backend.compile([too_big])
+    finally:
+        pool.close()
+    assert outcome.error is not None and "shared memory" in outcome.error, outcome.error
+    assert list(tmp_path.rglob("*.llir")), "the worker did not compile the config"
+    assert not list(tmp_path.rglob("*.cubin")), "the worker built the binary of a config that cannot load"
+
+
 def test_workers_die_with_a_killed_parent():
     """A tune killed with SIGKILL leaves no compile workers behind (nor holds its caller's pipes)."""
     import subprocess
