@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import __version__
-from .backends.replay import CACHE_HIT_S, ReplayBackend, ReplayTable, load_table
+from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, ReplayTable, load_table
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError
 from .policies import make_policy, require_listed
@@ -696,7 +696,7 @@ def bench_command(
     paths = table_paths(tables_dir or shipped_tables())  # refused before the progress display starts
     params = _policy_params(names[0], param_items, paths)
     for path in paths:
-        _note_cache_hits(path, load_table(path))
+        _note_defects(path, load_table(path))
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
@@ -758,7 +758,7 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
     )
     for path in paths:
         replay = load_table(path)
-        _note_cache_hits(path, replay)
+        _note_defects(path, replay)
         spread = replay.repeat_spread()
         noise = f"{100 * np.median(spread):.2f} % / {100 * np.percentile(spread, 90):.1f} %" if spread.size else "-"
         table.add_row(
@@ -774,13 +774,21 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
     _print_table(table)
 
 
-def _note_cache_hits(path: Path, replay: ReplayTable) -> None:
-    """Say so when a table holds compile times too short to be compiles: its cost figures read low."""
+def _note_defects(path: Path, replay: ReplayTable) -> None:
+    """Say so when a table was recorded with a known defect: compile times too short to be compiles (its cost
+    figures read low), or timings of one config too far apart to be the device's noise (its speeds are off)."""
     hits = replay.cache_hits()
     if hits:
         notes.print(
             f"note: {path}: {hits} of {len(replay.configs)} compile times are under {CACHE_HIT_S} s, "
             "as loads from Triton's cache are; cost on this table reads low (docs/recording.md)"
+        )
+    disturbed = replay.disturbed()
+    if disturbed:
+        notes.print(
+            f"note: {path}: {disturbed} of {len(replay.configs)} configs have timings whose slowest is over "
+            f"{1 + DISTURBED_SPREAD:g}x their fastest, as a disturbance while recording leaves; their means are "
+            "not their speed: record the table again (docs/recording.md)"
         )
 
 

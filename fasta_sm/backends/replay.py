@@ -32,6 +32,11 @@ CACHE_HIT_S = 0.05
 cache, not a compile: on the H200 tables real compiles take 0.07 s or more, and
 the cache hits once recorded by mistake 0.006 s or less (docs/recording.md)."""
 
+DISTURBED_SPREAD = 0.5
+"""A config's timings spread over more than this share of their fastest (the slowest over 1.5x the fastest)
+were disturbed while recording: on the H200 tables one config's two passes differ by 26 % at most, and a
+disturbance once doubled a run of timings in one pass (docs/recording.md). Such a mean is not the config's."""
+
 INTERPRETER_TIMING = "host-clock median under the Triton interpreter"
 """How a table recorded under Triton's interpreter names its timing method (`timing.method` starts so)."""
 
@@ -98,6 +103,10 @@ class ReplayTable:
         if str(self.meta.get("timing", {}).get("method", "")).startswith(INTERPRETER_TIMING):
             return 0
         return int(np.sum(self.compile_s < CACHE_HIT_S))
+
+    def disturbed(self) -> int:
+        """How many configs' timings spread over `DISTURBED_SPREAD`: a table with any misstates those configs' speed."""
+        return int(np.sum(self.repeat_spread() > DISTURBED_SPREAD))
 
     def repeat_spread(self) -> np.ndarray:
         """Per config timed more than once, its repeats' range over their minimum: the device's noise."""

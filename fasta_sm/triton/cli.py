@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from ..backends.replay import DISTURBED_SPREAD, load_table
 from ..errors import MissingDependency
 
 
@@ -171,6 +172,14 @@ def record_command(
             click.echo(
                 f"wrote {path}: {len(timed)} timed, best {best:.2f} us, {time.perf_counter() - started:.0f}s so far"
             )
+            disturbed = load_table(path).disturbed()
+            if disturbed:
+                click.echo(
+                    f"warning: {spec.name}: {disturbed} of its configs were timed over {1 + DISTURBED_SPREAD:g}x "
+                    "apart in the two passes, as when something else used the device meanwhile; record it again "
+                    "(docs/recording.md)",
+                    err=True,
+                )
             del spec, table
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

@@ -553,6 +553,27 @@ def test_bench_notes_a_table_whose_cost_reads_low(table_file):
     assert f"note: {table_file}: 5 of 48 compile times" in done.stderr and "cost on this table reads low" in done.stderr
 
 
+def _with_disturbed_timings(table_file: Path, configs: int) -> Path:
+    """The toy table with the second timing of its first `configs` configs that ran doubled, as a disturbance does."""
+    table = json.loads(table_file.read_text())
+    for row in [row for row in table["configs"] if row["error"] is None][:configs]:
+        row["duration_us"][1] = 2 * row["duration_us"][0]
+    table_file.write_text(json.dumps(table))
+    return table_file
+
+
+def test_tables_stats_notes_a_table_with_timings_too_far_apart_to_be_noise(table_file):
+    done = fasta_sm("tables", "--stats", "--tables", str(_with_disturbed_timings(table_file, 4).parent))
+    assert done.returncode == 0
+    assert f"note: {table_file}: 4 of 48 configs have timings whose slowest is over 1.5x their fastest" in done.stderr
+
+
+def test_bench_notes_a_table_with_disturbed_timings(table_file):
+    done = fasta_sm("bench", "--tables", str(_with_disturbed_timings(table_file, 4).parent), "--seeds", "1",
+                    "--policies", "random")
+    assert done.returncode == 0 and "record the table again" in done.stderr
+
+
 def test_tables_of_a_directory_are_listed_by_name(table_file):
     assert fasta_sm("tables", "--tables", str(table_file.parent)).stdout.split() == ["toy_mm"]
 

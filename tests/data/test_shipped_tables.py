@@ -12,7 +12,8 @@ from fasta_sm.data import tables_dir
 SHIPPED = sorted(tables_dir().glob("*.json"))
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 HELD_OUT = sorted(BENCHMARKS.glob("tables_heldout*/*.json"))
-SUPERSEDED = BENCHMARKS / "tables_superseded" / "mm_skinny_fp16_m64_2026-11-30.json"
+SUPERSEDED = BENCHMARKS / "tables_superseded"
+EARLY_SHARED_MEMORY_STOP = "2026-12-01T21:00"  # UTC: the first recording with the compile workers' early stop
 
 
 def test_at_least_ten_tables_ship():
@@ -57,5 +58,22 @@ def test_no_held_out_compile_time_is_a_load_from_tritons_cache(path):
     assert load_table(path).cache_hits() == 0
 
 
+@pytest.mark.parametrize("path", SHIPPED + HELD_OUT, ids=lambda path: f"{path.parent.name}/{path.stem}")
+def test_no_config_was_timed_through_a_disturbance(path):
+    assert load_table(path).disturbed() == 0
+
+
 def test_the_superseded_recording_is_flagged_for_its_cache_hits():
-    assert load_table(SUPERSEDED).cache_hits() == 24
+    assert load_table(SUPERSEDED / "mm_skinny_fp16_m64_2026-11-30.json").cache_hits() == 24
+
+
+def test_the_superseded_recording_is_flagged_for_its_disturbed_timings():
+    assert load_table(SUPERSEDED / "transpose_fp32_2026-12-01.json").disturbed() == 30
+
+
+def test_every_shipped_table_with_failing_configs_was_recorded_with_the_workers_early_shared_memory_stop():
+    """A config past the device's shared memory is charged what a tune now pays for it, the compile up to the
+    stop, not a whole compile (docs/recording.md): its table was recorded after the stop landed."""
+    tables = [load_table(path) for path in SHIPPED]
+    recorded = [table.meta["recorded_at"] for table in tables if any(error is not None for error in table.errors)]
+    assert recorded and min(recorded) >= EARLY_SHARED_MEMORY_STOP

@@ -13,6 +13,7 @@ from triton_device import DEVICE
 
 from fasta_sm.backends.replay import load_table
 from fasta_sm.errors import ConfigError
+from fasta_sm.triton import record as recorder
 from fasta_sm.triton import zoo
 from fasta_sm.triton.cli import record_command
 from fasta_sm.triton.record import record, spread, write_table
@@ -76,6 +77,25 @@ def test_a_kernel_already_in_tritons_cache_is_recorded_with_a_warning_naming_the
     ], env={"TRITON_CACHE_DIR": str(cache)})
     assert result.exit_code == 0, result.output
     assert f"row_sum_fp32_3x700: Triton's cache {cache} already holds 1 build of its kernel" in result.output
+
+
+def test_a_recording_whose_two_passes_disagree_past_noise_ends_with_a_warning_to_record_it_again(
+    tmp_path, monkeypatch
+):
+    def disturbed(*args, **kwargs):
+        table = record(*args, **kwargs)
+        for row in table["configs"]:
+            if row["duration_us"]:
+                row["duration_us"][1] = 2 * row["duration_us"][0]  # the second pass ran through a disturbance
+        return table
+
+    monkeypatch.setattr(recorder, "record", disturbed)
+    result = CliRunner().invoke(record_command, [
+        "row_sum", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "N=700", "--limit", "2",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 0, result.output
+    assert "warning: row_sum_fp32_3x700: 2 of its configs were timed over 1.5x apart" in result.output
 
 
 def test_a_kernel_new_to_the_cache_is_recorded_without_a_warning(tmp_path):
