@@ -396,13 +396,11 @@ def main() -> None:
     if opts.child:
         crash_child(opts)
         return
-    from fasta_sm.triton import prefetch
+    from fasta_sm.triton import backend, prefetch
 
     if opts.spare is not None:
         prefetch.SPARE = opts.spare
     if opts.full_failure_compiles:
-        from fasta_sm.triton import backend
-
         backend._device_max_shared = lambda: None
     if opts.keep_states:
         Path(opts.keep_states).mkdir(parents=True, exist_ok=True)
@@ -410,10 +408,8 @@ def main() -> None:
     import torch
     import triton
 
-    from fasta_sm.triton.backend import device_name
-
-    results.update(device=device_name(), torch=torch.__version__, triton=triton.__version__,
-                   prefetch_spare=prefetch.SPARE, early_shared_stop=not opts.full_failure_compiles)
+    results.update(device=backend.device_name(), torch=torch.__version__, triton=triton.__version__,
+                   prefetch_spare=prefetch.SPARE, workers_shared_memory_limit=backend._device_max_shared())
     if not opts.no_tune:
         for name in opts.kernels:
             row = run_kernel(name, opts)

@@ -12,7 +12,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,15 +106,24 @@ class ReplayTable:
 
     def disturbed(self) -> int:
         """How many configs' timings spread over `DISTURBED_SPREAD`: a table with any misstates those configs' speed."""
-        return int(np.sum(self.repeat_spread() > DISTURBED_SPREAD))
+        return count_disturbed(s for s, e in zip(self.samples_us, self.errors) if e is None)
 
     def repeat_spread(self) -> np.ndarray:
         """Per config timed more than once, its repeats' range over their minimum: the device's noise."""
-        spreads = [(max(s) - min(s)) / min(s) for s, e in zip(self.samples_us, self.errors) if e is None and len(s) > 1]
-        return np.array(spreads, dtype=float)
+        return repeat_spreads(s for s, e in zip(self.samples_us, self.errors) if e is None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {c.identity: i for i, c in enumerate(self.configs)})
+
+
+def repeat_spreads(samples_us: Iterable[Sequence[float]]) -> np.ndarray:
+    """Per config timed more than once, the range of its timings over their minimum."""
+    return np.array([(max(s) - min(s)) / min(s) for s in samples_us if len(s) > 1], dtype=float)
+
+
+def count_disturbed(samples_us: Iterable[Sequence[float]]) -> int:
+    """How many of these configs' timings spread over `DISTURBED_SPREAD`; the recorder asks before a table loads."""
+    return int(np.sum(repeat_spreads(samples_us) > DISTURBED_SPREAD))
 
 
 def load_table(path: str | Path) -> ReplayTable:

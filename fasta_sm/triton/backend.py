@@ -470,6 +470,7 @@ def _device_max_shared() -> int | None:
 
 @functools.cache
 def _max_shared_of(device: int) -> int:
+    """Triton's `max_shared_mem` of `device`: the figure its load checks a binary's shared memory against."""
     from triton.runtime import driver
 
     return int(driver.active.utils.get_device_properties(device)["max_shared_mem"])

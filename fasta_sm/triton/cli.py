@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from ..backends.replay import DISTURBED_SPREAD, load_table
+from ..backends.replay import DISTURBED_SPREAD, count_disturbed
 from ..errors import MissingDependency
 
 
@@ -172,7 +172,7 @@ def record_command(
             click.echo(
                 f"wrote {path}: {len(timed)} timed, best {best:.2f} us, {time.perf_counter() - started:.0f}s so far"
             )
-            disturbed = load_table(path).disturbed()
+            disturbed = count_disturbed(row["duration_us"] for row in table["configs"] if row["error"] is None)
             if disturbed:
                 click.echo(
                     f"warning: {spec.name}: {disturbed} of its configs were timed over {1 + DISTURBED_SPREAD:g}x "

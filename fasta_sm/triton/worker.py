@@ -346,9 +346,14 @@ def stop_over_shared(max_shared: int | None) -> None:
     _given["max_shared"] = max_shared
     if max_shared is None or _given.get("stage_check"):
         return
-    from triton.compiler import compiler
+    try:
+        from triton.compiler import compiler
 
-    make_backend = compiler.make_backend
+        make_backend = compiler.make_backend
+    except (ImportError, AttributeError) as error:  # another Triton: compile in full, the load checks
+        logger.debug("no early shared-memory stop: %s", describe_error(error))
+        _given["stage_check"] = True
+        return
 
     @functools.wraps(make_backend)
     def make_checked_backend(target: Any) -> Any:
@@ -360,7 +365,10 @@ def stop_over_shared(max_shared: int | None) -> None:
             for name, stage in stages.items():
                 stages[name] = _checked_stage(stage)
 
-        backend.add_stages = add_checked_stages
+        try:
+            backend.add_stages = add_checked_stages
+        except (AttributeError, TypeError) as error:  # a backend that will not take it compiles in full
+            logger.debug("no early shared-memory stop for %s: %s", type(backend).__name__, describe_error(error))
         return backend
 
     compiler.make_backend = make_checked_backend
@@ -368,6 +376,8 @@ def stop_over_shared(max_shared: int | None) -> None:
 
 
 def _checked_stage(stage: Callable) -> Callable:
+    """`stage`, refused first when the kernel's shared memory, once a stage has recorded it, is past the limit."""
+
     def run(module: Any, metadata: dict[str, Any]) -> Any:
         limit, shared = _given.get("max_shared"), metadata.get("shared")
         if limit is not None and isinstance(shared, int) and shared > limit:

@@ -203,6 +203,7 @@ def test_gpu_a_config_past_the_devices_shared_memory_fails_in_its_worker_before_
     assert outcome.error is not None and "shared memory" in outcome.error, outcome.error
     assert list(tmp_path.rglob("*.llir")), "the worker did not compile the config"
     assert not list(tmp_path.rglob("*.cubin")), "the worker built the binary of a config that cannot load"
+    assert backend._load(too_big, 0.0).error == outcome.error  # compiled in full here, refused at load
 
 
 def test_workers_die_with_a_killed_parent():

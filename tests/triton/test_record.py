@@ -98,6 +98,23 @@ def test_a_recording_whose_two_passes_disagree_past_noise_ends_with_a_warning_to
     assert "warning: row_sum_fp32_3x700: 2 of its configs were timed over 1.5x apart" in result.output
 
 
+def test_a_kernel_whose_every_config_fails_is_written_and_the_next_is_recorded(tmp_path, monkeypatch):
+    def all_failed(*args, **kwargs):
+        table = record(*args, **kwargs)
+        for row in table["configs"]:
+            row["error"], row["duration_us"] = "OutOfResources: out of resource: shared memory", []
+        return table
+
+    monkeypatch.setattr(recorder, "record", all_failed)
+    result = CliRunner().invoke(record_command, [
+        "row_sum", "rmsnorm", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 0, result.output
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["rmsnorm_bf16_3x700.json",
+                                                                         "row_sum_fp32_3x700.json"]
+
+
 def test_a_kernel_new_to_the_cache_is_recorded_without_a_warning(tmp_path):
     result = CliRunner().invoke(record_command, [
         "row_sum", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "N=700", "--limit", "1",
