@@ -115,12 +115,14 @@ def test_a_kernel_whose_every_config_fails_is_written_and_the_next_is_recorded(t
                                                                          "row_sum_fp32_3x700.json"]
 
 
-def test_a_kernel_new_to_the_cache_is_recorded_without_a_warning(tmp_path):
+def test_a_kernel_new_to_the_cache_is_recorded_without_the_warm_cache_warning(tmp_path):
+    """Only that warning: timed with no repeats, as here, a microsecond kernel's two passes may differ past noise
+    on a GPU, and the recorder rightly warns of that."""
     result = CliRunner().invoke(record_command, [
         "row_sum", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "N=700", "--limit", "1",
         "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
     ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
-    assert result.exit_code == 0 and "warning" not in result.output
+    assert result.exit_code == 0 and "already holds" not in result.output
 
 
 @pytest.mark.parametrize(
