@@ -125,7 +125,9 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     """Tune a kernel by replaying its recorded table; a second run reuses the DONE state."""
     from .tuner import tune as run_tune
 
-    replay = load_table(table_path(DEFAULT_TABLE if table is None else table))
+    path = table_path(DEFAULT_TABLE if table is None else table)
+    replay = load_table(path)
+    _note_defects(path, replay)
     params = {} if budget is None else {"budget": budget}
     try:  # a policy that cannot take the budget is refused before anything is written to the state dir
         make_policy(policy, replay.configs, params)
@@ -786,9 +788,10 @@ def _note_defects(path: Path, replay: ReplayTable) -> None:
     disturbed = replay.disturbed()
     if disturbed:
         notes.print(
-            f"note: {path}: {disturbed} of {len(replay.configs)} configs have timings whose slowest is over "
-            f"{1 + DISTURBED_SPREAD:g}x their fastest, as a disturbance while recording leaves; their means are "
-            "not their speed: record the table again (docs/recording.md)"
+            f"note: {path}: {disturbed} of {len(replay.configs)} configs were timed over {1 + DISTURBED_SPREAD:g}x "
+            "apart in the recording's two passes, as a disturbance on the device or a --rep-ms too short for the "
+            "kernel leaves; their means are not their speed: record the table again (docs/recording.md, "
+            '"Disturbed timings")'
         )
 
 

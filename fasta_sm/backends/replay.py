@@ -100,13 +100,23 @@ class ReplayTable:
 
         Zero for a table recorded under Triton's interpreter, which compiles nothing (every `compile_s` is 0).
         """
-        if str(self.meta.get("timing", {}).get("method", "")).startswith(INTERPRETER_TIMING):
+        if self.interpreted:
             return 0
         return int(np.sum(self.compile_s < CACHE_HIT_S))
 
     def disturbed(self) -> int:
-        """How many configs' timings spread over `DISTURBED_SPREAD`: a table with any misstates those configs' speed."""
+        """How many configs' timings spread over `DISTURBED_SPREAD`: a table with any misstates those configs' speed.
+
+        Zero for a table recorded under Triton's interpreter, whose host-clock timings are no device's.
+        """
+        if self.interpreted:
+            return 0
         return count_disturbed(s for s, e in zip(self.samples_us, self.errors) if e is None)
+
+    @property
+    def interpreted(self) -> bool:
+        """Recorded under Triton's interpreter: nothing compiled, timings by a host clock."""
+        return str(self.meta.get("timing", {}).get("method", "")).startswith(INTERPRETER_TIMING)
 
     def repeat_spread(self) -> np.ndarray:
         """Per config timed more than once, its repeats' range over their minimum: the device's noise."""

@@ -565,7 +565,19 @@ def _with_disturbed_timings(table_file: Path, configs: int) -> Path:
 def test_tables_stats_notes_a_table_with_timings_too_far_apart_to_be_noise(table_file):
     done = fasta_sm("tables", "--stats", "--tables", str(_with_disturbed_timings(table_file, 4).parent))
     assert done.returncode == 0
-    assert f"note: {table_file}: 4 of 48 configs have timings whose slowest is over 1.5x their fastest" in done.stderr
+    assert f"note: {table_file}: 4 of 48 configs were timed over 1.5x apart" in done.stderr
+
+
+def test_tables_stats_notes_no_disturbance_on_a_table_timed_by_the_interpreters_host_clock(table_file):
+    table = json.loads(_with_disturbed_timings(table_file, 4).read_text())
+    table["timing"] = {"method": "host-clock median under the Triton interpreter, 2 passes in opposite orders"}
+    table_file.write_text(json.dumps(table))
+    assert "note:" not in fasta_sm("tables", "--stats", "--tables", str(table_file.parent)).stderr
+
+
+def test_tune_notes_a_replayed_table_with_disturbed_timings(table_file, state_dir):
+    done = fasta_sm("tune", "--replay", str(_with_disturbed_timings(table_file, 4)), "--state-dir", str(state_dir))
+    assert done.returncode == 0 and f"note: {table_file}: 4 of 48 configs were timed over 1.5x apart" in done.stderr
 
 
 def test_bench_notes_a_table_with_disturbed_timings(table_file):
