@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -520,13 +521,22 @@ def test_tables_stats_says_what_each_table_holds(table_file):
     assert cells == ["toy_mm", "48", "3", "0.72", "102.00 µs", "2", "2", "1.01 % / 1.0 %"]
 
 
-def _with_cache_hits(table_file: Path, hits: int) -> Path:
-    """The toy table with its first `hits` compile times those of loads from Triton's cache."""
+def _edited(table_file: Path, edit: Callable[[dict], None]) -> Path:
+    """The toy table file, rewritten after `edit` changed its JSON object in place."""
     table = json.loads(table_file.read_text())
-    for row in table["configs"][:hits]:
-        row["compile_s"] = 0.004
+    edit(table)
     table_file.write_text(json.dumps(table))
     return table_file
+
+
+def _with_cache_hits(table_file: Path, hits: int) -> Path:
+    """The toy table with its first `hits` compile times those of loads from Triton's cache."""
+
+    def load_from_cache(table: dict) -> None:
+        for row in table["configs"][:hits]:
+            row["compile_s"] = 0.004
+
+    return _edited(table_file, load_from_cache)
 
 
 def test_tables_stats_notes_a_table_whose_compile_times_are_cache_hits(table_file):
@@ -535,10 +545,17 @@ def test_tables_stats_notes_a_table_whose_compile_times_are_cache_hits(table_fil
     assert f"note: {table_file}: 5 of 48 compile times are under 0.05 s" in done.stderr
 
 
+def _recorded_under_the_interpreter(table_file: Path) -> Path:
+    """The table as `fasta-sm record --device cpu` under TRITON_INTERPRET=1 names its timing method."""
+
+    def host_clock(table: dict) -> None:
+        table["timing"] = {"method": "host-clock median under the Triton interpreter, 2 passes in opposite orders"}
+
+    return _edited(table_file, host_clock)
+
+
 def test_tables_stats_notes_nothing_on_a_table_recorded_under_the_interpreter_which_compiles_nothing(table_file):
-    table = json.loads(_with_cache_hits(table_file, 48).read_text())
-    table["timing"] = {"method": "host-clock median under the Triton interpreter, 2 passes in opposite orders"}
-    table_file.write_text(json.dumps(table))
+    _recorded_under_the_interpreter(_with_cache_hits(table_file, 48))
     assert "note:" not in fasta_sm("tables", "--stats", "--tables", str(table_file.parent)).stderr
 
 
@@ -555,11 +572,12 @@ def test_bench_notes_a_table_whose_cost_reads_low(table_file):
 
 def _with_disturbed_timings(table_file: Path, configs: int) -> Path:
     """The toy table with the second timing of its first `configs` configs that ran doubled, as a disturbance does."""
-    table = json.loads(table_file.read_text())
-    for row in [row for row in table["configs"] if row["error"] is None][:configs]:
-        row["duration_us"][1] = 2 * row["duration_us"][0]
-    table_file.write_text(json.dumps(table))
-    return table_file
+
+    def double_second_pass(table: dict) -> None:
+        for row in [row for row in table["configs"] if row["error"] is None][:configs]:
+            row["duration_us"][1] = 2 * row["duration_us"][0]
+
+    return _edited(table_file, double_second_pass)
 
 
 def test_tables_stats_notes_a_table_with_timings_too_far_apart_to_be_noise(table_file):
@@ -569,9 +587,7 @@ def test_tables_stats_notes_a_table_with_timings_too_far_apart_to_be_noise(table
 
 
 def test_tables_stats_notes_no_disturbance_on_a_table_timed_by_the_interpreters_host_clock(table_file):
-    table = json.loads(_with_disturbed_timings(table_file, 4).read_text())
-    table["timing"] = {"method": "host-clock median under the Triton interpreter, 2 passes in opposite orders"}
-    table_file.write_text(json.dumps(table))
+    _recorded_under_the_interpreter(_with_disturbed_timings(table_file, 4))
     assert "note:" not in fasta_sm("tables", "--stats", "--tables", str(table_file.parent)).stderr
 
 
