@@ -67,8 +67,11 @@ def test_the_superseded_recording_is_flagged_for_its_cache_hits():
     assert load_table(SUPERSEDED / "mm_skinny_fp16_m64_2026-11-30.json").cache_hits() == 24
 
 
-def test_the_superseded_recording_is_flagged_for_its_disturbed_timings():
-    assert load_table(SUPERSEDED / "transpose_fp32_2026-12-01.json").disturbed() == 30
+@pytest.mark.parametrize(
+    ("recording", "disturbed"), [("transpose_fp32_2026-12-01.json", 30), ("mm_skinny_fp16_m64_2026-12-01.json", 1)]
+)
+def test_the_superseded_recordings_are_flagged_for_their_disturbed_timings(recording, disturbed):
+    assert load_table(SUPERSEDED / recording).disturbed() == disturbed
 
 
 def test_every_shipped_table_with_failing_configs_was_recorded_with_the_workers_early_shared_memory_stop():
