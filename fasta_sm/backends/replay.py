@@ -12,7 +12,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,7 @@ class ReplayTable:
     @property
     def interpreted(self) -> bool:
         """Recorded under Triton's interpreter: nothing compiled, timings by a host clock."""
-        return str(self.meta.get("timing", {}).get("method", "")).startswith(INTERPRETER_TIMING)
+        return timed_by_interpreter(self.meta)
 
     def repeat_spread(self) -> np.ndarray:
         """Per config timed more than once, its repeats' range over their minimum: the device's noise."""
@@ -124,6 +124,11 @@ class ReplayTable:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {c.identity: i for i, c in enumerate(self.configs)})
+
+
+def timed_by_interpreter(table: Mapping[str, Any]) -> bool:
+    """Whether a table (its JSON object) was recorded under Triton's interpreter, by its `timing.method`."""
+    return str(table.get("timing", {}).get("method", "")).startswith(INTERPRETER_TIMING)
 
 
 def repeat_spreads(samples_us: Iterable[Sequence[float]]) -> np.ndarray:

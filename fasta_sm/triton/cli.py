@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from ..backends.replay import DISTURBED_SPREAD, INTERPRETER_TIMING, count_disturbed
+from ..backends.replay import DISTURBED_SPREAD, count_disturbed, timed_by_interpreter
 from ..errors import MissingDependency
 
 
@@ -173,7 +173,7 @@ def record_command(
                 f"wrote {path}: {len(timed)} timed, best {best:.2f} us, {time.perf_counter() - started:.0f}s so far"
             )
             disturbed = count_disturbed(row["duration_us"] for row in table["configs"] if row["error"] is None)
-            if disturbed and not table["timing"]["method"].startswith(INTERPRETER_TIMING):
+            if disturbed and not timed_by_interpreter(table):
                 click.echo(
                     f"warning: {path}: {disturbed} of {len(table['configs'])} configs were timed over "
                     f"{1 + DISTURBED_SPREAD:g}x apart in the two passes, as a disturbance on the device or a "
