@@ -10,7 +10,10 @@ run. Two rules make p certain: resource dominance (larger than a failure
 in every resource column), and the shared-memory bound, which takes how
 far a failure overshot from Triton's own error message, the one place a
 backend states it (read by `fasta_sm.failures`, so no wording reaches
-this module). A ridge fit of the 0/1 failure indicator can give the other
+this module). A third treats a register spill like a failure: spill
+dominance (larger than a large tile that ran several times slower than
+the best), since such a config runs, but slowly, after the slowest compile
+of its space. A ridge fit of the 0/1 failure indicator can give the other
 configs a p in between (`failure_chance`, the `failure_fit` knob): it
 ranks failures well but demotes the fast configs at the limit's edge, so
 it is off by default.
@@ -72,6 +75,31 @@ def resource_dominance(pressure: np.ndarray, durations: np.ndarray, p_fail: np.n
         return p_fail
     failed = failed[~_dominated(failed, pressure[np.isfinite(durations)])]
     return np.where(_dominated(-pressure, -failed), 1.0, p_fail)
+
+
+def spill_dominance(
+    pressure: np.ndarray, area: np.ndarray, durations: np.ndarray, spill: float, p_fail: np.ndarray
+) -> np.ndarray:
+    """`p_fail` raised to 1 for every config under at least the pressure of a spill, in every column.
+
+    A config that ran `spill` times slower than the best or more, with a
+    tile `area` at least the best's, is read as a register spill (as the
+    spill twins read it); a config at least as large in every tile kwarg
+    and the stages, with no more warps, holds at least as many registers per
+    thread and spills too. On the recorded GELU matmul such configs run 5 to
+    27 times slower than the best and take up to 25 times the median
+    compile, so each one a tune picks costs more than a good config does.
+    A slow small tile (too little work per program) implies nothing: only
+    tiles as large as the best's count. `pressure` is `resource_pressure`.
+    """
+    ran = np.flatnonzero(np.isfinite(durations))
+    if spill <= 0 or ran.size == 0:
+        return p_fail
+    best = ran[np.argmin(durations[ran])]
+    spilled = ran[(durations[ran] >= spill * durations[best]) & (area[ran] >= area[best])]
+    if spilled.size == 0:
+        return p_fail
+    return np.where(_dominated(-pressure, -pressure[spilled]), 1.0, p_fail)
 
 
 def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:

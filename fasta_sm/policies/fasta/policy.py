@@ -33,6 +33,7 @@ from .feasibility import (
     resource_pressure,
     run_penalty,
     shared_memory_columns,
+    spill_dominance,
 )
 from .features import extract_features
 from .params import FastaParams, environment_overrides, resolve_params
@@ -130,9 +131,7 @@ class FastaPolicy:
         if params.failure_weight > 0 and params.failure_fit:
             full = self._designs.get("full")
             self._feasibility_design = build_basis("full", self._space) if full is None else full
-        self._resources = None
-        if params.failure_dominance:
-            self._resources = resource_pressure(self._space.names, self._space.levels)
+        self._pressure = resource_pressure(self._space.names, self._space.levels)
         self._memory_sizes, self._memory_stages = shared_memory_columns(self._space.names)
         self._cells, self._cell_area = tile_cells(self._space, params.cell_columns, params.cell_max)
         in_cell = {c if c in self._space.names else f"kwargs.{c}" for c in params.cell_columns}
@@ -449,9 +448,10 @@ class FastaPolicy:
         )
 
     def _failure_chance(self, durations: np.ndarray, failures: Mapping[int, str]) -> np.ndarray:
-        """P(fails) per config: the ridge fit if `failure_fit`, then resource dominance and the shared-memory bound.
+        """P(fails) per config: the ridge fit if `failure_fit`, resource and spill dominance, the shared-memory bound.
 
-        Zero when the failure model is off (`failure_weight=0`) or nothing failed.
+        A config ruled a spill counts as a failure: it is picked as rarely.
+        Zero when the failure model is off (`failure_weight=0`) or nothing failed or spilled.
         """
         p_fail = np.zeros(durations.size)
         if self.params.failure_weight <= 0:
@@ -460,8 +460,10 @@ class FastaPolicy:
             tried = np.flatnonzero(~np.isnan(durations))
             failed = np.isinf(durations[tried])
             p_fail = failure_chance(self._feasibility_design, tried, failed, self.params.ridge_lambda)
-        if self._resources is not None:
-            p_fail = resource_dominance(self._resources, durations, p_fail)
+        if self._pressure is not None and self.params.failure_dominance:
+            p_fail = resource_dominance(self._pressure, durations, p_fail)
+        if self._pressure is not None and self._cell_area is not None and self.params.spill_dominance:
+            p_fail = spill_dominance(self._pressure, self._cell_area, durations, self.params.cell_spill, p_fail)
         if self.params.failure_dominance:
             overshoot = shared_memory_overshoot(failures, durations.size)
             p_fail = overshoot_bound(
@@ -630,6 +632,7 @@ class FastaPolicy:
         stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
         stored.setdefault("failure_fit", True)  # written when the ridge fit of failures was always on
         stored.setdefault("peak_share", 0.0)  # written before a peaked R1 could raise the budget
+        stored.setdefault("spill_dominance", False)  # written before spills ruled out larger tiles
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
             if name in stored:

@@ -1,0 +1,100 @@
+"""Spill dominance: a large tile that ran several times slower than the best rules out the tiles above it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from driving import Simulator, resumed_from_before
+
+from fasta_sm.backends.replay import load_table
+from fasta_sm.config import Config
+from fasta_sm.data import tables_dir
+from fasta_sm.policies.fasta import FastaPolicy
+from fasta_sm.policies.fasta.feasibility import resource_pressure, spill_dominance
+from fasta_sm.policies.fasta.features import extract_features
+
+GELU = load_table(tables_dir() / "mm_bf16_gelu_4096.json")
+
+
+def _space():
+    configs = [
+        Config(kwargs={"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+        for m in (64, 128)
+        for n in (64, 128)
+        for w in (4, 8)
+        for s in (2, 3)
+    ]
+    space = extract_features(configs)
+    area = np.array([c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] for c in configs], dtype=float)
+    return configs, resource_pressure(space.names, space.levels), area
+
+
+def _index(configs, m, n, w, s):
+    want = Config(kwargs={"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s).identity
+    return next(i for i, c in enumerate(configs) if c.identity == want)
+
+
+def _measured(configs, timings):
+    durations = np.full(len(configs), np.nan)
+    for key, value in timings.items():
+        durations[_index(configs, *key)] = value
+    return durations
+
+
+def test_everything_under_more_pressure_than_a_spill_is_taken_to_spill():
+    configs, pressure, area = _space()
+    durations = _measured(configs, {(64, 64, 8, 2): 10.0, (128, 64, 4, 2): 40.0})
+    p = spill_dominance(pressure, area, durations, 3.0, np.zeros(len(configs)))
+    assert p[_index(configs, 128, 128, 4, 2)] == 1.0  # a larger tile at the same warps
+    assert p[_index(configs, 128, 64, 4, 3)] == 1.0  # the same tile, deeper pipeline
+    assert p[_index(configs, 128, 64, 8, 2)] == 0.0  # more warps: fewer registers per thread (the spill twin)
+    assert p[_index(configs, 64, 128, 4, 2)] == 0.0  # not larger in every column
+
+
+def test_a_slow_tile_smaller_than_the_best_implies_nothing():
+    configs, pressure, area = _space()
+    durations = _measured(configs, {(128, 128, 8, 3): 10.0, (64, 64, 4, 2): 40.0})  # too little work, not a spill
+    p = spill_dominance(pressure, area, durations, 3.0, np.zeros(len(configs)))
+    assert np.all(p == 0.0)
+
+
+def test_a_tile_less_than_spill_times_slower_implies_nothing():
+    configs, pressure, area = _space()
+    durations = _measured(configs, {(64, 64, 8, 2): 10.0, (128, 64, 4, 2): 29.0})
+    p = spill_dominance(pressure, area, durations, 3.0, np.full(len(configs), 0.25))
+    assert np.all(p == 0.25)
+
+
+def _proposed_over_a_spill(params: dict, seed: int) -> list[int]:
+    """Configs a tune of the GELU matmul proposed at least as large as a spill it had measured (recorded means)."""
+    policy = FastaPolicy(GELU.configs, **params)
+    space = extract_features(GELU.configs)
+    pressure = resource_pressure(space.names, space.levels)
+    area = space.raw[:, space.names.index("kwargs.BLOCK_M")] * space.raw[:, space.names.index("kwargs.BLOCK_N")]
+    rng = np.random.default_rng(seed)
+    sim = Simulator(GELU, seed)
+    found = []
+    decision = policy.plan(rng)
+    while len(decision.batch):
+        if not decision.retime:
+            ran = np.flatnonzero(np.isfinite(sim.durations))
+            if ran.size:
+                best = ran[np.argmin(sim.durations[ran])]
+                slow = ran[(sim.durations[ran] >= 3.0 * sim.durations[best]) & (area[ran] >= area[best])]
+                found += [i for i in decision.batch if any(np.all(pressure[i] >= pressure[s]) for s in slow)]
+        sim.measure(decision)
+        decision = policy.refine(sim.observed(), rng)
+    return found
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_config_at_least_as_large_as_a_measured_spill_is_proposed(seed):
+    assert _proposed_over_a_spill({}, seed) == []
+
+
+def test_without_spill_dominance_the_gelu_tunes_propose_configs_over_a_spill():
+    assert any(_proposed_over_a_spill({"spill_dominance": False}, seed) for seed in range(4))
+
+
+def test_a_tune_resumed_from_before_spill_dominance_keeps_it_off():
+    assert resumed_from_before("spill_dominance", GELU.configs).params.spill_dominance is False
