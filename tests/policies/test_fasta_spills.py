@@ -1,4 +1,4 @@
-"""Spill dominance: a large tile that ran several times slower than the best rules out the tiles above it."""
+"""Spill dominance: a tile past the best's that ran several times slower rules out the tiles above it."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def _space():
     ]
     space = extract_features(configs)
     area = np.array([c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] for c in configs], dtype=float)
-    return configs, resource_pressure(space.names, space.levels), area
+    load = area / np.array([c.num_warps for c in configs], dtype=float)
+    return configs, resource_pressure(space.names, space.levels), area, load
 
 
 def _index(configs, m, n, w, s):
@@ -42,9 +43,9 @@ def _measured(configs, timings):
 
 
 def test_everything_under_more_pressure_than_a_spill_is_taken_to_spill():
-    configs, pressure, area = _space()
+    configs, pressure, area, load = _space()
     durations = _measured(configs, {(64, 64, 8, 2): 10.0, (128, 64, 4, 2): 40.0})
-    p = spill_dominance(pressure, area, durations, 3.0, np.zeros(len(configs)))
+    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
     assert p[_index(configs, 128, 128, 4, 2)] == 1.0  # a larger tile at the same warps
     assert p[_index(configs, 128, 64, 4, 3)] == 1.0  # the same tile, deeper pipeline
     assert p[_index(configs, 128, 64, 8, 2)] == 0.0  # more warps: fewer registers per thread (the spill twin)
@@ -52,16 +53,23 @@ def test_everything_under_more_pressure_than_a_spill_is_taken_to_spill():
 
 
 def test_a_slow_tile_smaller_than_the_best_implies_nothing():
-    configs, pressure, area = _space()
+    configs, pressure, area, load = _space()
     durations = _measured(configs, {(128, 128, 8, 3): 10.0, (64, 64, 4, 2): 40.0})  # too little work, not a spill
-    p = spill_dominance(pressure, area, durations, 3.0, np.zeros(len(configs)))
+    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
+    assert np.all(p == 0.0)
+
+
+def test_a_slow_tile_at_more_warps_than_the_best_implies_nothing():
+    configs, pressure, area, load = _space()
+    durations = _measured(configs, {(128, 64, 4, 2): 10.0, (128, 64, 8, 2): 40.0})  # too many warps, not a spill
+    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
     assert np.all(p == 0.0)
 
 
 def test_a_tile_less_than_spill_times_slower_implies_nothing():
-    configs, pressure, area = _space()
+    configs, pressure, area, load = _space()
     durations = _measured(configs, {(64, 64, 8, 2): 10.0, (128, 64, 4, 2): 29.0})
-    p = spill_dominance(pressure, area, durations, 3.0, np.full(len(configs), 0.25))
+    p = spill_dominance(pressure, area, load, durations, 3.0, np.full(len(configs), 0.25))
     assert np.all(p == 0.25)
 
 
@@ -71,6 +79,7 @@ def _proposed_over_a_spill(params: dict, seed: int) -> list[int]:
     space = extract_features(GELU.configs)
     pressure = resource_pressure(space.names, space.levels)
     area = space.raw[:, space.names.index("kwargs.BLOCK_M")] * space.raw[:, space.names.index("kwargs.BLOCK_N")]
+    load = area / space.raw[:, space.names.index("num_warps")]
     rng = np.random.default_rng(seed)
     sim = Simulator(GELU, seed)
     found = []
@@ -80,7 +89,8 @@ def _proposed_over_a_spill(params: dict, seed: int) -> list[int]:
             ran = np.flatnonzero(np.isfinite(sim.durations))
             if ran.size:
                 best = ran[np.argmin(sim.durations[ran])]
-                slow = ran[(sim.durations[ran] >= 3.0 * sim.durations[best]) & (area[ran] >= area[best])]
+                larger = (area[ran] >= area[best]) & (load[ran] >= load[best])
+                slow = ran[(sim.durations[ran] >= 3.0 * sim.durations[best]) & larger]
                 found += [i for i in decision.batch if any(np.all(pressure[i] >= pressure[s]) for s in slow)]
         sim.measure(decision)
         decision = policy.refine(sim.observed(), rng)

@@ -78,25 +78,28 @@ def resource_dominance(pressure: np.ndarray, durations: np.ndarray, p_fail: np.n
 
 
 def spill_dominance(
-    pressure: np.ndarray, area: np.ndarray, durations: np.ndarray, spill: float, p_fail: np.ndarray
+    pressure: np.ndarray, area: np.ndarray, load: np.ndarray, durations: np.ndarray, spill: float, p_fail: np.ndarray
 ) -> np.ndarray:
     """`p_fail` raised to 1 for every config under at least the pressure of a spill, in every column.
 
     A config that ran `spill` times slower than the best or more, with a
-    tile `area` at least the best's, is read as a register spill (as the
-    spill twins read it); a config at least as large in every tile kwarg
-    and the stages, with no more warps, holds at least as many registers per
-    thread and spills too. On the recorded GELU matmul such configs run 5 to
-    27 times slower than the best and take up to 25 times the median
-    compile, so each one a tune picks costs more than a good config does.
-    A slow small tile (too little work per program) implies nothing: only
-    tiles as large as the best's count. `pressure` is `resource_pressure`.
+    tile `area` and a tile per warp (`load`, the area over the warps) at
+    least the best's, is read as a register spill (as the spill twins read
+    it): it holds more registers per thread than the best does. A config at
+    least as large in every tile kwarg and the stages, with no more warps,
+    holds at least as many and spills too. On the recorded GELU matmul such
+    configs run 5 to 27 times slower than the best and take up to 25 times
+    the median compile, so each one a tune picks costs more than a good
+    config does. A slow config with less tile per warp than the best implies
+    nothing: too little work per program, or too many warps for its tile,
+    is slow for other reasons. `pressure` is `resource_pressure`.
     """
     ran = np.flatnonzero(np.isfinite(durations))
     if spill <= 0 or ran.size == 0:
         return p_fail
     best = ran[np.argmin(durations[ran])]
-    spilled = ran[(durations[ran] >= spill * durations[best]) & (area[ran] >= area[best])]
+    larger = (area[ran] >= area[best]) & (load[ran] >= load[best])
+    spilled = ran[(durations[ran] >= spill * durations[best]) & larger]
     if spilled.size == 0:
         return p_fail
     return np.where(_dominated(-pressure, -pressure[spilled]), 1.0, p_fail)

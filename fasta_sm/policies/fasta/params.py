@@ -239,8 +239,8 @@ DESCRIPTIONS: dict[str, str] = {
     "failed one is taken to fail; so is one that an out-of-shared-memory failure's figures bound past the limit "
     "(Feasibility)",
     "spill_dominance": "a config with every tile kwarg and the stages at least, and warps at most, those of one "
-    "that ran `cell_spill` times slower than the best with a tile at least as large is taken to spill too, and is "
-    "picked no more than a failure (Feasibility)",
+    "that ran `cell_spill` times slower than the best with at least its tile and tile per warp is taken to spill "
+    "too, and is picked no more than a failure (Feasibility)",
     "cap_quantile": "fit log durations capped at this quantile of the measured ones (1: no cap)",
     "rounds": "the guided budget is split into this many batches",
     "max_rounds": "cap on guided rounds",

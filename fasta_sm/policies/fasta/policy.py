@@ -138,6 +138,10 @@ class FastaPolicy:
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
         self._free_levels = self._space.levels[:, free]
         self._warps = self._space.names.index("num_warps") if "num_warps" in self._space.names else None
+        self._tile_load = None
+        if self._cell_area is not None:
+            warps = self._space.raw[:, self._warps] if self._warps is not None else 1.0
+            self._tile_load = self._cell_area / warps
         self._tile_pair = None
         if params.polish_transpose and {"kwargs.BLOCK_M", "kwargs.BLOCK_N"} <= set(self._space.names):
             self._tile_pair = (self._space.names.index("kwargs.BLOCK_M"), self._space.names.index("kwargs.BLOCK_N"))
@@ -462,8 +466,10 @@ class FastaPolicy:
             p_fail = failure_chance(self._feasibility_design, tried, failed, self.params.ridge_lambda)
         if self._pressure is not None and self.params.failure_dominance:
             p_fail = resource_dominance(self._pressure, durations, p_fail)
-        if self._pressure is not None and self._cell_area is not None and self.params.spill_dominance:
-            p_fail = spill_dominance(self._pressure, self._cell_area, durations, self.params.cell_spill, p_fail)
+        if self._pressure is not None and self._tile_load is not None and self.params.spill_dominance:
+            p_fail = spill_dominance(
+                self._pressure, self._cell_area, self._tile_load, durations, self.params.cell_spill, p_fail
+            )
         if self.params.failure_dominance:
             overshoot = shared_memory_overshoot(failures, durations.size)
             p_fail = overshoot_bound(
