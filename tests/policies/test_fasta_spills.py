@@ -9,6 +9,7 @@ from driving import Simulator, resumed_from_before
 from fasta_sm.backends.replay import load_table
 from fasta_sm.config import Config
 from fasta_sm.data import tables_dir
+from fasta_sm.errors import PolicyError
 from fasta_sm.policies.fasta import FastaPolicy
 from fasta_sm.policies.fasta.feasibility import resource_pressure, spill_dominance
 from fasta_sm.policies.fasta.features import extract_features
@@ -108,3 +109,35 @@ def test_without_spill_dominance_the_gelu_tunes_propose_configs_over_a_spill():
 
 def test_a_tune_resumed_from_before_spill_dominance_keeps_it_off():
     assert resumed_from_before("spill_dominance", GELU.configs).params.spill_dominance is False
+
+
+def test_a_slow_tile_of_smaller_area_at_the_same_tile_per_warp_implies_nothing():
+    configs, pressure, area, load = _space()
+    durations = _measured(configs, {(128, 64, 8, 2): 10.0, (64, 64, 4, 2): 40.0})  # 1,024 per warp each
+    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
+    assert np.all(p == 0.0)
+
+
+def test_fewer_stages_than_a_spill_stay_open():
+    configs, pressure, area, load = _space()
+    durations = _measured(configs, {(64, 64, 8, 2): 10.0, (128, 64, 4, 3): 40.0})
+    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
+    assert p[_index(configs, 128, 64, 4, 2)] == 0.0
+    assert p[_index(configs, 128, 128, 4, 3)] == 1.0
+
+
+def test_without_a_tile_kwarg_among_the_cell_columns_nothing_is_ruled_a_spill():
+    configs = [
+        Config(kwargs={"ROWS": r}, num_warps=w, num_stages=s) for r in (1, 2, 4) for w in (2, 4, 8) for s in (1, 2)
+    ]
+    policy = FastaPolicy(configs)
+    durations = np.full(len(configs), np.nan)
+    durations[0] = 10.0  # ROWS 1, 2 warps, 1 stage
+    durations[6] = 50.0  # ROWS 2, 2 warps, 1 stage: slow, but ROWS is no tile column, so no spill
+    assert np.all(policy._failure_chance(durations, {}) == 0.0)
+
+
+@pytest.mark.parametrize("spill", [0.5, 1.0])
+def test_a_spill_factor_of_one_or_less_is_refused(spill):
+    with pytest.raises(PolicyError, match="cell_spill"):
+        FastaPolicy(GELU.configs, cell_spill=spill)

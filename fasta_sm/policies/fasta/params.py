@@ -127,6 +127,8 @@ class FastaParams:
             raise PolicyError(f"fasta: retime_cost={self.retime_cost!r} must be 0 (no cap) or a fraction in (0, 1]")
         if not 0.0 <= self.cell_min_run <= 1.0:
             raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
+        if 0.0 < self.cell_spill <= 1.0:
+            raise PolicyError(f"fasta: cell_spill={self.cell_spill!r} must be 0 (off) or a factor above 1")
         if not 0.0 < self.retime_decay <= 1.0:
             raise PolicyError(f"fasta: retime_decay={self.retime_decay!r} must be in (0, 1]")
         if self.retime_rank not in ("lower", "mean"):
@@ -238,9 +240,10 @@ DESCRIPTIONS: dict[str, str] = {
     "failure_dominance": "a config with every tile kwarg and the stages at least, and warps at most, those of a "
     "failed one is taken to fail; so is one that an out-of-shared-memory failure's figures bound past the limit "
     "(Feasibility)",
-    "spill_dominance": "a config with every tile kwarg and the stages at least, and warps at most, those of one "
-    "that ran `cell_spill` times slower than the best with at least its tile and tile per warp is taken to spill "
-    "too, and is picked no more than a failure (Feasibility)",
+    "spill_dominance": "a config with every kwarg and the stages at least, and warps at most, those of one that "
+    "ran `cell_spill` times slower than the best with at least its tile area and tile per warp is taken to spill "
+    "too, and is picked no more than a failure (Feasibility; off without a tile kwarg among `cell_columns` or "
+    "without tile cells)",
     "cap_quantile": "fit log durations capped at this quantile of the measured ones (1: no cap)",
     "rounds": "the guided budget is split into this many batches",
     "max_rounds": "cap on guided rounds",
@@ -256,7 +259,7 @@ DESCRIPTIONS: dict[str, str] = {
     "cell_min_run": "a cell is explored only if its best candidate runs with at least this probability",
     "cell_retry": "per guided round, at most this many picks retry an explored cell at its tile area's best values",
     "cell_spill": "a config this many times slower than the best spilled: its tile at more warps gets the next "
-    "polish pick (0: off)",
+    "polish pick, and `spill_dominance` rules out the tiles above it (0: off; otherwise above 1)",
     "twin_deep": "a spill twin is tried at the deepest stage count that runs (False: the best-scored stages)",
     "polish_extra": "past the budget, at most this many more configs next to the best (0: off; none with `budget=`)",
     "polish_centers": "polish steps one level in one column from this many of the fastest configs",

@@ -139,7 +139,7 @@ class FastaPolicy:
         self._free_levels = self._space.levels[:, free]
         self._warps = self._space.names.index("num_warps") if "num_warps" in self._space.names else None
         self._tile_load = None
-        if self._cell_area is not None:
+        if self._cell_area is not None and any(name.startswith("kwargs.") for name in in_cell & set(self._space.names)):
             warps = self._space.raw[:, self._warps] if self._warps is not None else 1.0
             self._tile_load = self._cell_area / warps
         self._tile_pair = None
