@@ -86,8 +86,8 @@ def spill_dominance(
     tile `area` and a tile per warp (`load`, the area over the warps) at
     least the best's, is read as a register spill (as the spill twins read
     it): it holds more registers per thread than the best does. A config at
-    least as large in every tile kwarg and the stages, with no more warps,
-    holds at least as many and spills too. On the recorded GELU matmul such
+    least as large in every kwarg and the stages, with no more warps, holds
+    at least as many and spills too. On the recorded GELU matmul such
     configs run 5 to 27 times slower than the best and take up to 25 times
     the median compile, so each one a tune picks costs more than a good
     config does. A slow config with less tile per warp than the best implies
