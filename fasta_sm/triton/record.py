@@ -38,14 +38,16 @@ def check_output(backend: TritonBackend, spec: KernelSpec, config: Config, expec
     """Launch once on a poisoned output and compare with the reference: None if right.
 
     An output the kernel accumulates into (`reset_to_zero`) starts at zero
-    instead, and arguments it updates in place (`restore_value`) are put back
-    afterwards, so every config starts from the inputs the reference saw.
+    instead, one it updates in place (`restore_value`) keeps its input, and
+    every `restore_value` argument is put back afterwards, so every config
+    starts from the inputs the reference saw.
     """
     named = backend.nargs(config)
     out = backend.args[spec.output]
     saved = saved_args(named, spec.restore_value)
     zero_args(named, spec.reset_to_zero)
-    if out.is_floating_point() and not any(named.get(name) is out for name in spec.reset_to_zero):
+    read_first = [*spec.reset_to_zero, *spec.restore_value]
+    if out.is_floating_point() and not any(named.get(name) is out for name in read_first):
         out.fill_(float("nan"))
     try:
         backend.launch(config)

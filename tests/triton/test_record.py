@@ -221,6 +221,24 @@ def test_the_output_check_zeroes_an_accumulated_output_so_right_configs_pass():
     assert [row["error"] for row in table["configs"]] == [None, None]
 
 
+def test_the_output_check_keeps_an_output_updated_in_place_so_right_configs_pass():
+    from kernels import accumulate_kernel, grid
+
+    from fasta_sm.config import Config
+    from fasta_sm.triton.spec import KernelSpec
+
+    def make_args(device):
+        return (torch.arange(300, dtype=torch.float32, device=device), torch.ones(300, device=device), 300, 2.0)
+
+    spec = KernelSpec(
+        name="accumulate", fn=accumulate_kernel, configs=[Config({"BLOCK": b}, num_warps=1) for b in (64, 128)],
+        make_args=make_args, grid=grid, shape={"n": 300}, reference=lambda args: args[1] + 2.0 * args[0], output=1,
+        restore_value=["out_ptr"],
+    )
+    table = record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
+    assert [row["error"] for row in table["configs"]] == [None, None]
+
+
 def test_a_zoo_matmul_recorded_at_another_shape_is_named_for_it():
     from fasta_sm.triton import zoo
 
