@@ -362,6 +362,8 @@ class TritonBackend:
             except Exception as error:
                 if self.post_hook is not None:
                     self.post_hook(nargs, exception=error)
+                else:  # as Triton's own post hook: a launch that failed part-way leaves its writes behind
+                    restore_args(nargs, saved)
                 raise
             if self.post_hook is not None:
                 self.post_hook(nargs, exception=None)

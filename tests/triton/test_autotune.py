@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import triton
+import triton.language as tl
 from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
 from triton_device import DEVICE
 
@@ -473,3 +474,23 @@ def test_gpu_use_cuda_graph_tunes_with_cuda_graph_timings_and_the_right_output(t
     (result,) = kernel.results.values()
     timings = [t for samples in result.state.durations.values() for t in samples]
     assert result.state.done and len(timings) >= len(SMALL) and all(t > 0 for t in timings)
+
+
+@triton.jit
+def increment_failing_late_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    """x += 1, in place; at BLOCK 16 the third program fails after the first two have written."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+    if pid == 2:
+        tl.static_assert(BLOCK != 16)
+
+
+def test_a_launch_that_fails_part_way_has_its_restore_value_arguments_put_back(tmp_path):
+    configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (16, 32, 64)]
+    kernel = fasta_sm.autotune(configs, key=["n"], restore_value=["x_ptr"], policy="exhaustive",
+                               state_dir=str(tmp_path))(increment_failing_late_kernel)
+    x = torch.zeros(64, device=DEVICE)
+    kernel[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](x, 64)
+    assert x.unique().tolist() == [1.0]  # the winner's one launch, on the input as it was
