@@ -114,6 +114,16 @@ def test_prune_callbacks_get_the_arguments_triton_gives_them(tmp_path):
     assert {"x_ptr", "scale", "grid", "warmup", "BLOCK", "num_warps"} <= set(seen["perf_model"])
 
 
+def test_a_fractional_top_k_is_a_share_of_all_configs_as_in_triton(tmp_path):
+    prune = {"early_config_prune": lambda configs, nargs, **kwargs: configs[: len(configs) // 2],
+             "perf_model": lambda **kwargs: kwargs["BLOCK"], "top_k": 0.25}
+    ours = fasta_sm.autotune(CONFIGS, key=["n"], prune_configs_by=prune, state_dir=str(tmp_path))(accumulate_kernel)
+    theirs = triton.autotune(CONFIGS, key=["n"], prune_configs_by=prune)(accumulate_kernel)
+    positional = {"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}
+    theirs.nargs = positional
+    assert len(ours.prune_configs(positional, {})) == len(theirs.prune_configs({})) == len(CONFIGS) // 4
+
+
 def test_a_single_config_is_launched_without_a_tune(tmp_path):
     kernel = fasta_sm.autotune(CONFIGS[:1], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
     x, out = launch(kernel)
