@@ -219,7 +219,7 @@ def wanted_after_worker(state: TuneState) -> list[int]:
 # --------------------------------------------------------------------------- autotuner side
 
 
-_LAUNCH_OPTIONS = ("num_ctas", "maxnreg")
+_LAUNCH_OPTIONS = ("num_ctas", "maxnreg", "ir_override")
 
 
 def to_fasta_config(config: Any) -> Config:

@@ -56,8 +56,8 @@ def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
     """`configs` with each config once: Triton would time a repeat again and keep one of the two.
 
     Two configs fasta-sm cannot tell apart (the same kwargs and launch
-    options) that differ by a `pre_hook` or an `ir_override` are an error:
-    which of them won could not be told from the state file.
+    options, `ir_override` among them) that differ by a `pre_hook` are an
+    error: which of them won could not be told from the state file.
     """
     first_of: dict[str, triton.Config] = {}
     kept = []
@@ -69,7 +69,7 @@ def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
             kept.append(config)
         elif _extras(first) != _extras(config):
             raise ValueError(
-                f"fasta_sm.autotune({kernel}): two configs differ only by a pre_hook or an ir_override "
+                f"fasta_sm.autotune({kernel}): two configs differ only by a pre_hook "
                 f"({to_fasta_config(config).label()}); fasta-sm keys a config by its kwargs and launch options"
             )
     if len(kept) < len(configs):
@@ -80,7 +80,7 @@ def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
 
 def _extras(config: triton.Config) -> tuple:
     """What a config holds beyond its kwargs and launch options."""
-    return (config.pre_hook, getattr(config, "ir_override", None))
+    return (config.pre_hook,)
 
 
 class Autotuner(KernelInterface):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -122,6 +123,18 @@ def test_a_fractional_top_k_is_a_share_of_all_configs_as_in_triton(tmp_path):
     positional = {"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}
     theirs.nargs = positional
     assert len(ours.prune_configs(positional, {})) == len(theirs.prune_configs({})) == len(CONFIGS) // 4
+
+
+@pytest.mark.skipif("ir_override" not in inspect.signature(triton.Config).parameters,
+                    reason="this Triton's Config has no ir_override")
+def test_an_ir_override_is_part_of_a_config_and_of_each_timed_launch():
+    plain = triton.Config({"BLOCK": 64}, num_warps=1, num_stages=1)
+    overridden = triton.Config({"BLOCK": 64}, num_warps=1, num_stages=1, ir_override="k.ttgir")
+    ours = to_fasta_config(overridden)
+    assert ours != to_fasta_config(plain)
+    assert to_triton_config(ours).all_kwargs() == overridden.all_kwargs()
+    backend = TritonBackend(accumulate_kernel, (torch.zeros(8), torch.zeros(8), 8, 2.0), grid)
+    assert backend._launch_kwargs(ours)["ir_override"] == "k.ttgir"
 
 
 def test_a_single_config_is_launched_without_a_tune(tmp_path):
