@@ -395,8 +395,8 @@ class TritonBackend:
         if path is None:
             return None
         module, qualname = path
-        if any(hasattr(value, "data_ptr") for value in self.kwargs.values()):
-            return None  # a tensor passed by keyword would travel to the workers whole
+        if not all(value is None or isinstance(value, (bool, int, float, str)) for value in self.kwargs.values()):
+            return None  # a tensor would travel whole; a jit function passed as a constexpr cannot travel at all
         try:
             if resolve(module, qualname) is not self.fn:
                 return None

@@ -570,6 +570,18 @@ def test_a_tensor_passed_by_keyword_keeps_the_compile_in_this_process(monkeypatc
     assert by_keyword._jobs(configs(64)) is None
 
 
+def test_a_jit_function_passed_by_keyword_keeps_the_compile_in_this_process(monkeypatch):
+    from triton.runtime.jit import JITFunction
+
+    from fasta_sm.triton import backend as backend_module
+
+    kernel = JITFunction(getattr(accumulate_kernel, "fn", accumulate_kernel))
+    monkeypatch.setattr(backend_module, "resolve", lambda module, qualname: kernel)
+    x, out = torch.randn(N), torch.zeros(N)
+    with_function = TritonBackend(kernel, (x, out, N, 2.0), grid, {"ACT": kernel})  # a constexpr activation
+    assert with_function._jobs(configs(64)) is None
+
+
 def test_an_error_compiling_here_that_is_not_the_configs_fault_reaches_the_caller():
     """A thread of this process compiling while the pool starts hands on what `in_process` raises."""
     import threading
