@@ -15,10 +15,12 @@ about another.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import logging
 import numbers
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -335,15 +337,63 @@ def _names(kernel: str, what: str, names: Sequence[str], arg_names: Sequence[str
 
 
 def _source_hash(fn: Any) -> str:
-    """12 hex digits of the kernel's source text (the jit function under any wrappers)."""
-    jit = unwrap_jit(fn)
-    source = getattr(jit, "src", None)
-    if source is None:  # the interpreter's wrapper keeps no source: read the function's (cached by linecache)
-        try:
-            source = inspect.getsource(getattr(jit, "fn", jit))
-        except (OSError, TypeError):
-            source = ""
-    return hashlib.sha256(str(source).encode()).hexdigest()[:12]
+    """12 hex digits of the kernel's source text (the jit function under any wrappers) and of the jit
+    functions it calls: a helper edited is a new kernel, as it is to Triton's cache, and needs a new tune."""
+    kernel, *helpers = _jit_sources(unwrap_jit(fn))
+    digest = hashlib.sha256(kernel.encode())
+    for source in helpers:
+        digest.update(b"\0" + source.encode())
+    return digest.hexdigest()[:12]
+
+
+def _jit_sources(root: Any) -> list[str]:
+    """The source of `root` and of every jit function it reaches through names in its module's globals."""
+    sources, seen, todo = [], set(), [root]
+    while todo:
+        jit = todo.pop()
+        python = getattr(jit, "fn", jit)
+        if id(python) in seen:
+            continue
+        seen.add(id(python))
+        source = getattr(jit, "src", None)
+        if source is None:  # the interpreter's wrapper keeps no source: read the function's (cached by linecache)
+            try:
+                source = inspect.getsource(python)
+            except (OSError, TypeError):
+                source = ""
+        sources.append(str(source))
+        todo += reversed([found for found in _named(python, str(source)) if _is_jit(found)])
+    return sources
+
+
+def _named(python: Any, source: str) -> list[Any]:
+    """The objects `source` names, looked up in the function's globals: `helper` and `module.helper` alike."""
+    scope = getattr(python, "__globals__", {})
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        chain = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in scope:
+            continue
+        value = scope[node.id]
+        for attr in reversed(chain):
+            value = getattr(value, attr, None)
+        found.append(value)
+    return found
+
+
+def _is_jit(value: Any) -> bool:
+    """A user's jit function: Triton's own (`tl.sum` is one) change only with its version, already in the key."""
+    if not (isinstance(value, JITFunction) or type(value).__name__ == "InterpretedFunction"):
+        return False
+    module = getattr(getattr(value, "fn", value), "__module__", None) or ""
+    return module != "triton" and not module.startswith("triton.")
 
 
 def _cuda_graph_bench(rep_ms: float) -> Callable[..., Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import re
@@ -21,7 +22,7 @@ import fasta_sm
 from fasta_sm.errors import notes_of
 from fasta_sm.policies import make_policy
 from fasta_sm.store import StateStore
-from fasta_sm.triton.autotune import to_fasta_config, to_triton_config
+from fasta_sm.triton.autotune import _source_hash, to_fasta_config, to_triton_config
 from fasta_sm.triton.backend import TritonBackend
 
 HERE = Path(__file__).parent
@@ -517,3 +518,32 @@ def test_a_launch_that_fails_part_way_has_its_restore_value_arguments_put_back(t
     x = torch.zeros(64, device=DEVICE)
     kernel[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](x, 64)
     assert x.unique().tolist() == [1.0]  # the winner's one launch, on the input as it was
+
+
+@triton.jit
+def double_helper(x):
+    return x * 2
+
+
+@triton.jit
+def triple_helper(x):
+    return x * 3
+
+
+@triton.jit
+def kernel_with_helper(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, double_helper(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+def test_a_jit_helper_edited_makes_a_new_tuning_key(monkeypatch):
+    before = _source_hash(kernel_with_helper)
+    monkeypatch.setitem(globals(), "double_helper", triple_helper)  # as if its body had been edited
+    assert _source_hash(kernel_with_helper) != before
+
+
+def test_a_kernel_without_helpers_keeps_the_key_of_its_own_source():
+    """State files written before helpers counted are still found."""
+    source = getattr(accumulate_kernel, "src", None) or inspect.getsource(accumulate_kernel.fn)
+    assert _source_hash(accumulate_kernel) == hashlib.sha256(source.encode()).hexdigest()[:12]
