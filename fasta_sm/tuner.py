@@ -225,12 +225,9 @@ def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:
             continue
         if old_index in old.failed:
             carried[new_index] = {"error": old.failed[old_index]}
-        elif old_index in old.compiled:
-            carried[new_index] = {
-                "compile_s": old.compiled[old_index],
-                "durations_us": list(old.durations.get(old_index, [])),
-                "error": None,
-            }
+        elif old_index in old.compiled:  # timed, or compiled from a carried result whose timings wait in `carried`
+            timed = old.durations.get(old_index) or old.carried.get(old_index, {}).get("durations_us", [])
+            carried[new_index] = {"compile_s": old.compiled[old_index], "durations_us": list(timed), "error": None}
         elif old_index in old.carried:  # carried into `old` from the list before it, not used yet
             carried[new_index] = dict(old.carried[old_index])
     return carried

@@ -270,6 +270,20 @@ def test_results_carried_into_a_tune_survive_a_second_change_of_the_list(table, 
     assert counting.compiled == [] and counting.benchmarked == []
 
 
+def test_results_carried_into_a_tune_and_compiled_there_survive_a_second_change_of_the_list(table, backend, store):
+    def stop_before_timing(state):
+        if state.step == "benchmark":  # the carried compiles are taken, the carried timings not yet
+            raise KeyboardInterrupt
+
+    tune(KEY, table.kernel, table.configs, backend, policy="exhaustive", store=store)
+    with pytest.raises(KeyboardInterrupt):
+        tune(KEY, table.kernel, table.configs[:-1], CountingBackend(backend), policy="exhaustive", store=store,
+             on_step=stop_before_timing)
+    counting = CountingBackend(backend)
+    tune(KEY, table.kernel, table.configs[:-2], counting, policy="exhaustive", store=store)
+    assert counting.compiled == [] and counting.benchmarked == []
+
+
 def test_a_progress_callback_that_raises_loses_no_checkpoint_and_times_nothing_twice(table, backend, store):
     calls = []
 
