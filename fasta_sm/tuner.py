@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 
 from .config import Config, check_config_list, configs_hash
-from .errors import FastaError, PolicyError, StateFileError
+from .errors import PolicyError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune
 from .policies import make_policy, with_environment
 from .protocols import Backend, Policy
@@ -166,7 +166,7 @@ def open_tune(
         try:
             chosen = make_policy(state.policy, configs, state.policy_params)
             return Tune(state, backend, chosen, checkpoint, chunk_size, benchmark_chunk)
-        except (FastaError, KeyError, TypeError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001  whatever a policy raises on a state it cannot take, the file is set aside
             # The measurements are sound (the loader checked them); only the policy's own state is not.
             fresh = fresh_policy()
             why = f"its policy cannot resume from it ({type(exc).__name__}: {exc})"
