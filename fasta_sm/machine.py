@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -171,14 +172,19 @@ class Tune:
         `restarts` says why an earlier state for this key was set aside, if one
         was; `carried` holds that state's results for configs still in the list
         (index → compile_s, durations_us, error), reused instead of measured.
+        A state that would not read back (a bool for a seed, a backend that
+        describes itself as None) is refused before its first checkpoint: a
+        file the next process set aside would never be reused.
         """
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64:
+            raise ValueError(f"kernel {kernel!r}: seed={seed!r} must be an integer in [0, 2**64)")
         state = TuneState(
             key=key,
             kernel=kernel,
             configs=list(configs),
             policy=policy.name,
             policy_params=dict(policy_params or {}),
-            seed=seed,
+            seed=int(seed),
             backend=backend.describe(),
             restarts=list(restarts),
             carried=dict(carried or {}),
@@ -192,6 +198,7 @@ class Tune:
             planned_s = time.perf_counter() - started
             state.cost.policy_s += planned_s
             tune._open_round(decision, "R1", 0, planned_s)
+            _check_reads_back(state)
             tune._checkpoint()
         except BaseException:
             tune.close()  # a tune that never started must not stay in the shared machine
@@ -507,6 +514,16 @@ class Tune:
         self._decision = None
         log.warning("kernel %s: %s; state kept at the last checkpoint", restored.kernel, restored.last_error)
         self._checkpoint()
+
+
+def _check_reads_back(state: TuneState) -> None:
+    """Refuse a new state its reader would reject: the next process would set the file aside, never reuse it."""
+    try:
+        unpack_state(pack_state(state), source=f"the new state of {state.kernel!r}")
+    except Exception as exc:  # noqa: BLE001  msgpack's own errors too: an argument it cannot carry
+        raise ValueError(
+            f"kernel {state.kernel!r}: its state would not read back: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _check_seconds(kernel: str, what: str, value: float) -> float:

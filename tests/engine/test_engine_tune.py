@@ -655,3 +655,28 @@ def test_compiles_handed_back_in_any_order_with_crashes_between_end_as_a_whole_b
     whole = drive_fresh(table, ReplayBackend(table, noise=True, seed=7), policy=policy)
     assert [(r.batch, r.retime) for r in t.state.rounds] == [(r.batch, r.retime) for r in whole.rounds]
     assert t.state.durations == whole.durations and t.state.best == whole.best
+
+
+@pytest.mark.parametrize("seed", [True, -1, 2**64, 1.5, "1"])
+def test_a_seed_that_is_no_integer_in_range_is_refused_naming_kernel_and_seed(table, backend, store, seed):
+    with pytest.raises(ValueError, match=rf"kernel '{table.kernel}': seed={re.escape(repr(seed))} must be an integer"):
+        run_tune(table, backend, store, policy="exhaustive", seed=seed)
+    assert not list(store.path.glob("*.fsm"))
+
+
+def test_a_numpy_integer_seed_is_kept_as_the_integer_it_is(table, backend, store):
+    import numpy as np
+
+    first = run_tune(table, backend, store, policy="exhaustive", seed=np.int64(3))
+    assert first.state.seed == 3 and type(first.state.seed) is int
+    assert run_tune(table, backend, store, policy="exhaustive", seed=3).reused
+
+
+def test_a_backend_that_describes_itself_as_no_string_is_refused_before_a_file_is_written(table, backend, store):
+    class Nameless(ReplayBackend):
+        def describe(self):
+            return None
+
+    with pytest.raises(ValueError, match=rf"kernel '{table.kernel}': its state would not read back: .*backend"):
+        run_tune(table, Nameless(table), store, policy="exhaustive")
+    assert not list(store.path.glob("*.fsm"))
