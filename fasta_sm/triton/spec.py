@@ -8,6 +8,7 @@ fasta-sm.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,10 +54,13 @@ def load_spec(spec: str, **params: Any) -> KernelSpec:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"spec {spec!r}: {module_name} has no function {attr!r}")
-    try:
-        result = factory(**params)
+    try:  # only the call's own fit: a TypeError inside the spec function keeps its traceback
+        inspect.signature(factory).bind(**params)
     except TypeError as exc:
         raise ConfigError(f"spec {spec!r} called with {params!r}: {exc}") from None
+    except ValueError:  # a callable without a signature (a builtin): let the call say what is wrong
+        pass
+    result = factory(**params)
     if not isinstance(result, KernelSpec):
         raise ConfigError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
     check_config_list(result.name, result.configs)  # a table may hold each config once

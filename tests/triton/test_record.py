@@ -244,3 +244,14 @@ def test_a_zoo_matmul_recorded_at_another_shape_is_named_for_it():
 
     assert zoo.spec_mm_fp16().name == "mm_fp16_4096"  # the shipped table's name
     assert zoo.spec_mm_fp16(M=2048).name == "mm_fp16_2048x4096x4096"
+
+
+def test_a_type_error_inside_a_spec_function_is_its_own_not_a_bad_parameter(tmp_path, monkeypatch):
+    from fasta_sm.triton.spec import load_spec
+
+    (tmp_path / "broken_specs.py").write_text("def spec(N=1):\n    return len(N)  # a bug in the spec itself\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TypeError, match="has no len"):
+        load_spec("broken_specs:spec", N=3)
+    with pytest.raises(ConfigError, match=r"called with \{'M': 3\}"):
+        load_spec("broken_specs:spec", M=3)
