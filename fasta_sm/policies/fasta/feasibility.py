@@ -52,7 +52,7 @@ def run_penalty(p_fail: np.ndarray, tau: float, weight: float) -> np.ndarray:
 def resource_pressure(names: tuple[str, ...], levels: np.ndarray) -> np.ndarray | None:
     """The level codes of the columns a config's resource needs grow with, signed so that larger means more.
 
-    Tile kwargs and stages raise shared memory and registers per thread;
+    Kwargs (tile sizes, BLOCK_K and GROUP_M alike) and stages raise shared memory and registers per thread;
     more warps spread a tile's registers thinner, so warps count negatively.
     None when the space has no kwarg or stage column.
     """

@@ -237,7 +237,7 @@ DESCRIPTIONS: dict[str, str] = {
     "failure_weight": "softmax weights are multiplied by P(config runs) to this power (0: no failure model)",
     "failure_fit": "a ridge fit of which configs failed gives every other config a smooth P(fails) (off: only the "
     "rules of `failure_dominance` set it, to 1)",
-    "failure_dominance": "a config with every tile kwarg and the stages at least, and warps at most, those of a "
+    "failure_dominance": "a config with every kwarg and the stages at least, and warps at most, those of a "
     "failed one is taken to fail; so is one that an out-of-shared-memory failure's figures bound past the limit "
     "(Feasibility)",
     "spill_dominance": "a config with every kwarg and the stages at least, and warps at most, those of one that "
