@@ -527,13 +527,15 @@ def _check_reads_back(state: TuneState) -> None:
 
 
 def _check_seconds(kernel: str, what: str, value: float) -> float:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise BackendError(f"kernel {kernel!r}: backend reported {what} {value!r}; expected a finite number ≥ 0")
     return float(value)
 
 
 def _check_duration(kernel: str, config: Config, value: float) -> float:
     try:
+        if isinstance(value, (bool, str, bytes)):  # float() would take True as 1 µs and "12" as 12 µs
+            raise TypeError
         value = float(value)
     except (TypeError, ValueError):
         raise BackendError(f"kernel {kernel!r}: duration {value!r} for {config.label()} is not a number") from None

@@ -224,6 +224,8 @@ BAD_DURATIONS = {
     "too few": (lambda d: d[:-1], r"returned 3 durations for 4 configs"),
     "too many": (lambda d: d + [1.0], r"returned 5 durations for 4 configs"),
     "not a number": (_set(0, "fast"), r"duration 'fast'"),
+    "a number as text": (_set(0, "12"), r"duration '12' .* is not a number"),
+    "a bool": (_set(2, True), r"duration True .* is not a number"),
 }
 
 
