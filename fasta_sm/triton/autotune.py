@@ -347,7 +347,8 @@ def _source_hash(fn: Any) -> str:
 
 
 def _jit_sources(root: Any) -> list[str]:
-    """The source of `root` and of every jit function it reaches through names in its module's globals."""
+    """The source of `root` and of every jit function it reaches through names in its module's globals
+    or its closure, each followed by the plain values its closure holds: kernels a factory makes differ by those."""
     sources, seen, todo = [], set(), [root]
     while todo:
         jit = todo.pop()
@@ -361,14 +362,30 @@ def _jit_sources(root: Any) -> list[str]:
                 source = inspect.getsource(python)
             except (OSError, TypeError):
                 source = ""
-        sources.append(str(source))
-        todo += reversed([found for found in _named(python, str(source)) if _is_jit(found)])
+        captured = _closure(python)
+        plain = {name: value for name, value in captured.items() if _plain_value(value)}
+        sources.append(str(source) + "".join(f"\0{name}={value!r}" for name, value in sorted(plain.items())))
+        todo += reversed([found for found in _named(python, str(source), captured) if _is_jit(found)])
     return sources
 
 
-def _named(python: Any, source: str) -> list[Any]:
-    """The objects `source` names, looked up in the function's globals: `helper` and `module.helper` alike."""
-    scope = getattr(python, "__globals__", {})
+def _closure(python: Any) -> dict[str, Any]:
+    try:
+        return dict(inspect.getclosurevars(python).nonlocals)
+    except (TypeError, ValueError):  # not a Python function, or a cell not yet filled
+        return {}
+
+
+def _plain_value(value: Any) -> bool:
+    """A value that specializes a kernel and reads back the same from its repr (`tl.constexpr` holds one)."""
+    value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _named(python: Any, source: str, captured: dict[str, Any]) -> list[Any]:
+    """The objects `source` names, looked up in the function's closure and globals: `helper` and
+    `module.helper` alike."""
+    scope = {**getattr(python, "__globals__", {}), **captured}
     try:
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:

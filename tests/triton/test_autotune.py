@@ -547,3 +547,21 @@ def test_a_kernel_without_helpers_keeps_the_key_of_its_own_source():
     """State files written before helpers counted are still found."""
     source = getattr(accumulate_kernel, "src", None) or inspect.getsource(accumulate_kernel.fn)
     assert _source_hash(accumulate_kernel) == hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def make_scaled_kernel(scale):
+    """A kernel factory: each kernel it makes has the same name and text, and a scale of its own."""
+    scale = tl.constexpr(scale)  # what a compiled kernel may capture
+
+    @triton.jit
+    def scaled_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * scale, mask=mask)
+
+    return scaled_kernel
+
+
+def test_kernels_a_factory_makes_with_different_captured_values_have_different_keys():
+    assert _source_hash(make_scaled_kernel(2.0)) != _source_hash(make_scaled_kernel(3.0))
+    assert _source_hash(make_scaled_kernel(2.0)) == _source_hash(make_scaled_kernel(2.0))
