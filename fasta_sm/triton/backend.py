@@ -30,6 +30,7 @@ from .prefetch import Prefetcher
 from .worker import (
     CompileJob,
     TensorArg,
+    config_failures,
     describe_error,
     kernel_path,
     module_root,
@@ -63,24 +64,6 @@ def restore_args(nargs: Mapping[str, Any], saved: Mapping[str, Any]) -> None:
 WARMUP_MS = 25.0
 REP_MS = 100.0
 """`do_bench`'s warm-up and repetition times per config unless a tune sets them: Triton's defaults."""
-
-
-def config_failures(interpreted: bool = False) -> tuple[type[BaseException], ...]:
-    """The errors that mean "this config cannot run here": the ones `triton.autotune` catches, and compile errors.
-
-    Anything else a timing raises (a bug in a hook, a fault in the kernel) is
-    not a slow config: it stops the tune, as it stops `triton.autotune`. A
-    compile error is a config's failure as much as in the compile step (a
-    config timed before it was compiled meets it at its first launch); under
-    the interpreter, where nothing is compiled before the launch, it comes
-    as an InterpreterError.
-    """
-    from triton.compiler.errors import CompilationError
-    from triton.runtime import errors
-
-    failures: tuple[type[BaseException], ...] = (errors.OutOfResources, CompilationError)
-    names = ("PTXASError", "InterpreterError") if interpreted else ("PTXASError",)
-    return failures + tuple(getattr(errors, name) for name in names if hasattr(errors, name))
 
 
 def device_name() -> str:

@@ -82,9 +82,9 @@ def _warn_once(topic: str, key: str, message: str, *args: object) -> None:
 
 
 def _warn_unavailable(job: CompileJob, error: str | None) -> None:
-    """Say once per kernel that the workers cannot reach it, so it compiles in this process."""
+    """Say once per kernel that the workers could not compile it, so it compiles in this process."""
     _warn_once("unavailable", f"{job.module}.{job.qualname}",
-               "compile workers cannot reach %s.%s (%s); compiling it in this process instead",
+               "compile workers could not compile %s.%s (%s); compiling it in this process instead",
                job.module, job.qualname, error)
 
 

@@ -389,13 +389,35 @@ def _checked_stage(stage: Callable) -> Callable:
     return run
 
 
+def config_failures(interpreted: bool = False) -> tuple[type[BaseException], ...]:
+    """The errors that mean "this config cannot run here": the ones `triton.autotune` catches, and compile errors.
+
+    Anything else a timing raises (a bug in a hook, a fault in the kernel) is
+    not a slow config: it stops the tune, as it stops `triton.autotune`. A
+    compile error is a config's failure as much as in the compile step (a
+    config timed before it was compiled meets it at its first launch); under
+    the interpreter, where nothing is compiled before the launch, it comes
+    as an InterpreterError.
+    """
+    from triton.compiler.errors import CompilationError
+    from triton.runtime import errors
+
+    failures: tuple[type[BaseException], ...] = (errors.OutOfResources, CompilationError)
+    names = ("PTXASError", "InterpreterError") if interpreted else ("PTXASError",)
+    return failures + tuple(getattr(errors, name) for name in names if hasattr(errors, name))
+
+
 class WorkerResult(NamedTuple):
     """A compile job's outcome, and whether the job made its worker import torch (the kernel's module used it).
 
     `unavailable` says the worker could not reach the kernel at all (its
-    module did not import there, the driver did not set up): a fact about
-    the worker, not the config, so the caller compiles the config elsewhere
-    instead of recording a failure that would outlive the cause.
+    module did not import there, the driver did not set up), or that the
+    compile raised what is not a config failure (`config_failures`: a bug
+    in a heuristics function, a driver the worker lacks): a fact about the
+    worker or the code, not the config, so the caller compiles the config
+    in its own process, where such an error stops the tune as it stops
+    `triton.autotune`, instead of recording a failure that would outlive
+    the cause.
     """
 
     error: str | None
@@ -421,8 +443,10 @@ def compile_in_worker(job: CompileJob) -> WorkerResult:
     else:
         try:
             fn.warmup(*[stand_in(arg) for arg in job.args], grid=(1,), **job.kwargs)
-        except Exception as failure:  # every compiler failure is data, not a crash
+        except config_failures() as failure:  # a config the compiler refuses: data, not a crash
             error = describe_error(failure)
+        except Exception as failure:  # noqa: BLE001  not the config's fault: the caller compiles it and decides
+            error, unavailable = describe_error(failure), True
     loaded_torch = torch_deferred and not isinstance(sys.modules.get("torch"), DeferredModule)
     return WorkerResult(error, time.perf_counter() - start, loaded_torch, unavailable)
 

@@ -52,13 +52,16 @@ crash_kernel = _Crash()
 
 
 class _Slow:
-    """Stands in for a kernel that takes `SECONDS` to compile (passed as a keyword), then fails as `grid` does."""
+    """Stands in for a kernel that takes `SECONDS` to compile (passed as a keyword), then is refused as a config
+    too large for the device is: a config failure, recorded where it happened."""
 
     def warmup(self, *args, SECONDS=0.0, **kwargs):
         import time
 
+        from triton.runtime.errors import OutOfResources
+
         time.sleep(SECONDS)
-        raise AttributeError("slow stand-in compiled")
+        raise OutOfResources(1, 0, "slow stand-in")
 
 
 slow_kernel = _Slow()
