@@ -33,6 +33,9 @@ KIND_OF = {
 }
 _UNTOUCHED_META = ("RSPLIT_SIZE", "tma_min_block_sizes", "profile_bandwidth", "deterministic")
 """Kernel variants whose configs carry constraints the tile generator does not model."""
+_DETERMINISTIC_REDUCTION_META = ("force_filter_reduction_configs", "are_deterministic_algorithms_enabled")
+"""With any of these set, Inductor cuts a reduction's configs to one fixed config so that its numerics do not
+depend on a timing (`filter_reduction_configs_for_determinism`): tuning it by timing would undo that."""
 
 
 class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotuner):
@@ -96,6 +99,7 @@ def cached_autotune(*args: Any, **kwargs: Any) -> Any:
         or a.get("size_hints") is None
         or a.get("caching_autotuner_cls") is not triton_heuristics.CachingAutotuner
         or any(inductor_meta.get(k) for k in _UNTOUCHED_META)
+        or (kind != "pointwise" and any(inductor_meta.get(k) for k in _DETERMINISTIC_REDUCTION_META))
         or (a.get("triton_meta") or {}).get("native_matmul")
     ):
         return original(*args, **kwargs)

@@ -41,7 +41,7 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
         if args or kwargs:  # built by cached_autotune (unpickling passes nothing, and calls no __init__)
             meta = kwargs.get("inductor_meta") or {}
             settings = current_settings()
-            if settings is None or meta.get("runtime_block_arg_names"):
+            if settings is None or meta.get("runtime_block_arg_names") or _kept_deterministic(meta, kwargs):
                 log.debug("fasta_sm: kernel %s left to torch_npu's FastA", meta.get("kernel_name", "?"))
                 return _ORIGINAL["cls"](*args, **kwargs)
         tuner = super().__new__(cls)
@@ -78,6 +78,15 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
         if self.save_cache_hook:
             self.save_cache_hook(winner.config, self.autotune_time_taken_ns)
         return None
+
+
+def _kept_deterministic(meta: dict, kwargs: dict) -> bool:
+    """A reduction under deterministic algorithms: torch_npu times none of its configs (it launches the first
+    that compiles), so that the numerics do not depend on a timing; tuning it would undo that."""
+    from torch._inductor.runtime.hints import HeuristicType
+
+    reductions = (HeuristicType.REDUCTION, HeuristicType.PERSISTENT_REDUCTION)
+    return bool(meta.get("are_deterministic_algorithms_enabled")) and kwargs.get("heuristic_type") in reductions
 
 
 def install(switch_before: bool) -> None:

@@ -147,6 +147,28 @@ def test_dispatcher_builds_fasta_only_for_kernels_that_ask(tmp_path):
     assert "cabc123" in plan.key and "cc90" in plan.key
 
 
+def reduce_kernel_source(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):
+    pass
+
+
+def make_reduction(tmp_path, settings, **meta):
+    inductor_meta = {"kernel_name": "triton_red_sum_0", "autotune_local_cache": False,
+                     "autotune_remote_cache": False, "fasta_sm": settings, **meta}
+    triton_meta = {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "r0_numel": "i32"},
+                   "device": H200, "constants": {}, "configs": []}
+    return triton_heuristics.reduction(size_hints={"x": 4096, "r0_": 4096}, reduction_hint=0, triton_meta=triton_meta,
+                                       inductor_meta=inductor_meta, filename=str(tmp_path / "cabc123.py"))(
+        JITFunction(reduce_kernel_source))
+
+
+@pytest.mark.parametrize("flag", ["are_deterministic_algorithms_enabled", "force_filter_reduction_configs"])
+def test_a_reduction_inductor_keeps_deterministic_is_left_to_inductor(tmp_path, flag):
+    fi.enable(state_dir=tmp_path)
+    assert type(make_reduction(tmp_path, fi.current_settings())) is FastaCachingAutotuner
+    kept = make_reduction(tmp_path, fi.current_settings(), **{flag: True})
+    assert type(kept) is triton_heuristics.CachingAutotuner and len(kept.configs) == 1
+
+
 def test_autotuner_pickle_round_trip(tmp_path):
     fi.enable(state_dir=tmp_path, max_configs=12)
     kernel = make_pointwise(tmp_path, fi.current_settings())

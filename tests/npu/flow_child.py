@@ -27,12 +27,12 @@ def configs(expert=(0, 5), twins=False):
     return out
 
 
-def build(space, **meta):
+def build(space, heuristic_type="pointwise", **meta):
     from torch_npu._inductor.runtime import triton_heuristics
 
     fn = SimpleNamespace(__name__="triton_poi_0", fn=object())
     return triton_heuristics.cached_autotune(
-        {"x": 1024}, space, {}, "pointwise", inductor_meta={"kernel_name": "triton_poi_0", **meta}
+        {"x": 1024}, space, {}, heuristic_type, inductor_meta={"kernel_name": "triton_poi_0", **meta}
     )(fn)
 
 
@@ -72,6 +72,11 @@ elif scenario == "declined":
 
     fasta_sm.npu.enable(state_dir=state_dir)
     seen["runtime_blocks"] = type(build(configs(), runtime_block_arg_names=["R0_BLOCK"])).__name__
+    from torch._inductor.runtime.hints import HeuristicType
+
+    deterministic = {"are_deterministic_algorithms_enabled": True}
+    seen["deterministic_reduction"] = type(build(configs(), HeuristicType.REDUCTION, **deterministic)).__name__
+    seen["deterministic_pointwise"] = type(build(configs(), HeuristicType.POINTWISE, **deterministic)).__name__
     os.environ.pop(fasta_sm.npu.ENV_VAR)
     seen["switched_off"] = type(build(configs())).__name__
 elif scenario == "not_convertible":

@@ -54,7 +54,8 @@ def test_a_kernel_reads_the_settings_once_when_it_is_built(table_file, state_dir
 
 def test_kernels_fasta_sm_declines_are_built_as_torch_npus_own_autotuner(table_file, state_dir):
     seen = scenario("declined", table_file, state_dir)
-    assert seen == {"runtime_blocks": "NPUFastAutotuner", "switched_off": "NPUFastAutotuner"}
+    assert seen == {"runtime_blocks": "NPUFastAutotuner", "switched_off": "NPUFastAutotuner",
+                    "deterministic_reduction": "NPUFastAutotuner", "deterministic_pointwise": "FastaNPUAutotuner"}
 
 
 def test_a_space_fasta_sm_cannot_key_is_narrowed_to_the_expert_configs(table_file, state_dir):
