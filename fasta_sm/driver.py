@@ -455,6 +455,7 @@ class FastaAutotunerMixin:
         except Exception as exc:  # noqa: BLE001  never let tuning break a compile
             wanted = self._fasta_give_up(exc)
             self.configs = [self._fasta_space[i] for i in wanted] or list(self._fasta_space)
+            self.compile_results = []  # what R1 compiled before it gave up is not Inductor's list: the base compiles
             return
         for index in wanted:
             self._fasta_ensure_compiled(index)
@@ -495,12 +496,14 @@ class FastaAutotunerMixin:
                 raise FastaError(f"no config ran ({state.stop_reason or 'every config tried failed'})")
             winner = self._fasta_launcher(state.best)
         except Exception as exc:  # noqa: BLE001  never let tuning break a run: Inductor's configs instead
-            must = self._fasta_give_up(exc)
-            for index in must:
+            own = []
+            for index in plan.must:  # while the plan still maps configs to launchers
                 try:
-                    self._fasta_launcher(index)
+                    own.append(self._fasta_launcher(index))
                 except Exception as why:  # noqa: BLE001  the base benchmarks whatever launchers exist
                     log.info("fasta_sm: Inductor config #%d unavailable: %s", index, why)
+            self._fasta_give_up(exc)
+            self.launchers = own or self.launchers
             return super().benchmark_all_configs(*args, **kwargs)
         self._fasta_finished = True
         means = {i: state.mean_us(i) / 1000.0 for i in state.durations}

@@ -153,3 +153,39 @@ def test_worker_parent_run_through_torchs_own_flow(tmp_path, faked):
     assert CALLS["compile"] == 1 and len(again.launchers) == 1, "a finished tune compiles only its winner"
     assert to_fasta_config(again.run("in", "out", 4096, 4096, stream=0)) == done.configs[done.best]
     assert CALLS["bench"] == 0, "and benchmarks nothing"
+
+
+def test_a_parent_that_gives_up_times_inductors_own_configs_alone(tmp_path, faked, monkeypatch):
+    from fasta_sm import driver
+    from fasta_sm.errors import LockTimeout
+
+    _, parent = worker_then_parent(tmp_path, faked)
+    own = [parent._fasta_space[i] for i in parent._fasta_plan.must]
+
+    def held_elsewhere(plan, backend):
+        raise LockTimeout("another process holds the lock")
+
+    monkeypatch.setattr(driver, "parent_phase", held_elsewhere)
+    CALLS.update(compile=0, bench=0)
+    winner = parent.run("in", "out", 4096, 4096, stream=0)
+    assert any(winner is config for config in own)
+    assert CALLS["compile"] == 0, "Inductor's configs were compiled in R1 already"
+    assert CALLS["bench"] == len(own)
+
+
+def test_a_worker_that_gives_up_part_way_leaves_inductor_its_own_configs_to_compile(tmp_path, faked, monkeypatch):
+    from fasta_sm.store import StateStore
+
+    write = StateStore.write
+
+    def full_disk_after_a_compile(self, *args, **kwargs):
+        if CALLS["compile"] > 0:
+            raise OSError(28, "No space left on device")
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(StateStore, "write", full_disk_after_a_compile)
+    worker = decorate(tmp_path, faked)
+    own = [worker._fasta_space[i] for i in worker._fasta_plan.must]
+    worker.precompile(warm_cache_only=True)
+    assert worker._fasta_plan is None
+    assert [result.config for result in worker.compile_results] == own
