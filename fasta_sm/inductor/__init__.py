@@ -49,6 +49,9 @@ config each wait on one compile apiece. Re-timing is the live kind
 
 _saved: dict[str, Any] | None = None
 _settings: DriverSettings | None = None
+_turned_off = False
+"""Whether this process called `disable()` after `enable()`: the hook in a cached kernel's source then
+installs nothing."""
 
 
 def enable(
@@ -90,7 +93,7 @@ def enable(
 
 def _switch_on(settings: DriverSettings) -> None:
     """Patch Inductor's codegen and autotuner (once) and tune with `settings` from now on."""
-    global _saved, _settings
+    global _saved, _settings, _turned_off
     from torch._inductor.codegen import triton as codegen_triton
 
     from . import autotuner
@@ -102,11 +105,13 @@ def _switch_on(settings: DriverSettings) -> None:
         kernel_cls.codegen_kernel = patched_codegen_kernel(kernel_cls.codegen_kernel, current_settings)
     autotuner.install()
     _settings = settings
+    _turned_off = False
 
 
 def disable() -> None:
-    """Put back exactly what `enable()` replaced; a no-op when not enabled."""
-    global _saved, _settings
+    """Put back exactly what `enable()` replaced, for good in this process (a kernel loaded later that imports
+    the hook installs nothing); a no-op when not enabled."""
+    global _saved, _settings, _turned_off
     if _saved is None:
         return
     from torch._inductor.codegen import triton as codegen_triton
@@ -119,7 +124,12 @@ def disable() -> None:
     else:
         kernel_cls.codegen_kernel = _saved["codegen_kernel"]
     autotuner.uninstall()
-    _saved, _settings = None, None
+    _saved, _settings, _turned_off = None, None, True
+
+
+def turned_off() -> bool:
+    """Whether `disable()` switched fasta-sm off in this process (the hook then installs nothing)."""
+    return _turned_off
 
 
 def is_enabled() -> bool:

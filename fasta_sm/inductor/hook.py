@@ -6,6 +6,8 @@ workers the same way). The dispatcher leaves kernels without fasta-sm
 settings untouched, so having it installed in a worker costs nothing.
 """
 
+from . import turned_off
 from .autotuner import install
 
-install()
+if not turned_off():  # a process that called disable() keeps Inductor's own autotuner
+    install()

@@ -294,3 +294,15 @@ def test_disable_puts_back_inductors_cached_autotune_even_after_the_hook_loaded_
 def test_enable_accepts_space_specific_params_without_pruning_a_probe_space(tmp_path, caplog):
     settings = fi.enable(state_dir=tmp_path, policy_params={"optimize_configs": True, "expert_configs": [3]})
     assert settings.policy_params["expert_configs"] == [3] and "pruned" not in caplog.text
+
+
+def test_a_kernel_loaded_after_disable_that_imports_the_hook_installs_nothing(tmp_path):
+    import importlib
+
+    from fasta_sm.inductor import autotuner
+
+    original = autotuner.ORIGINAL_CACHED_AUTOTUNE
+    fi.enable(state_dir=tmp_path)
+    fi.disable()
+    importlib.reload(importlib.import_module("fasta_sm.inductor.hook"))  # a cached kernel's source runs it
+    assert triton_heuristics.cached_autotune is original
