@@ -57,12 +57,16 @@ def circle_num(config: Config) -> int:
     return loops
 
 
-def tile_numel(config: Config) -> int:
-    """Elements in one tile: the product of sub-blocks, or of blocks when there are none."""
+def _tile(config: Config) -> dict[str, float]:
+    """The tile's extent per axis: the axis's sub-block where it has one, else its block."""
     blocks, subs = _blocks_and_subs(config)
-    parts = list(subs.values()) if subs else list(blocks.values())
+    return {**blocks, **subs}
+
+
+def tile_numel(config: Config) -> int:
+    """Elements in one tile: the product over axes of the sub-block, or of the block where there is none."""
     numel = 1
-    for part in parts:
+    for part in _tile(config).values():
         if part > 0:
             numel *= int(part)
     return numel
@@ -70,8 +74,7 @@ def tile_numel(config: Config) -> int:
 
 def _shape_key(config: Config) -> tuple:
     """Two configs with the same loop count and tile shape behave alike: keep one."""
-    blocks, subs = _blocks_and_subs(config)
-    tile = subs if subs else blocks
+    tile = _tile(config)
     others = sorted((k, v) for k, v in config.kwargs.items() if "BLOCK" not in k)
     return (circle_num(config), tuple(sorted(tile.items())), tuple(others), config.num_warps, config.num_stages)
 

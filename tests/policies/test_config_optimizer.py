@@ -34,6 +34,16 @@ def test_gpu_tiles_loop_once_and_count_the_whole_block():
     assert circle_num(config) == 1 and tile_numel(config) == 64 * 32 * 16
 
 
+def test_an_axis_without_a_sub_block_counts_its_whole_block_in_the_tile():
+    config = Config(kwargs={"XBLOCK": 64, "XBLOCK_SUB": 8, "R0_BLOCK": 1024})
+    assert tile_numel(config) == 8 * 1024
+
+
+def test_configs_that_differ_in_an_axis_without_a_sub_block_are_not_duplicates():
+    configs = [Config(kwargs={"XBLOCK": 64, "XBLOCK_SUB": 64, "R0_BLOCK": r}) for r in (256, 1024)]
+    assert optimize_configs(configs) == configs
+
+
 def test_configs_looping_too_often_are_dropped():
     kept = optimize_configs([npu(256, 64), npu(256, 32)])
     assert kept == [npu(256, 64)]
