@@ -120,3 +120,20 @@ def test_an_expert_index_outside_the_config_list_is_an_error_naming_it():
     table = landscapes.as_table(landscapes.matmul(2, size=300))
     with pytest.raises(PolicyError, match="expert_configs index 300"):
         FastaPolicy(table.configs, optimize_configs=True, expert_configs=[300])
+
+
+def test_when_every_kept_config_fails_the_pruned_ones_are_tried_before_giving_up():
+    from fasta_sm.backends.replay import table_from_dict
+
+    rows = []
+    for block, warps, stages in ((m, w, s) for m in (16, 64, 128) for w in (4, 8) for s in (2, 3, 4)):
+        row = {"kwargs": {"BLOCK_M": block}, "num_warps": warps, "num_stages": stages, "compile_s": 0.5}
+        if block == 16:  # pruned as a tile below the minimum size, and the only one that runs
+            row.update(duration_us=[10.0, 10.0], error=None)
+        else:
+            row.update(duration_us=[], error="OutOfResources: shared memory")
+        rows.append(row)
+    table = table_from_dict({"kernel": "k", "configs": rows}, "synthetic")
+    assert all(c.kwargs["BLOCK_M"] > 16 for c in optimize_configs(table.configs))
+    trace = drive(FastaPolicy(table.configs, optimize_configs=True), table, seed=0)
+    assert table.configs[trace.pick()].kwargs["BLOCK_M"] == 16
