@@ -76,7 +76,9 @@ def _shape_key(config: Config) -> tuple:
     """Two configs with the same loop count and tile shape behave alike: keep one."""
     tile = _tile(config)
     others = sorted((k, v) for k, v in config.kwargs.items() if "BLOCK" not in k)
-    return (circle_num(config), tuple(sorted(tile.items())), tuple(others), config.num_warps, config.num_stages)
+    options = tuple(sorted(config.options.items()))  # maxnreg, num_ctas: a different kernel, not a twin
+    return (circle_num(config), tuple(sorted(tile.items())), tuple(others), config.num_warps, config.num_stages,
+            options)
 
 
 def _spread(configs: list[Config], cap: int) -> list[Config]:

@@ -44,6 +44,11 @@ def test_configs_that_differ_in_an_axis_without_a_sub_block_are_not_duplicates()
     assert optimize_configs(configs) == configs
 
 
+def test_configs_that_differ_only_in_a_launch_option_are_not_duplicates():
+    configs = [Config(kwargs={"BLOCK_M": 64, "BLOCK_N": 64}, options=options) for options in ({}, {"maxnreg": 128})]
+    assert optimize_configs(configs) == configs
+
+
 def test_configs_looping_too_often_are_dropped():
     kept = optimize_configs([npu(256, 64), npu(256, 32)])
     assert kept == [npu(256, 64)]
