@@ -299,14 +299,20 @@ def test_a_progress_callback_that_raises_loses_no_checkpoint_and_times_nothing_t
     assert len(counting.benchmarked) == len({c.identity for c in counting.benchmarked})
 
 
-def test_a_policy_state_of_the_wrong_shape_is_set_aside_whatever_the_policy_raises(table, backend, store):
+def fasta_state_after_r1_compiles(table, backend, store):
+    """A fasta tune stopped once R1 is compiled, its state as the file holds it."""
+
     def stop_after_r1_compiles(state):
         if state.step == "benchmark":
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store, on_step=stop_after_r1_compiles)
-    state = store.read(store.file_for(KEY))
+    return store.read(store.file_for(KEY))
+
+
+def test_a_policy_state_of_the_wrong_shape_is_set_aside_whatever_the_policy_raises(table, backend, store):
+    state = fasta_state_after_r1_compiles(table, backend, store)
     state.policy_state = {**state.policy_state, "timings": []}  # a list where the policy keeps a map
     save(store, state)
     result = tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store)
@@ -316,13 +322,7 @@ def test_a_policy_state_of_the_wrong_shape_is_set_aside_whatever_the_policy_rais
 def test_a_state_its_policy_cannot_resume_from_is_set_aside_and_a_fresh_tune_keeps_its_results(
     table, backend, store
 ):
-    def stop_after_r1_compiles(state):
-        if state.step == "benchmark":
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store, on_step=stop_after_r1_compiles)
-    state = store.read(store.file_for(KEY))
+    state = fasta_state_after_r1_compiles(table, backend, store)
     compiled_before = {state.configs[i].identity for i in list(state.compiled) + list(state.failed)}
     state.policy_state = {"version": 99}
     save(store, state)

@@ -423,30 +423,29 @@ def test_once_the_pool_is_ready_jobs_go_to_the_workers():
     assert all(error.startswith("OutOfResources") for _, error, _ in results)
 
 
-def test_a_job_whose_compile_raises_what_is_no_config_failure_is_compiled_in_this_process():
-    """A bug outside the config (here `grid` warmed up as if a kernel) is not recorded as the config's failure."""
+def run_in_ready_pool(qualname, count=3):
+    """`count` jobs of `qualname` through a started pool; (results, the positions compiled in this process)."""
     pool = CompilePool(2)
     here = []
-    jobs = [CompileJob("kernels", "grid", (), {}) for _ in range(3)]
+    jobs = [CompileJob("kernels", qualname, (), {}) for _ in range(count)]
     try:
         pool.start()
         results = sorted(pool.run(jobs, in_process=lambda i: (here.append(i), (None, 0.01))[1]))
     finally:
         pool.close()
-    assert sorted(here) == [0, 1, 2]
+    return results, sorted(here)
+
+
+def test_a_job_whose_compile_raises_what_is_no_config_failure_is_compiled_in_this_process():
+    """A bug outside the config (here `grid` warmed up as if a kernel) is not recorded as the config's failure."""
+    results, here = run_in_ready_pool("grid")
+    assert here == [0, 1, 2]
     assert results == [(0, None, 0.01), (1, None, 0.01), (2, None, 0.01)]
 
 
 def test_a_job_its_worker_cannot_reach_is_compiled_in_this_process_not_failed():
-    pool = CompilePool(2)
-    here = []
-    jobs = [CompileJob("kernels", "no_such_kernel", (), {}) for _ in range(3)]
-    try:
-        pool.start()
-        results = sorted(pool.run(jobs, in_process=lambda i: (here.append(i), (None, 0.01))[1]))
-    finally:
-        pool.close()
-    assert sorted(here) == [0, 1, 2]
+    results, here = run_in_ready_pool("no_such_kernel")
+    assert here == [0, 1, 2]
     assert results == [(0, None, 0.01), (1, None, 0.01), (2, None, 0.01)]
 
 
