@@ -45,7 +45,8 @@ def synthetic_table(size: int = 1000, seed: int = 0) -> ReplayTable:
                      "num_warps": warps, "num_stages": stages, "compile_s": 1.0,
                      "duration_us": [] if failed else [mean * (1 + 0.02 * rng.standard_normal()) for _ in range(2)],
                      "error": "OutOfResources" if failed else None})
-    return table_from_dict({"kernel": f"overhead_{size}", "configs": rows}, "synthetic")
+    meta = {"shape": {"configs": size}, "device": "synthetic", "torch": "-", "triton": "-"}
+    return table_from_dict({"kernel": f"overhead_{size}", **meta, "configs": rows}, "synthetic")
 
 
 def refine_seconds(table: ReplayTable, seed: int) -> tuple[float, float, float, int]:

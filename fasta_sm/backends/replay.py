@@ -2,7 +2,7 @@
 
 Compiling a config charges its recorded `compile_s`; benchmarking returns its
 recorded mean, optionally with noise drawn to match the recorded spread. The
-noise of a config's k-th timing depends only on (seed, config, k), so a tune
+noise of a config's k-th timing depends only on (seed, the config's row, k), so a tune
 resumed in another process sees exactly what an uninterrupted one would.
 """
 
@@ -40,7 +40,7 @@ disturbance once doubled a run of timings in one pass (docs/recording.md). Such 
 INTERPRETER_TIMING = "host-clock median under the Triton interpreter"
 """How a table recorded under Triton's interpreter names its timing method (`timing.method` starts so)."""
 
-_TOP_FIELDS = ("kernel", "configs")
+_TOP_FIELDS = ("kernel", "shape", "device", "torch", "triton", "configs")
 _CONFIG_FIELDS = ("kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error")
 
 
@@ -159,6 +159,11 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
     for name in _TOP_FIELDS:
         if name not in data:
             raise TableError(f"{source}: missing field {name!r}")
+    if not isinstance(data["shape"], dict):
+        raise TableError(f"{source}: shape={data['shape']!r} must be an object")
+    for name in ("device", "torch", "triton"):
+        if not isinstance(data[name], str):
+            raise TableError(f"{source}: {name}={data[name]!r} must be a string")
     rows = data["configs"]
     if not isinstance(rows, list) or not rows:
         raise TableError(f"{source}: 'configs' must be a non-empty list")
@@ -172,13 +177,13 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
             if name not in row:
                 raise TableError(f"{where}: missing field {name!r}")
         try:
-            config = Config(kwargs=row["kwargs"], num_warps=row["num_warps"], num_stages=row["num_stages"],
-                            options=row.get("options", {}))  # launch options the recorder writes beside them
+            config = Config(kwargs=row["kwargs"], num_warps=row["num_warps"], num_stages=row["num_stages"])
         except (ConfigError, AttributeError, TypeError) as exc:
             raise TableError(f"{where}: {exc}") from None
-        first = seen.setdefault(config.identity, index)
+        first = seen.setdefault(config.identity, index)  # the format's identity: kwargs, warps, stages
         if first != index:
             raise TableError(f"{where} duplicates configs[{first}] ({config.label()})")
+        config = _with_options(config, row.get("options"))
         seconds, durations, error = row["compile_s"], row["duration_us"], row["error"]
         if not _is_number(seconds) or seconds < 0:
             raise TableError(f"{where}: compile_s={seconds!r} must be a number ≥ 0")
@@ -188,6 +193,8 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
             raise TableError(f"{where}: duration_us={durations!r} must be a list of numbers > 0")
         if error is None and not durations:
             raise TableError(f"{where}: no durations and no error")
+        if error is not None and durations:
+            raise TableError(f"{where}: a config that failed ({error}) has no durations, not {durations!r}")
         configs.append(config)
         compile_s.append(float(seconds))
         samples.append([float(d) for d in durations] if error is None else [])
@@ -199,6 +206,17 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
         raise TableError(f"{source}: kernel={kernel!r} must be a non-empty string")
     meta = {k: v for k, v in data.items() if k != "configs"}
     return ReplayTable(kernel, configs, np.array(compile_s), samples, errors, meta, source)
+
+
+def _with_options(config: Config, options: Any) -> Config:
+    """`config` with the launch options this project's recorder writes beside a row (`maxnreg`, `num_ctas`):
+    an extra field, so one written otherwise by another recorder is left out rather than refused."""
+    if not isinstance(options, dict) or not options:
+        return config
+    try:
+        return Config(dict(config.kwargs), config.num_warps, config.num_stages, options=options)
+    except ConfigError:
+        return config
 
 
 def _is_number(value: Any) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from ..backends.replay import DISTURBED_SPREAD, count_disturbed, timed_by_interpreter
-from ..errors import MissingDependency
+from ..errors import MissingDependency, TableError
 
 
 def _finite(least: float, strict: bool) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
@@ -137,6 +137,7 @@ def record_command(
     command = shlex.join(["fasta-sm", *sys.argv[1:]])  # fasta-sm's own arguments, from `fasta-sm` or `-m` alike
     pool = CompilePool(workers)
     started = time.perf_counter()
+    unwritten: list[str] = []
     try:
         if device != "cpu":
             pool.start()
@@ -156,15 +157,20 @@ def record_command(
                     "(docs/recording.md)",
                     err=True,
                 )
-            table = record(
-                spec,
-                device=device,
-                warmup_ms=warmup_ms,
-                rep_ms=rep_ms,
-                check=not no_check,
-                pool=pool,
-                progress=click.echo,
-            )
+            try:
+                table = record(
+                    spec,
+                    device=device,
+                    warmup_ms=warmup_ms,
+                    rep_ms=rep_ms,
+                    check=not no_check,
+                    pool=pool,
+                    progress=click.echo,
+                )
+            except TableError as exc:  # recorded, but nothing a table could hold: the other specs go on
+                click.echo(f"error: {exc}; no table written", err=True)
+                unwritten.append(spec.name)
+                continue
             table["command"] = command
             path = write_table(table, Path(out_dir) / f"{spec.name}.json")
             timed = [row for row in table["configs"] if row["duration_us"]]
@@ -184,6 +190,8 @@ def record_command(
             del spec, table
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+        if unwritten:
+            raise click.ClickException(f"no table for {', '.join(unwritten)} (above)")
     except KeyboardInterrupt:
         click.echo(
             "interrupted: the tables written so far are whole; record the rest from an empty TRITON_CACHE_DIR, "

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..backends.replay import INTERPRETER_TIMING
+from ..backends.replay import INTERPRETER_TIMING, table_from_dict
 from ..config import Config, check_config_list
 from ..errors import ConfigError
 from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
@@ -99,7 +99,10 @@ def record(
 
     Durations are medians of `triton.testing.do_bench`, one per pass; configs
     that fail to compile, load, produce the right output or run keep their
-    error and no durations.
+    error and no durations. What the format would refuse is refused before
+    anything is compiled (a shape that is no JSON object, two configs the
+    format cannot tell apart) or, once recorded, instead of being written
+    (every config failed): a `ConfigError` or a `TableError` naming the kernel.
     """
     import torch
     import triton
@@ -107,7 +110,8 @@ def record(
     say = progress or logger.info
     if not all(math.isfinite(ms) and ms >= 0 for ms in (warmup_ms, rep_ms)):
         raise ConfigError(f"{spec.name}: warmup_ms={warmup_ms!r} and rep_ms={rep_ms!r} must be finite and ≥ 0")
-    configs = check_config_list(spec.name, spec.configs)  # the replay format allows each config once
+    configs = check_config_list(spec.name, spec.configs)
+    _check_fits_the_format(spec, configs)
     try:
         args = spec.make_args(device)
     except Exception as exc:  # the spec's own code: whatever it raises, these parameters make no inputs
@@ -164,7 +168,7 @@ def record(
     bench_wall = time.perf_counter() - start
     say(f"{spec.name}: timed {len(ok)} configs twice in {bench_wall:.1f}s")
 
-    return {
+    table = {
         "kernel": spec.name,
         "shape": spec.shape,
         "device": device_name(),
@@ -181,6 +185,27 @@ def record(
         },
         "configs": rows,
     }
+    table_from_dict(table, spec.name)  # what the reader would refuse is not written
+    return table
+
+
+def _check_fits_the_format(spec: KernelSpec, configs: Sequence[Config]) -> None:
+    """Refuse, before anything is compiled, a spec whose table the replay format could not hold."""
+    try:
+        json.dumps(spec.shape)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{spec.name}: shape {spec.shape!r} cannot be written to a table: {exc}") from None
+    if not isinstance(spec.shape, dict):
+        raise ConfigError(f"{spec.name}: shape {spec.shape!r} must be a dict (a JSON object in the table)")
+    first: dict[str, int] = {}
+    for index, config in enumerate(configs):
+        key = Config(dict(config.kwargs), config.num_warps, config.num_stages).identity
+        earlier = first.setdefault(key, index)
+        if earlier != index:
+            raise ConfigError(
+                f"{spec.name}: configs #{earlier} and #{index} differ only in launch options "
+                f"({config.label()}); a replay table tells configs apart by kwargs, warps and stages"
+            )
 
 
 def write_table(table: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -189,6 +214,7 @@ def write_table(table: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # a table is for others to read (mkstemp makes it private)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(table, handle, indent=1)
             handle.write("\n")

@@ -46,13 +46,47 @@ def test_a_table_with_duplicate_configs_is_a_table_error_naming_file_and_row(tmp
         load_table(path)
 
 
-def test_a_tables_launch_options_are_part_of_its_configs(tmp_path, table_data):
+def test_a_tables_launch_options_are_kept_with_their_config(tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    data["configs"][3]["options"] = {"maxnreg": 128}  # as the recorder writes a config's launch options
+    table = load_table(write_table(tmp_path / "options.json", data))
+    assert table.configs[3].options == {"maxnreg": 128}
+
+
+def test_rows_that_differ_only_in_launch_options_are_duplicates_as_the_format_says(tmp_path, table_data):
     data = copy.deepcopy(table_data)
     other = copy.deepcopy(data["configs"][3])
-    other["options"] = {"maxnreg": 128}  # as the recorder writes a config's launch options
+    other["options"] = {"maxnreg": 128}
     data["configs"].append(other)
-    table = load_table(write_table(tmp_path / "options.json", data))
-    assert table.configs[-1].options == {"maxnreg": 128} and table.configs[-1] != table.configs[3]
+    path = write_table(tmp_path / "options.json", data)
+    last = len(data["configs"]) - 1
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[{last}] duplicates configs[3]")):
+        load_table(path)
+
+
+@pytest.mark.parametrize("options", [None, "abc", [1], {"maxnreg": [1]}])
+def test_launch_options_another_recorder_wrote_otherwise_are_left_out_not_refused(options, tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    data["configs"][3]["options"] = options
+    assert load_table(write_table(tmp_path / "options.json", data)).configs[3].options == {}
+
+
+@pytest.mark.parametrize(("field", "value"), [("shape", [4096]), ("device", 0), ("torch", None), ("triton", 3.6)])
+def test_a_descriptive_field_of_the_wrong_type_is_a_table_error_naming_it(field, value, tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    data[field] = value
+    path = write_table(tmp_path / "typed.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: {field}={value!r} must be")):
+        load_table(path)
+
+
+def test_a_failed_config_with_durations_is_a_table_error(tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    row = next(i for i, r in enumerate(data["configs"]) if r["error"] is not None)
+    data["configs"][row]["duration_us"] = [12.5]
+    path = write_table(tmp_path / "both.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[{row}]: a config that failed")):
+        load_table(path)
 
 
 @pytest.mark.parametrize("field", ["kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error"])
@@ -64,7 +98,7 @@ def test_a_config_row_missing_a_field_is_a_table_error_naming_file_and_field(fie
         load_table(path)
 
 
-@pytest.mark.parametrize("field", ["kernel", "configs"])
+@pytest.mark.parametrize("field", ["kernel", "shape", "device", "torch", "triton", "configs"])
 def test_a_table_missing_a_top_level_field_is_a_table_error_naming_file_and_field(field, tmp_path, table_data):
     data = copy.deepcopy(table_data)
     del data[field]

@@ -115,5 +115,9 @@ def flags(seed: int, count: int = 12) -> dict:
     return {"kernel": f"synthetic_flags_{seed}", "configs": rows}
 
 
+SYNTHETIC = {"shape": {}, "device": "synthetic", "torch": "-", "triton": "-"}
+"""The format's descriptive fields, for a table no device recorded."""
+
+
 def as_table(data: dict) -> ReplayTable:
-    return table_from_dict(data, data["kernel"])
+    return table_from_dict({**SYNTHETIC, **data}, data["kernel"])

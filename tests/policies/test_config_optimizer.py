@@ -138,7 +138,7 @@ def test_when_every_kept_config_fails_the_pruned_ones_are_tried_before_giving_up
         else:
             row.update(duration_us=[], error="OutOfResources: shared memory")
         rows.append(row)
-    table = table_from_dict({"kernel": "k", "configs": rows}, "synthetic")
+    table = table_from_dict({"kernel": "k", **landscapes.SYNTHETIC, "configs": rows}, "synthetic")
     assert all(c.kwargs["BLOCK_M"] > 16 for c in optimize_configs(table.configs))
     trace = drive(FastaPolicy(table.configs, optimize_configs=True), table, seed=0)
     assert table.configs[trace.pick()].kwargs["BLOCK_M"] == 16

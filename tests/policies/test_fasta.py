@@ -702,7 +702,7 @@ def two_knob_table():
     rows = [{"kwargs": {"BLOCK_X": 2 ** a, "BLOCK_Y": 2 ** b}, "num_warps": 4, "num_stages": 2, "compile_s": 1.0,
              "duration_us": [100.0 + (a - 3) ** 2 + (b - 4) ** 2] * 2, "error": None}
             for a in range(8) for b in range(8)]
-    return table_from_dict({"kernel": "two_knobs", "configs": rows}, "two_knobs")
+    return table_from_dict({"kernel": "two_knobs", **landscapes.SYNTHETIC, "configs": rows}, "two_knobs")
 
 
 @pytest.mark.parametrize("table, votes", [(BOWL, True), (two_knob_table(), False)], ids=["4 knobs", "2 knobs"])

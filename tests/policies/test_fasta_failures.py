@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from landscapes import SYNTHETIC
 
 from fasta_sm.backends.replay import ReplayBackend, table_from_dict
 from fasta_sm.machine import Tune
@@ -20,7 +21,7 @@ def mostly_failing_table(n: int = 200, runnable: int = 3, seed: int = 0):
         "duration_us": [100.0 + i, 100.0 + i] if i in good else [],
         "error": None if i in good else "OutOfResources: shared memory",
     } for i in range(n)]
-    return table_from_dict({"kernel": "mostly_failing", "configs": rows}, "mostly_failing")
+    return table_from_dict({"kernel": "mostly_failing", **SYNTHETIC, "configs": rows}, "mostly_failing")
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -43,7 +44,7 @@ def sparse_runnable_table():
         "error": None if i % 9 == 0 else "OutOfResources: shared memory",
     } for i, (m, k, w) in enumerate((m, k, w) for m in (16, 32, 64, 128, 256) for k in (16, 32, 64, 128)
                                     for w in (2, 4, 8))]
-    return table_from_dict({"kernel": "sparse_runnable", "configs": rows}, "sparse_runnable")
+    return table_from_dict({"kernel": "sparse_runnable", **SYNTHETIC, "configs": rows}, "sparse_runnable")
 
 
 @pytest.mark.parametrize("seed", [2, 9])

@@ -255,3 +255,48 @@ def test_a_type_error_inside_a_spec_function_is_its_own_not_a_bad_parameter(tmp_
         load_spec("broken_specs:spec", N=3)
     with pytest.raises(ConfigError, match=r"called with \{'M': 3\}"):
         load_spec("broken_specs:spec", M=3)
+
+
+def accumulate_spec(**overrides):
+    from kernels import accumulate_kernel, grid
+
+    from fasta_sm.config import Config
+    from fasta_sm.triton.spec import KernelSpec
+
+    def make_args(device):
+        return (torch.arange(300, dtype=torch.float32, device=device), torch.zeros(300, device=device), 300, 2.0)
+
+    configs = [Config({"BLOCK": b}, num_warps=1) for b in (64, 128)]
+    fields = dict(name="accumulate", fn=accumulate_kernel, configs=configs, make_args=make_args, grid=grid,
+                  shape={"n": 300}, reference=lambda args: 2.0 * args[0], output=1, reset_to_zero=["out_ptr"])
+    return KernelSpec(**{**fields, **overrides})
+
+
+def test_a_recording_in_which_every_config_failed_is_refused_not_written_unreadable():
+    from fasta_sm.errors import TableError
+
+    wrong = accumulate_spec(reference=lambda args: 5.0 * args[0])  # every config fails the output check
+    with pytest.raises(TableError, match=r"accumulate: every config failed"):
+        record(wrong, device=DEVICE, warmup_ms=0, rep_ms=0)
+
+
+def test_configs_the_format_cannot_tell_apart_are_refused_before_anything_is_compiled():
+    from fasta_sm.config import Config
+
+    twins = accumulate_spec(configs=[Config({"BLOCK": 64}, num_warps=1), Config({"BLOCK": 64}, num_warps=1,
+                                                                                options={"maxnreg": 128})])
+    twins.make_args = None  # nothing may run: making the inputs would raise
+    with pytest.raises(ConfigError, match=r"accumulate: configs #0 and #1 differ only in launch options"):
+        record(twins, device=DEVICE, warmup_ms=0, rep_ms=0)
+
+
+def test_a_shape_a_table_cannot_hold_is_refused_before_anything_is_compiled():
+    spec = accumulate_spec(shape={"dtype": torch.float32})
+    spec.make_args = None
+    with pytest.raises(ConfigError, match=r"accumulate: shape .* cannot be written to a table"):
+        record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
+
+
+def test_a_table_is_written_readable_by_others(tmp_path):
+    path = write_table({"kernel": "k"}, tmp_path / "k.json")
+    assert path.stat().st_mode & 0o777 == 0o644
