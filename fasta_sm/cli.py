@@ -616,12 +616,12 @@ def _known_policy(name: str, option: str = "--policy") -> str:
 
 
 def _print_table(table: Table) -> None:
-    """A table into a pipe or a file is printed as wide as its cells need, never cut: its cells (kernel
-    names, configs, keys) are what a user greps for or pastes."""
-    if console.is_terminal:
+    """A table is printed as wide as its cells need, never cut: its cells (kernel names, configs, keys,
+    figures) are what a user greps for, pastes or reads. One wider than the terminal runs past its edge."""
+    needed = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
+    if console.is_terminal and needed <= console.width:
         console.print(table)
         return
-    needed = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
     wide = Console(markup=False, width=max(console.width, 240, needed))
     with wide.capture() as captured:
         wide.print(table)

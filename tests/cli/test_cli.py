@@ -435,6 +435,18 @@ def test_report_into_a_pipe_keeps_a_long_kernel_name_whole(tmp_path, state_dir):
     assert name in fasta_sm("report", "--state-dir", str(state_dir)).stdout
 
 
+def test_report_on_a_terminal_narrower_than_the_table_cuts_no_cell(tmp_path, state_dir, monkeypatch):
+    from rich.console import Console
+
+    import fasta_sm.cli
+
+    name = "triton_poi_fused_native_layer_norm_gelu_" + "x" * 40
+    tune(write_table(tmp_path / "long.json", kernel=name), state_dir)
+    monkeypatch.setattr(fasta_sm.cli, "console", Console(force_terminal=True, width=80))
+    out = invoke("report", "--state-dir", str(state_dir))
+    assert name in out and "…" not in out
+
+
 def _interrupted(*_args, **_kwargs):
     raise KeyboardInterrupt
 
