@@ -225,7 +225,7 @@ def list_states(state_dir: Path | None) -> None:
             path.name,
             state.kernel,
             f"{state.policy} seed {state.seed}",
-            state.position(),
+            state.status(),
             str(state.round),
             f"{state.measured_count()}/{state.n_configs}",
             format_us(state.best_us),
@@ -350,6 +350,9 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
     )
     if state.done:
         head.add_row("stopped", state.stop_reason or "-")
+    elif state.no_winner:
+        head.add_row("stopped", f"with no winner: none of the {len(state.failed)} configs tried ran (last error); "
+                                "running it again stops the same way")
     else:
         head.add_row("stopped", "(not finished: resumes at the position above)")
         timed, pending = set(state.round_done), set(state.pending)

@@ -178,6 +178,15 @@ class TuneState:
             return "DONE"
         return f"{round_name(self.phase, self.round)} {self.step}"
 
+    @property
+    def no_winner(self) -> bool:
+        """The policy stopped with no config run (`last_error` says so): resuming stops the same way."""
+        return not self.done and self.best is None and ": TuneFailed: " in (self.last_error or "")
+
+    def status(self) -> str:
+        """The position, and that the tune ended without a winner when it did."""
+        return f"{self.position()}, no config ran" if self.no_winner else self.position()
+
 
 def encode_rng(rng: np.random.Generator) -> dict[str, Any]:
     """A Generator's state for msgpack: 128-bit integers go as decimal strings."""

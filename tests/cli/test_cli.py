@@ -144,6 +144,25 @@ def test_show_marks_the_last_error_of_a_finished_tune_as_history(table_file, sta
     assert "resumed since, and finished" in invoke("show", str(store.file_for("k")), "--state-dir", str(state_dir))
 
 
+def test_a_tune_that_ended_with_no_config_run_is_shown_as_such_not_as_resumable(tmp_path, state_dir):
+    from fasta_sm.backends.replay import ReplayBackend, load_table
+    from fasta_sm.errors import TuneFailed
+    from fasta_sm.protocols import CompileOutcome
+    from fasta_sm.store import StateStore
+    from fasta_sm.tuner import tune as run_tune
+
+    class NothingCompiles(ReplayBackend):
+        def compile(self, configs):
+            return [CompileOutcome(error="CompilationError: unsupported", seconds=0.1) for _ in configs]
+
+    table, store = load_table(write_table(tmp_path / "t.json")), StateStore(state_dir)
+    with pytest.raises(TuneFailed):
+        run_tune("k", "toy_mm", table.configs, NothingCompiles(table), policy="exhaustive", store=store)
+    shown = invoke("show", str(store.file_for("k")), "--state-dir", str(state_dir))
+    assert "with no winner: none of the" in shown and "resumes at the position above" not in shown
+    assert "no config ran" in invoke("ls", "--state-dir", str(state_dir))
+
+
 def test_show_json_is_the_documented_format(table_file, state_dir):
     tune(table_file, state_dir)
     state_file = next(state_dir.glob("*.fsm"))
