@@ -88,10 +88,11 @@ def state_to_json(state: TuneState) -> dict[str, Any]:
 
 
 def human_age(seconds: float) -> str:
+    """The age in its largest whole unit, rounded down: 3599 s is 59m, not 60m."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{max(seconds, 0):.0f}s"
+            return f"{int(seconds // size)}{unit}"
+    return f"{max(int(seconds), 0)}s"
 
 
 def age_of(state: TuneState) -> str:
@@ -101,6 +102,6 @@ def age_of(state: TuneState) -> str:
 def format_us(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "-"
-    if value >= 1000:
+    if round(value, 2) >= 1000:  # 999.996 µs would print as 1000.00 µs
         return f"{value / 1000:.3f} ms"
     return f"{value:.2f} µs"
