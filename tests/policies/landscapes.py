@@ -16,6 +16,9 @@ import numpy as np
 
 from fasta_sm.backends.replay import ReplayTable, table_from_dict
 
+SYNTHETIC = {"shape": {}, "device": "synthetic", "torch": "-", "triton": "-"}
+"""The format's descriptive fields, for a table no device recorded."""
+
 
 def _rows(
     grid: list[dict[str, Any]],
@@ -69,7 +72,7 @@ def matmul(
         per_tile = max(compute, memory) * latency
         return float(waves * per_tile * quirk[int(math.log2(bm)) - 4, int(math.log2(bn)) - 4] / 1e3 + 5.0)
 
-    return {"kernel": f"synthetic_matmul_{seed}", "configs": _rows(grid, duration, noise, rng)}
+    return {"kernel": f"synthetic_matmul_{seed}", **SYNTHETIC, "configs": _rows(grid, duration, noise, rng)}
 
 
 def bowl(seed: int, noise: float = 0.01, levels: int = 8) -> dict:
@@ -85,7 +88,7 @@ def bowl(seed: int, noise: float = 0.01, levels: int = 8) -> dict:
         x = np.array([math.log2(p["BLOCK_X"]) - 4, math.log2(p["BLOCK_Y"]) - 4, math.log2(p["BLOCK_Z"]) - 4])
         return float(100.0 * (1 + 0.05 * np.sum((x - centre) ** 2) + 0.03 * abs(math.log2(p["num_warps"]) - 2)))
 
-    return {"kernel": f"synthetic_bowl_{seed}", "configs": _rows(grid, duration, noise, rng)}
+    return {"kernel": f"synthetic_bowl_{seed}", **SYNTHETIC, "configs": _rows(grid, duration, noise, rng)}
 
 
 def needle(seed: int, noise: float = 0.01, count: int = 200) -> dict:
@@ -101,7 +104,7 @@ def needle(seed: int, noise: float = 0.01, count: int = 200) -> dict:
     def duration(index: int, _: dict[str, Any]) -> float:
         return 50.0 * (0.9 if index == winner else 1.0 + jitter[index])
 
-    return {"kernel": f"synthetic_needle_{seed}", "configs": _rows(grid, duration, noise, rng)}
+    return {"kernel": f"synthetic_needle_{seed}", **SYNTHETIC, "configs": _rows(grid, duration, noise, rng)}
 
 
 def flags(seed: int, count: int = 12) -> dict:
@@ -112,12 +115,8 @@ def flags(seed: int, count: int = 12) -> dict:
          "duration_us": [float(v)] * 2, "error": None}
         for i, v in enumerate(rng.uniform(10, 20, size=count))
     ]
-    return {"kernel": f"synthetic_flags_{seed}", "configs": rows}
-
-
-SYNTHETIC = {"shape": {}, "device": "synthetic", "torch": "-", "triton": "-"}
-"""The format's descriptive fields, for a table no device recorded."""
+    return {"kernel": f"synthetic_flags_{seed}", **SYNTHETIC, "configs": rows}
 
 
 def as_table(data: dict) -> ReplayTable:
-    return table_from_dict({**SYNTHETIC, **data}, data["kernel"])
+    return table_from_dict(data, data["kernel"])
