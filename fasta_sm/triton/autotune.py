@@ -16,6 +16,7 @@ about another.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import logging
@@ -157,7 +158,6 @@ class Autotuner(KernelInterface):
         self.results: dict[tuple, TuneResult] = {}
         self.best_config: triton.Config | None = None
         self.bench_time: float | None = None
-        self.source_hash = _source_hash(fn)
         if len(self.configs) > 1 and _compiles_in_pool(fn):
             note_kernel_module(base.__module__, getattr(base, "__globals__", {}))
             start_fork_server()
@@ -181,6 +181,12 @@ class Autotuner(KernelInterface):
         values = [nargs[name] for name in self.keys if name in nargs]
         values += [str(arg.dtype) for name, arg in nargs.items() if name in self.arg_names and hasattr(arg, "dtype")]
         return (*values, device_name(), triton.__version__, self.source_hash)
+
+    @functools.cached_property
+    def source_hash(self) -> str:
+        """Taken at the first launch, not at decoration: a helper the module defines after the kernel exists
+        by then, as it does when Triton compiles."""
+        return _source_hash(self.fn)
 
     def store(self) -> StateStore:
         if self._store is None:

@@ -565,3 +565,34 @@ def make_scaled_kernel(scale):
 def test_kernels_a_factory_makes_with_different_captured_values_have_different_keys():
     assert _source_hash(make_scaled_kernel(2.0)) != _source_hash(make_scaled_kernel(3.0))
     assert _source_hash(make_scaled_kernel(2.0)) == _source_hash(make_scaled_kernel(2.0))
+
+
+LATER_HELPER_MODULE = '''
+import triton
+import triton.language as tl
+
+import fasta_sm
+
+
+@fasta_sm.autotune([triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"], state_dir=STATE_DIR)
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, later(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+@triton.jit
+def later(x):
+    return x * 2
+'''
+
+
+def test_a_helper_defined_after_the_kernel_is_in_its_tuning_key(tmp_path, monkeypatch):
+    import importlib
+
+    source = LATER_HELPER_MODULE.replace("STATE_DIR", repr(str(tmp_path / "states")))
+    (tmp_path / "later_helper_kernels.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kern = importlib.import_module("later_helper_kernels").kern
+    source = getattr(kern.fn, "src", None) or inspect.getsource(kern.fn.fn)  # as for a kernel without helpers
+    assert kern.source_hash != hashlib.sha256(source.encode()).hexdigest()[:12]  # the later helper counts
