@@ -142,3 +142,54 @@ def test_when_every_kept_config_fails_the_pruned_ones_are_tried_before_giving_up
     assert all(c.kwargs["BLOCK_M"] > 16 for c in optimize_configs(table.configs))
     trace = drive(FastaPolicy(table.configs, optimize_configs=True), table, seed=0)
     assert table.configs[trace.pick()].kwargs["BLOCK_M"] == 16
+
+
+def kept_fail_pruned_run_table():
+    """Every config the optimizer keeps fails; the small tiles it prunes run."""
+    from fasta_sm.backends.replay import table_from_dict
+
+    rows = []
+    grid = ((m, w, s) for m in (4, 8, 16, 64, 128, 256) for w in (1, 2, 4, 8) for s in (1, 2, 3, 4))
+    for block, warps, stages in grid:
+        row = {"kwargs": {"BLOCK_M": block}, "num_warps": warps, "num_stages": stages, "compile_s": 0.5}
+        if block <= 16:  # pruned as too small; they run, fastest at 16 x 4 warps x 3 stages
+            mean = 100.0 + 10 * abs(block.bit_length() - 5) + 5 * abs(warps.bit_length() - 3) + 3 * abs(stages - 3)
+            row.update(duration_us=[mean, mean], error=None)
+        else:
+            row.update(duration_us=[], error="OutOfResources: shared memory")
+        rows.append(row)
+    return table_from_dict({"kernel": "k", **landscapes.SYNTHETIC, "configs": rows}, "synthetic")
+
+
+def test_once_only_pruned_configs_have_run_the_tune_goes_on_over_every_config():
+    table = kept_fail_pruned_run_table()
+    trace = drive(FastaPolicy(table.configs, optimize_configs=True), table, seed=0)
+    ran = np.isfinite(trace.durations)
+    assert ran.sum() >= 10 and trace.decisions[-1].reason != "fasta: every config measured"
+    assert table.mean_us[trace.pick()] <= 1.02 * table.true_best_us
+
+
+def test_a_tune_widened_past_the_kept_configs_resumes_as_it_would_have_gone_on(tmp_path):
+    from fasta_sm.backends.replay import ReplayBackend
+    from fasta_sm.store import StateStore
+    from fasta_sm.tuner import tune
+
+    table = kept_fail_pruned_run_table()
+    settings = {"policy": "fasta", "policy_params": {"optimize_configs": True}, "seed": 3}
+
+    def run(store, on_step=None):
+        return tune("k", "k", table.configs, ReplayBackend(table, noise=True, seed=3), store=store, on_step=on_step,
+                    **settings)
+
+    whole = run(StateStore(tmp_path / "whole")).state
+
+    def stop_in_a_later_round(state):
+        if state.phase == "R2" and state.round == 4 and state.step == "benchmark":
+            raise KeyboardInterrupt
+
+    store = StateStore(tmp_path / "resumed")
+    with pytest.raises(KeyboardInterrupt):
+        run(store, stop_in_a_later_round)
+    resumed = run(store).state
+    assert [r.batch for r in resumed.rounds] == [r.batch for r in whole.rounds]
+    assert resumed.best == whole.best

@@ -194,6 +194,7 @@ class FastaPolicy:
             return self._stop(f"fasta: {self._stop_reason}")
         measured = np.isfinite(durations)
         evaluated = ~np.isnan(durations)
+        self._widen_past_the_kept(measured)
         if self._phase == "r1" and measured.any():
             self._route_by_peak(durations[measured])
         candidates = np.flatnonzero(self._active & np.isnan(durations))
@@ -223,6 +224,15 @@ class FastaPolicy:
         if self._cost_spent(observed, durations):
             return self._finish("cost budget spent", durations, observed)
         return self._guided_round(observed, durations, candidates, remaining, rng)
+
+    def _widen_past_the_kept(self, measured: np.ndarray) -> None:
+        """Once only configs the optimizer pruned have run (every kept one failed), the kept list was no guide:
+        the rest of the tune spans every config, at the budget of the whole list. Decided from the observations
+        alone, so a resumed tune widens as the uninterrupted one did."""
+        if self._active.all() or not measured.any() or (measured & self._active).any():
+            return
+        self._active = np.ones(len(self._configs), dtype=bool)
+        self.plan_budget = route_budget(len(self._configs), self._space.dims, self.params, self._budget_arg)
 
     def _guided_round(
         self,
