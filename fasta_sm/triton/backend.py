@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import pickle
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -343,10 +344,13 @@ class TritonBackend:
             try:
                 self.launcher.run(*self.args, grid=self.grid, warmup=False, **launch_kwargs)
             except Exception as error:
-                if self.post_hook is not None:
-                    self.post_hook(nargs, exception=error)
-                else:  # as Triton's own post hook: a launch that failed part-way leaves its writes behind
-                    restore_args(nargs, saved)
+                try:
+                    if self.post_hook is not None:
+                        self.post_hook(nargs, exception=error)
+                    else:  # as Triton's own post hook: a launch that failed part-way leaves its writes behind
+                        restore_args(nargs, saved)
+                except Exception as cleanup:  # noqa: BLE001  the launch's error says what went wrong, as in Triton
+                    logger.warning("after a failed launch of %s: %s", config.label(), describe_error(cleanup))
                 raise
             if self.post_hook is not None:
                 self.post_hook(nargs, exception=None)
@@ -378,8 +382,12 @@ class TritonBackend:
         if path is None:
             return None
         module, qualname = path
-        if not all(value is None or isinstance(value, (bool, int, float, str)) for value in self.kwargs.values()):
-            return None  # a tensor would travel whole; a jit function passed as a constexpr cannot travel at all
+        if any(hasattr(value, "data_ptr") for value in self.kwargs.values()):
+            return None  # a tensor passed by keyword would travel to the workers whole
+        try:
+            pickle.dumps(self.kwargs)  # what the pool sends them
+        except Exception:  # noqa: BLE001  a jit function passed as a constexpr, say: no worker can receive it
+            return None
         try:
             if resolve(module, qualname) is not self.fn:
                 return None

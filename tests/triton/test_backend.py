@@ -595,6 +595,19 @@ def test_a_jit_function_passed_by_keyword_keeps_the_compile_in_this_process(monk
     assert with_function._jobs(configs(64)) is None
 
 
+def test_a_dtype_passed_by_keyword_still_goes_to_the_workers(monkeypatch):
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    from fasta_sm.triton import backend as backend_module
+
+    kernel = JITFunction(getattr(accumulate_kernel, "fn", accumulate_kernel))
+    monkeypatch.setattr(backend_module, "resolve", lambda module, qualname: kernel)
+    x, out = torch.randn(N), torch.zeros(N)
+    with_dtype = TritonBackend(kernel, (x, out, N, 2.0), grid, {"OUT_DTYPE": tl.float16})
+    assert with_dtype._jobs(configs(64)) is not None
+
+
 def test_an_error_compiling_here_that_is_not_the_configs_fault_reaches_the_caller():
     """A thread of this process compiling while the pool starts hands on what `in_process` raises."""
     import threading
