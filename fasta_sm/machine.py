@@ -534,7 +534,7 @@ def _check_seconds(kernel: str, what: str, value: float) -> float:
 
 def _check_duration(kernel: str, config: Config, value: float) -> float:
     try:
-        if isinstance(value, (bool, str, bytes)):  # float() would take True as 1 µs and "12" as 12 µs
+        if isinstance(value, (bool, np.bool_, str, bytes)):  # float() would take True as 1 µs, "12" as 12 µs
             raise TypeError
         value = float(value)
     except (TypeError, ValueError):

@@ -88,7 +88,7 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
                 "file": path.name,
                 "kernel": state.kernel,
                 "policy": f"{state.policy} seed {state.seed}",
-                "position": state.status(),
+                "position": state.position(),
                 "timings": state.evaluations(),
                 "configs": state.n_configs,
                 "timings_pct": 100.0 * state.evaluations() / state.n_configs,

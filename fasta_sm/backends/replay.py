@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ disturbance once doubled a run of timings in one pass (docs/recording.md). Such 
 
 INTERPRETER_TIMING = "host-clock median under the Triton interpreter"
 """How a table recorded under Triton's interpreter names its timing method (`timing.method` starts so)."""
+
+log = logging.getLogger("fasta_sm.replay")
 
 _TOP_FIELDS = ("kernel", "shape", "device", "torch", "triton", "configs")
 _CONFIG_FIELDS = ("kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error")
@@ -211,11 +214,14 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
 def _with_options(config: Config, options: Any) -> Config:
     """`config` with the launch options this project's recorder writes beside a row (`maxnreg`, `num_ctas`):
     an extra field, so one written otherwise by another recorder is left out rather than refused."""
-    if not isinstance(options, dict) or not options:
+    if options is None or options == {}:
         return config
     try:
+        if not isinstance(options, dict):
+            raise ConfigError(f"options={options!r} is not an object")
         return Config(dict(config.kwargs), config.num_warps, config.num_stages, options=options)
-    except ConfigError:
+    except ConfigError as exc:
+        log.info("%s: options left out: %s", config.label(), exc)
         return config
 
 

@@ -82,7 +82,8 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
 
 def _kept_deterministic(meta: dict, kwargs: dict) -> bool:
     """A reduction under deterministic algorithms: torch_npu times none of its configs (it launches the first
-    that compiles), so that the numerics do not depend on a timing; tuning it would undo that."""
+    that compiles), so that the numerics do not depend on a timing; tuning it would undo that. torch_npu
+    reads only this flag (Inductor's `force_filter_reduction_configs` has no NPU counterpart)."""
     from torch._inductor.runtime.hints import HeuristicType
 
     reductions = (HeuristicType.REDUCTION, HeuristicType.PERSISTENT_REDUCTION)

@@ -214,7 +214,7 @@ def write_table(table: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.chmod(tmp, 0o644)  # a table is for others to read (mkstemp makes it private)
+        os.chmod(tmp, 0o666 & ~_umask())  # a table is for others to read, as open() would make it (mkstemp: 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(table, handle, indent=1)
             handle.write("\n")
@@ -225,6 +225,12 @@ def write_table(table: dict[str, Any], path: str | os.PathLike[str]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def spread(configs: Sequence[Config], limit: int | None) -> list[Config]:

@@ -9,6 +9,7 @@ import math
 import random
 import re
 
+import numpy as np
 import pytest
 from engine_harness import CountingBackend, write_table
 from hypothesis import HealthCheck, given, settings
@@ -260,6 +261,7 @@ BAD_DURATIONS = {
     "not a number": (_set(0, "fast"), r"duration 'fast'"),
     "a number as text": (_set(0, "12"), r"duration '12' .* is not a number"),
     "a bool": (_set(2, True), r"duration True .* is not a number"),
+    "a numpy bool": (_set(2, np.bool_(True)), r"duration (np\.)?True_? .* is not a number"),
 }
 
 
