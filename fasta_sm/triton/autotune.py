@@ -249,8 +249,9 @@ class Autotuner(KernelInterface):
 
         As there, both callbacks get the positional arguments by name and
         the launch's keyword arguments (`grid` and `warmup` among them), and a
-        fractional `top_k` is a share of all the configs, not of those left
-        after `early_config_prune`; unlike there, it keeps at least one.
+        fractional `top_k` is a share of the configs `early_config_prune`
+        left, at least one, as Triton 3.9 takes it (3.6 to 3.8 took it of the
+        whole list, and could keep none).
         """
         configs = list(self.configs)
         if self.early_config_prune:
@@ -260,7 +261,7 @@ class Autotuner(KernelInterface):
         if self.perf_model:
             top_k = self.top_k
             if isinstance(top_k, float) and top_k <= 1.0:
-                top_k = max(1, int(len(self.configs) * top_k))
+                top_k = max(1, int(len(configs) * top_k))
             if len(configs) > top_k:
                 estimate = {id(c): self.perf_model(**positional, **kwargs, **c.all_kwargs()) for c in configs}
                 configs = sorted(configs, key=lambda c: estimate[id(c)])[:top_k]
