@@ -142,6 +142,7 @@ class CompilePool:
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
+                self._generation += 1  # its futures are stale from now on: work to redo, not a crash
             self._close_pipe()
             self._ready.clear()
             self._starting = False
@@ -195,8 +196,8 @@ class CompilePool:
             self.start()
         except Exception as error:  # noqa: BLE001  the caller compiles in process; a later compile tries again
             logger.warning("the compile pool did not start: %s", describe_error(error))
+            self._reset()  # a broken executor must not outlive its failed start: the next try makes a fresh one
             with self._lock:
-                self._starting = False
                 self._failed_at = time.perf_counter()
 
     def submit(self, job: CompileJob) -> Future:
@@ -362,7 +363,9 @@ class _Run:
                 except BaseException:
                     self.requeue(index)
                     raise
-        except (BrokenProcessPool, RuntimeError):  # the executor broke (or closed) between two jobs
+        except (BrokenProcessPool, RuntimeError) as error:  # the executor broke (or closed) between two jobs
+            if "interpreter shutdown" in str(error):  # no executor takes work now: a fresh one would not either
+                raise
             self.restart([])
 
     def drive(self) -> Iterator[tuple[int, str | None, float]]:
@@ -447,9 +450,11 @@ class _Run:
             self.detach(index, future)
 
     def restart(self, lost: list[int]) -> None:
-        """A dead worker breaks the whole executor: every job still in it is lost too."""
-        lost.extend(self.in_flight.values())
-        self.in_flight.clear()
+        """A dead worker breaks the whole executor: every job still in it is lost too (one that already
+        finished is not: its result is kept, to be collected)."""
+        finished = {f: i for f, i in self.in_flight.items() if f.done() and not f.cancelled() and not f.exception()}
+        lost.extend(i for f, i in self.in_flight.items() if f not in finished)
+        self.in_flight = finished
         self.isolated = None
         logger.warning("a compile worker died; %d configs are compiled again, one at a time", len(lost))
         self.pool.hold_guesses(True)  # until the suspects are through, each compiles alone
@@ -486,12 +491,16 @@ def shared_pool() -> CompilePool:
     global _shared
     if _shared is None:
         _shared = CompilePool()
-        _close_at_exit(_shared)
     return _shared
 
 
-def _close_at_exit(pool: CompilePool) -> None:
-    """Close `pool` at exit before `concurrent.futures` joins its executors.
+def _close_every_pool() -> None:
+    for pool in list(_POOLS):
+        pool.close()
+
+
+def _close_at_exit(close: Callable[[], None]) -> None:
+    """Run `close` at exit before `concurrent.futures` joins its executors.
 
     That join waits for every job still running, and at exit those are
     guesses no tune will ask for: a matmul's take seconds. Closing the pool
@@ -502,8 +511,11 @@ def _close_at_exit(pool: CompilePool) -> None:
     register = getattr(threading, "_register_atexit", None)
     if register is not None:
         try:
-            register(pool.close)
+            register(close)
             return
         except RuntimeError:  # the interpreter is already shutting down
             pass
-    atexit.register(pool.close)
+    atexit.register(close)
+
+
+_close_at_exit(_close_every_pool)  # every pool, the shared one and those a caller made

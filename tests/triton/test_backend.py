@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import multiprocessing.forkserver
 import re
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -781,3 +783,87 @@ def test_a_pool_that_fails_to_start_is_not_tried_again_at_every_detaching_run(st
     finally:
         pool.close()
     assert len(start_attempts) == 1
+
+
+def test_a_job_started_before_close_is_done_again_not_taken_for_a_crash(caplog):
+    pool = CompilePool(2)
+    try:
+        pool.start()
+        guess = pool.try_submit(slow_jobs(1.0)[0])
+        pool.close()
+        results = list(pool.run(slow_jobs(1.0), started={0: guess}))
+    finally:
+        pool.close()
+    assert [index for index, _, _ in results] == [0] and "a compile worker died" not in caplog.text
+
+
+class _StubPool:
+    """Just what `_Run.restart` asks of a pool."""
+
+    workers = 2
+
+    def hold_guesses(self, held):
+        pass
+
+    def replace_executor(self):
+        pass
+
+
+def test_a_crash_redoes_the_jobs_in_flight_but_not_one_already_finished():
+    from concurrent.futures import Future
+
+    from fasta_sm.triton.compile_pool import _Run
+
+    finished, running = Future(), Future()
+    finished.set_result(WorkerResult(None, 0.4))
+    run = _Run(_StubPool(), slow_jobs(0.4, 5.0, 0.0), in_process=None)
+    run.in_flight = {finished: 0, running: 1}
+    run.restart([2])  # job 2 killed the worker
+    assert run.in_flight == {finished: 0} and sorted(run.suspects) == [1, 2]
+
+
+def test_a_pool_whose_start_failed_starts_afresh_next_time(monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = CompilePool(2)
+
+    def broken_start():
+        pool._get()
+        raise BrokenProcessPool("a worker died while the pool started")
+
+    monkeypatch.setattr(pool, "start", broken_start)
+    try:
+        pool._start_quietly()
+        assert pool._executor is None and not pool.ready
+    finally:
+        pool.close()
+
+
+def test_a_pool_that_cannot_take_work_at_interpreter_shutdown_stops_the_run_instead_of_retrying():
+    class ShutDown(CompilePool):
+        ready = True
+
+        def submit(self, job):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    pool = ShutDown(2)
+    try:
+        with pytest.raises(RuntimeError, match="interpreter shutdown"):
+            list(pool.run(slow_jobs(0.0)))
+    finally:
+        pool.close()
+
+
+def test_a_pool_a_caller_made_does_not_hold_the_process_at_exit_for_its_guesses():
+    here = str(Path(__file__).parent)
+    code = (
+        f"import sys; sys.path.insert(0, {here!r})\n"
+        "from fasta_sm.triton.compile_pool import CompilePool\n"
+        "from fasta_sm.triton.worker import CompileJob\n"
+        "pool = CompilePool(1); pool.start()\n"
+        "assert pool.try_submit(CompileJob('kernels', 'slow_kernel', (), {'SECONDS': 60.0})) is not None\n"
+    )
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert time.perf_counter() - started < 40  # not the guess's 60 s
