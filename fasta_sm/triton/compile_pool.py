@@ -113,8 +113,6 @@ class CompilePool:
         self._alive: tuple[Connection, Connection] | None = None
         self._lock = threading.Lock()
         self._ready = threading.Event()
-        self._guesses_allowed = threading.Event()
-        self._guesses_allowed.set()
         self._starting = False
         self._asked_at: float | None = None  # when a start was first asked for: how long compiles have waited
         self._failed_at: float | None = None
@@ -212,25 +210,18 @@ class CompilePool:
         return future
 
     def try_submit(self, job: CompileJob) -> Future | None:
-        """Start a guess if the pool is ready and takes guesses, else None; never starts a pool.
+        """Start a guess if the pool is ready, else None; never starts a pool.
 
         Guesses run from their own threads: one must not bring a closed pool
-        back to life (`submit` would), nor run beside a suspect that must
-        compile alone after a crash.
+        back to life (`submit` would). The suspects of a crash compile in a
+        worker of their own (`_Run`), so guesses need not wait for them.
         """
         with self._lock:
-            if not (self._ready.is_set() and self._guesses_allowed.is_set()) or self._executor is None:
+            if not self._ready.is_set() or self._executor is None:
                 return None
             future = self._executor.submit(compile_in_worker, job)
             future.fasta_generation = self._generation  # type: ignore[attr-defined]
             return future
-
-    def hold_guesses(self, held: bool) -> None:
-        """While held, `try_submit` starts nothing (a run isolating the suspects of a crash)."""
-        if held:
-            self._guesses_allowed.clear()
-        else:
-            self._guesses_allowed.set()
 
     def stale(self, future: Future) -> bool:
         """Whether `future` came from an executor this pool has since replaced."""
@@ -265,8 +256,9 @@ class CompilePool:
         `triton.autotune`, which compiles every config in process.
 
         If a worker dies (a compiler segfault), it takes every job in flight
-        down with it; those are run again in a fresh pool one at a time, so
-        the one that kills a worker alone is the one that fails.
+        down with it; those are run again one at a time in a worker of this
+        run's own, which no other run or guess shares, so the one that kills
+        that worker is the one that fails.
         """
         state = _Run(self, jobs, in_process, detach)
         started = dict(started or {})
@@ -303,6 +295,7 @@ class _Run:
         self.in_flight: dict[Future, int] = {}
         self.suspects: deque[int] = deque()
         self.isolated: Future | None = None
+        self.isolation: CompilePool | None = None  # one worker of this run's own, for the suspects of a crash
         self.raised: Exception | None = None
         self.start_asked = False
 
@@ -355,7 +348,9 @@ class _Run:
             return
         try:
             if self.suspects and not self.in_flight:
-                self.isolated = self.pool.submit(self.jobs[self.suspects[0]])
+                if self.isolation is None:
+                    self.isolation = CompilePool(1)
+                self.isolated = self.isolation.submit(self.jobs[self.suspects[0]])
                 self.in_flight[self.isolated] = self.suspects.popleft()
             while not self.suspects and len(self.in_flight) < self.pool.workers and (index := self.take()) is not None:
                 try:
@@ -400,15 +395,17 @@ class _Run:
                     self.requeue(index)
                     continue
                 except BrokenProcessPool:
+                    if alone:  # its own worker, which nothing else used: this config killed it
+                        assert self.isolation is not None
+                        self.isolation.close()  # the next suspect gets a fresh worker
+                        yielded = True
+                        yield index, "BrokenProcessPool: the compile worker died compiling it, alone", 0.0
+                        continue
                     if self.pool.stale(future):  # an executor already replaced: not a new crash
                         self.requeue(index)
                         continue
                     broken = True
-                    if alone:
-                        yielded = True
-                        yield index, "BrokenProcessPool: the compile worker died compiling it, alone", 0.0
-                    else:
-                        lost.append(index)
+                    lost.append(index)
                     continue
                 if result.loaded_torch:
                     _warn_torch_in_workers(self.jobs[index].module)
@@ -457,7 +454,6 @@ class _Run:
         self.in_flight = finished
         self.isolated = None
         logger.warning("a compile worker died; %d configs are compiled again, one at a time", len(lost))
-        self.pool.hold_guesses(True)  # until the suspects are through, each compiles alone
         self.pool.replace_executor()
         self.suspects.extend(sorted(lost))
 
@@ -467,7 +463,8 @@ class _Run:
             self.queue.clear()
         for thread in self.threads:
             thread.join()
-        self.pool.hold_guesses(False)
+        if self.isolation is not None:
+            self.isolation.close()
 
 
 _POOLS: weakref.WeakSet[CompilePool] = weakref.WeakSet()

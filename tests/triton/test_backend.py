@@ -802,9 +802,6 @@ class _StubPool:
 
     workers = 2
 
-    def hold_guesses(self, held):
-        pass
-
     def replace_executor(self):
         pass
 

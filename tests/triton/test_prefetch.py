@@ -180,21 +180,29 @@ def test_a_guess_never_brings_a_closed_pool_back():
     assert pool._executor is None
 
 
-def test_no_guess_starts_while_a_run_isolates_the_suspects_of_a_crash():
+def test_a_suspect_of_a_crash_compiles_in_a_worker_no_other_job_can_take_down():
+    """Another run's crasher (or a guess) in the shared pool while a suspect is compiled alone: the suspect
+    is not blamed for it."""
+    import threading
+
     from fasta_sm.triton.compile_pool import CompilePool, _Run
 
     pool = CompilePool(2)
-    job = CompileJob("kernels", "no_such_kernel", (), {})
     try:
         pool.start()
-        run = _Run(pool, [job], None)
-        run.restart([0])
-        assert pool.try_submit(job) is None
+        run = _Run(pool, [CompileJob("kernels", "slow_kernel", (), {"SECONDS": 3.0})], None)
+        run.restart([0])  # job 0 is now a suspect: it compiles alone
+        pool.start()  # every worker of the shared pool up, so that the crash below is seen at once
+        results = []
+        driving = threading.Thread(target=lambda: results.extend(run.drive()))
+        driving.start()
+        time.sleep(1.0)
+        pool.submit(CompileJob("kernels", "crash_kernel", (), {}))  # kills a worker of the shared pool
+        driving.join(timeout=120)
         run.stop()
-        guess = pool.try_submit(job)
-        assert guess is not None and guess.result(timeout=60)[0].startswith("AttributeError")
     finally:
         pool.close()
+    assert [(index, error.split(":")[0]) for index, error, _ in results] == [(0, "OutOfResources")]
 
 
 def test_an_adopted_compile_takes_the_worker_reserved_for_it_and_is_handed_over_once():
