@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -130,7 +131,12 @@ def _exit_with_parent(alive: Connection) -> None:
 
 
 def init_worker(alive: Connection, environ: Mapping[str, str]) -> None:
-    """Make the worker die with the tuning process and give it that process's environment.
+    """Make the worker die with the tuning process, deaf to Ctrl-C, and give it that process's environment.
+
+    A terminal's Ctrl-C reaches every process of its foreground group, the
+    workers included: one killed mid-compile would pass for a compiler crash,
+    and a pool whose workers died must start again. The tuning process alone
+    decides what an interrupt ends, and its workers go when it goes.
 
     A tune killed with SIGKILL must not leave its workers behind: they would
     hold the pipes of whoever waits on the process. The worker's parent is
@@ -143,6 +149,7 @@ def init_worker(alive: Connection, environ: Mapping[str, str]) -> None:
     starts, so that a `TRITON_CACHE_DIR` set in between is where the worker
     writes, and the parent finds what it compiled.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.clear()
     os.environ.update(environ)
     threading.Thread(target=_exit_with_parent, args=(alive,), daemon=True).start()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import multiprocessing.forkserver
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -864,3 +866,21 @@ def test_a_pool_a_caller_made_does_not_hold_the_process_at_exit_for_its_guesses(
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert time.perf_counter() - started < 40  # not the guess's 60 s
+
+
+def test_a_compile_worker_outlives_the_ctrl_c_a_terminal_sends_to_the_whole_process_group(caplog):
+    """Ctrl-C reaches every process of the foreground group; the tuning process alone decides what it ends."""
+    pool = CompilePool(2)
+    try:
+        pool.start()
+        workers = set(pool._executor._processes)
+        running = pool.submit(slow_jobs(1.0)[0])
+        time.sleep(0.3)
+        for pid in workers:
+            os.kill(pid, signal.SIGINT)
+        results = list(pool.run(slow_jobs(1.0), started={0: running}))
+        assert set(pool._executor._processes) == workers
+    finally:
+        pool.close()
+    assert [(index, error.split(":")[0]) for index, error, _ in results] == [(0, "OutOfResources")]
+    assert "a compile worker died" not in caplog.text
