@@ -373,6 +373,8 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
     if state.last_error:
         if state.done:  # the tune resumed and finished after it: history, not a problem now
             head.add_row("last error", Text(f"{state.last_error} (resumed since, and finished)", style="yellow"))
+        elif not state.last_error.startswith(f"{state.position()}: "):  # the tune has moved on since
+            head.add_row("last error", Text(f"{state.last_error} (resumed since)", style="yellow"))
         else:
             head.add_row("last error", Text(state.last_error, style="red"))
     for note in state.restarts:

@@ -30,7 +30,7 @@ import numpy as np
 from transitions import Machine
 
 from .config import Config
-from .errors import BackendError, PolicyError, TuneFailed, notes_of
+from .errors import BackendError, FastaError, PolicyError, TuneFailed, add_note, notes_of
 from .lookahead import likely_next
 from .protocols import Backend, CompileOutcome, Decision, Policy
 from .state import (
@@ -225,7 +225,10 @@ class Tune:
         try:
             fired = getattr(self, step)()
         except Exception as exc:
+            where = self.state.position()
             self._rollback(exc)
+            if not isinstance(exc, FastaError):  # fasta-sm's own errors name the kernel already
+                add_note(exc, f"fasta-sm: kernel {self.state.kernel!r} at {where}")
             raise
         if not fired:
             raise TuneFailed(f"kernel {self.state.kernel!r}: trigger {step!r} did not fire at {self.state.position()}")
@@ -364,7 +367,8 @@ class Tune:
         timed_before = len(state.round_done)
         todo = state.ready_to_time()
         for index in [i for i in todo if state.carried.get(i, {}).get("durations_us")]:
-            state.durations[index] = [float(x) for x in state.carried.pop(index)["durations_us"]]
+            carried = state.carried.pop(index)["durations_us"]
+            state.durations[index] = [_check_duration(state.kernel, state.configs[index], x) for x in carried]
             state.round_done.append(index)
         if len(state.round_done) > timed_before:
             self._update_best()
@@ -383,7 +387,7 @@ class Tune:
             values = [_check_duration(state.kernel, state.configs[i], value) for i, value in zip(chunk, durations)]
             for position, (index, value) in enumerate(zip(chunk, values)):  # all checked: nothing half-recorded
                 if math.isinf(value):
-                    state.failed[index] = outcome.errors.get(position, "failed at run time")
+                    state.failed[index] = str(outcome.errors.get(position) or "failed at run time")
                     state.durations.pop(index, None)
                 else:
                     state.durations.setdefault(index, []).append(value)
@@ -436,6 +440,7 @@ class Tune:
                 f"{rest}and the policy stopped ({decision.reason}); "
                 f"first error: {next(iter(state.failed.values()), 'none')}"
             )
+        _check_reason(state, decision)
         self._keep_decision(decision)
         state.phase, state.step, state.pending, state.round_done = "DONE", "done", [], []
         state.stop_reason = decision.reason
@@ -455,14 +460,14 @@ class Tune:
                 round=round_,
                 batch=batch,
                 reason=decision.reason,
-                retime=decision.retime,
+                retime=bool(decision.retime),
                 predicted_us=[] if predicted is None else [float(predicted[i]) for i in batch],
                 started=time.time(),
                 policy_s=policy_s,
             )
         )
         state.phase, state.round, state.step = phase, round_, "compile"
-        state.pending, state.retime, state.round_done = batch, decision.retime, []
+        state.pending, state.retime, state.round_done = batch, bool(decision.retime), []
 
     def _keep_decision(self, decision: Decision) -> None:
         self.state.policy_state = self.policy.state_dict()
@@ -472,8 +477,14 @@ class Tune:
 
     def _check_batch(self, decision: Decision) -> list[int]:
         state = self.state
-        batch = [int(i) for i in decision.batch]
         name = f"kernel {state.kernel!r}: policy {state.policy!r}"
+        _check_reason(state, decision)
+        if not isinstance(decision.retime, (bool, np.bool_)):
+            raise PolicyError(f"{name} gave retime={decision.retime!r}; expected True or False")
+        wrong = [i for i in decision.batch if isinstance(i, (bool, np.bool_)) or not isinstance(i, numbers.Integral)]
+        if wrong:  # int() would take 2.7 for #2 and True for #1
+            raise PolicyError(f"{name} proposed {wrong[0]!r}, not a config index")
+        batch = [int(i) for i in decision.batch]
         if len(set(batch)) != len(batch):
             raise PolicyError(f"{name} proposed a config twice in one batch: {batch}")
         for index in batch:
@@ -501,7 +512,8 @@ class Tune:
         self._decision = None
         self.state.updated = time.time()
         blob = pack_state(self.state)
-        if self._on_checkpoint is not None:
+        if self._on_checkpoint is not None:  # what a backend or policy handed back must not make the file unreadable
+            _check_reads_back(self.state, blob, TuneFailed)
             self._on_checkpoint(self.state, blob)
         self._last_blob = blob
 
@@ -516,18 +528,28 @@ class Tune:
         self._checkpoint()
 
 
-def _check_reads_back(state: TuneState) -> None:
-    """Refuse a new state its reader would reject: the next process would set the file aside, never reuse it."""
+def _check_reads_back(state: TuneState, blob: bytes | None = None, error: type[Exception] = ValueError) -> None:
+    """Refuse a state its reader would reject: the next process would set the file aside, never reuse it."""
     try:
-        unpack_state(pack_state(state), source=f"the new state of {state.kernel!r}")
+        unpack_state(pack_state(state) if blob is None else blob, source=f"the state of {state.kernel!r}")
     except Exception as exc:  # noqa: BLE001  msgpack's own errors too: an argument it cannot carry
-        raise ValueError(
-            f"kernel {state.kernel!r}: its state would not read back: {type(exc).__name__}: {exc}"
+        raise error(
+            f"kernel {state.kernel!r}: its state at {state.position()} would not read back, so it is not written: "
+            f"{type(exc).__name__}: {exc}"
         ) from None
 
 
+def _check_reason(state: TuneState, decision: Decision) -> None:
+    """A reason is stored and shown: anything but text would make the state file unreadable."""
+    if not isinstance(decision.reason, str):
+        raise PolicyError(
+            f"kernel {state.kernel!r}: policy {state.policy!r} gave reason {decision.reason!r}; expected a string"
+        )
+
+
 def _check_seconds(kernel: str, what: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if not number or not math.isfinite(value) or value < 0:
         raise BackendError(f"kernel {kernel!r}: backend reported {what} {value!r}; expected a finite number ≥ 0")
     return float(value)
 

@@ -193,7 +193,8 @@ def encode_rng(rng: np.random.Generator) -> dict[str, Any]:
     return _ints_to_str(rng.bit_generator.state)
 
 
-_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM")
+"""The generators whose state `encode_rng` writes back: the others hold arrays, which a checkpoint cannot carry."""
 
 
 def decode_rng(state: Mapping[str, Any]) -> np.random.Generator:
@@ -416,6 +417,8 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     data["rounds"] = [RoundRecord(**r) for r in data["rounds"]]
     data["cost"] = Cost(**data["cost"])
     # convert only where msgpack did not already give the exact types (it does for files we wrote)
+    for name in ("compiled", "failed", "durations", "carried"):
+        _check_index_keys(data[name], name, source)
     if not (_types(data["compiled"]) <= {int} and _types(data["compiled"].values()) <= {float}):
         data["compiled"] = {int(k): float(v) for k, v in data["compiled"].items()}
     if not _types(data["failed"]) <= {int}:
@@ -495,6 +498,15 @@ def _check_types(data: dict, source: str) -> None:
             check(f"carried[{index!r}].durations_us entry", value, _NUMBER)
 
 
+def _check_index_keys(mapping: dict, name: str, source: str) -> None:
+    """Config indices as keys: whole numbers, or their decimal text; int() would take True or 2.9 for an index."""
+    if _types(mapping) <= {int}:
+        return
+    for key in mapping:
+        if isinstance(key, bool) or not (isinstance(key, int) or (isinstance(key, str) and key.isdecimal())):
+            raise StateFileError(f"{source}: {name} has key {key!r}, not a config index")
+
+
 def _carried_numbers(carried: dict) -> list[float]:
     """A carried result's compile seconds and timings: numbers that must be finite and ≥ 0."""
     seconds = carried.get("compile_s")
@@ -528,6 +540,12 @@ def _check_consistent(state: TuneState, source: str, list_hash: str) -> None:
         for index, samples in state.durations.items():
             if not samples or any(not math.isfinite(x) or x <= 0 for x in samples):
                 raise StateFileError(f"{source}: config #{index} has invalid durations {samples!r}")
+    stamps = [("created", state.created), ("updated", state.updated)]
+    for position, record in enumerate(state.rounds):
+        stamps += [(f"rounds[{position}].started", record.started), (f"rounds[{position}].finished", record.finished)]
+    for where, stamp in stamps:
+        if stamp is not None and not math.isfinite(stamp):
+            raise StateFileError(f"{source}: {where} is {stamp!r}, not a time")
     both = state.failed.keys() & state.durations.keys()
     if both:
         raise StateFileError(f"{source}: config #{min(both)} is both failed and measured")
@@ -544,6 +562,9 @@ def _check_consistent(state: TuneState, source: str, list_hash: str) -> None:
         values = list(values)
         if values and (min(values) < 0 or not all(map(math.isfinite, values))):
             raise StateFileError(f"{source}: {where} holds {values!r:.80}: seconds and timings must be finite and ≥ 0")
+    for index, carried in state.carried.items():
+        if any(x <= 0 for x in carried.get("durations_us", ())):  # a kernel takes time, as for `durations`
+            raise StateFileError(f"{source}: carried[{index}] has invalid durations {carried['durations_us']!r}")
     if state.predicted_us and len(state.predicted_us) != n:
         raise StateFileError(f"{source}: predicted_us has {len(state.predicted_us)} values for {n} configs")
     for position, record in enumerate(state.rounds):

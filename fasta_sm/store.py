@@ -151,9 +151,13 @@ class StateStore:
         """
         path = self.file_for(key)
         try:
-            state = self.read(path)
+            blob = path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as exc:  # the file may be sound (too many open files, a passing I/O error): never set aside
+            raise StateDirError(f"cannot read state file {path} ({exc.strerror or exc}); it is left as it is") from None
+        try:
+            state = unpack_state(blob, source=str(path))
         except StateFileError as exc:
             why = str(exc)
         else:

@@ -144,6 +144,30 @@ def test_show_marks_the_last_error_of_a_finished_tune_as_history(table_file, sta
     assert "resumed since, and finished" in invoke("show", str(store.file_for("k")), "--state-dir", str(state_dir))
 
 
+def test_show_marks_the_last_error_of_a_tune_that_has_moved_on_past_it_as_history(table_file, state_dir):
+    from fasta_sm.backends.replay import ReplayBackend, load_table
+    from fasta_sm.errors import FastaError
+    from fasta_sm.protocols import BenchmarkOutcome
+    from fasta_sm.store import StateStore
+    from fasta_sm.tuner import open_tune
+    from fasta_sm.tuner import tune as run_tune
+
+    class NaNOnce(ReplayBackend):
+        def benchmark(self, configs, repeat=None):
+            return BenchmarkOutcome(durations_us=[math.nan] * len(configs), seconds=0.0)
+
+    table, store = load_table(table_file), StateStore(state_dir)
+    settings = {"policy": "fasta", "store": store}
+    with pytest.raises(FastaError):
+        run_tune("k", "toy_mm", table.configs, NaNOnce(table), **settings)
+    with store.lock("k", "toy_mm"):
+        resumed = open_tune(store, "k", "toy_mm", table.configs, ReplayBackend(table), policy="fasta")
+        resumed.drive(until=lambda s: s.phase == "R2")
+        resumed.close()
+    shown = invoke("show", str(store.file_for("k")), "--state-dir", str(state_dir))
+    assert "R1 benchmark: BackendError" in shown and "(resumed since)" in shown
+
+
 def test_a_tune_that_ended_with_no_config_run_is_shown_as_such_not_as_resumable(tmp_path, state_dir):
     from fasta_sm.backends.replay import ReplayBackend, load_table
     from fasta_sm.errors import TuneFailed

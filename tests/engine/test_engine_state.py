@@ -257,6 +257,11 @@ def test_a_load_error_names_its_source():
         ({"pending": [], "round_done": []}, "at R2_1 benchmark no config is pending"),
         ({"step": "refine"}, "at R2_1 refine config #4 of the batch was never timed"),
         ({"best": None, "best_us": None}, "2 configs measured but no best"),
+        ({"carried": {5: {"compile_s": 0.5, "durations_us": [0.0]}}}, "carried[5] has invalid durations [0.0]"),
+        ({"updated": math.nan}, "updated is nan, not a time"),
+        ({"created": math.inf}, "created is inf, not a time"),
+        ({"rounds": [RoundRecord(phase="R1", round=0, batch=[0, 1, 2], reason="x", started=1.0, finished=math.nan)]},
+         "rounds[0].finished is nan, not a time"),
     ],
 )
 def test_a_state_whose_parts_contradict_each_other_is_refused_saying_where(changes, says):
@@ -330,3 +335,18 @@ def test_a_state_whose_list_differs_from_the_remembered_one_is_decoded_and_check
     read = unpack_state(pack_state(sample_state()))
     assert [c.kwargs["BLOCK"] for c in read.configs] == [16, 16, 32, 32, 64, 64]
     assert read.configs_hash == configs_hash(read.configs)
+
+
+@pytest.mark.parametrize("key", [True, 2.9, "x"])
+def test_a_map_key_that_is_no_config_index_is_refused_naming_it(key):
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    data["durations"] = {0: [10.5], key: [9.25, 9.5]} if key is True else {**data["durations"], key: [7.0]}
+    says = f"some/file.fsm: durations has key {key!r}, not a config index"
+    with pytest.raises(StateFileError, match=re.escape(says)):
+        unpack_state(seal(data), source="some/file.fsm")
+
+
+def test_an_rng_state_a_checkpoint_could_not_write_back_is_refused():
+    rng_state = {"bit_generator": "SFC64", "state": {"state": [1, 2, 3, 4]}, "has_uint32": 0, "uinteger": 0}
+    with pytest.raises(StateFileError, match="SFC64"):
+        unpack_state(pack_state(sample_state(rng_state=rng_state)), source="some/file.fsm")

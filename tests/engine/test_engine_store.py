@@ -604,3 +604,21 @@ def mount_read_only(monkeypatch, folder: Path) -> None:
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", open_)
+
+
+def test_a_state_file_that_cannot_be_read_for_now_is_left_in_place_and_named(store, table, backend, monkeypatch):
+    tune(KEY, table.kernel, table.configs, backend, policy="random", store=store)
+    path = store.file_for(KEY)
+    before = path.read_bytes()
+    read_bytes = Path.read_bytes
+
+    def too_many_open_files(self):
+        if self == path:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", too_many_open_files)
+    with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {path} (Too many open files)")):
+        store.load(KEY)
+    monkeypatch.undo()
+    assert path.read_bytes() == before and not list(store.path.glob("*.corrupt-*"))

@@ -715,6 +715,108 @@ def test_a_backend_that_describes_itself_as_no_string_is_refused_before_a_file_i
         def describe(self):
             return None
 
-    with pytest.raises(ValueError, match=rf"kernel '{table.kernel}': its state would not read back: .*backend"):
+    says = rf"kernel '{table.kernel}': its state at R1 compile would not read back, so it is not written: .*backend"
+    with pytest.raises(ValueError, match=says):
         run_tune(table, Nameless(table), store, policy="exhaustive")
     assert not list(store.path.glob("*.fsm"))
+
+
+# --------------------------------------------------------------------------- what handlers hand back
+
+
+class FailingAtRunTime(CountingBackend):
+    """Config #0 fails to run, with `reason` (what a backend might pass: an exception, or nothing)."""
+
+    def __init__(self, inner, reason):
+        super().__init__(inner)
+        self.reason = reason
+
+    def benchmark(self, configs, repeat=None):
+        outcome = self.inner.benchmark(configs, repeat=repeat)
+        durations = list(outcome.durations_us)
+        errors = {}
+        if configs[0] == self.first:
+            durations[0], errors = math.inf, {0: self.reason}
+        return BenchmarkOutcome(durations_us=durations, seconds=outcome.seconds, errors=errors)
+
+
+@pytest.mark.parametrize(("reason", "kept"), [(None, "failed at run time"), (RuntimeError("lost"), "lost")])
+def test_a_run_time_failure_reason_that_is_no_string_is_kept_as_text_in_a_file_that_reads_back(
+    reason, kept, table, backend, store
+):
+    failing = FailingAtRunTime(backend, reason)
+    failing.first = next(c for c, e in zip(table.configs, table.errors) if e is None)
+    result = run_tune(table, failing, store)
+    assert result.state.failed[table.index_of(failing.first)] == kept
+    assert store.read(store.file_for(KEY)).done
+
+
+def test_numpy_seconds_from_a_backend_are_taken_as_seconds(table, backend, store):
+    class NumpySeconds(CountingBackend):
+        def compile(self, configs):
+            return [CompileOutcome(o.error, np.float32(o.seconds)) for o in self.inner.compile(configs)]
+
+        def benchmark(self, configs, repeat=None):
+            outcome = self.inner.benchmark(configs, repeat=repeat)
+            return BenchmarkOutcome(outcome.durations_us, np.int64(1), outcome.errors)
+
+    state = run_tune(table, NumpySeconds(backend), store).state
+    assert state.done and type(state.cost.benchmark_s) is float
+
+
+def test_an_error_that_is_not_fasta_sms_carries_a_note_naming_the_kernel_and_position(table, backend, store):
+    with pytest.raises(RuntimeError) as raised:
+        run_tune(table, ExplodingBackend(backend, on_call=1), store)
+    assert raised.value.__notes__ == ["fasta-sm: kernel 'mm_synth' at R1 benchmark"]
+
+
+def one_guided_round(monkeypatch, decision):
+    """The exhaustive policy cut to an R1 of four configs, then `decision`, then a stop."""
+    from fasta_sm.policies.baseline import Exhaustive
+
+    answers = [decision, Decision(batch=[], reason="stop")]
+    monkeypatch.setattr(Exhaustive, "plan", lambda self, rng: Decision(batch=[1, 3, 4, 5], reason="four"))
+    monkeypatch.setattr(Exhaustive, "refine", lambda self, observed, rng: answers.pop(0))
+
+
+@pytest.mark.parametrize("index", [6.7, True, np.bool_(True), "6"])
+def test_a_guided_index_that_is_no_whole_number_is_a_policy_error_naming_it(index, table, backend, store, monkeypatch):
+    one_guided_round(monkeypatch, Decision(batch=[index], reason="one more"))
+    with pytest.raises(PolicyError, match=rf"kernel 'mm_synth': policy 'exhaustive' proposed {re.escape(repr(index))}"):
+        run_tune(table, backend, store)
+
+
+@pytest.mark.parametrize("at", ["R2", "DONE"])
+def test_a_reason_that_is_no_string_is_a_policy_error_and_the_file_stays_readable(at, table, backend, store,
+                                                                                  monkeypatch):
+    guided = Decision(batch=[6] if at == "R2" else [], reason=None)
+    one_guided_round(monkeypatch, guided)
+    with pytest.raises(PolicyError, match=r"policy 'exhaustive' gave reason None; expected a string"):
+        run_tune(table, backend, store)
+    assert len(store.read(store.file_for(KEY)).durations) == 4
+
+
+def test_a_retime_that_is_no_bool_is_a_policy_error(table, backend, store, monkeypatch):
+    one_guided_round(monkeypatch, Decision(batch=[1], reason="again", retime=1))
+    with pytest.raises(PolicyError, match=r"gave retime=1; expected True or False"):
+        run_tune(table, backend, store)
+
+
+def test_a_numpy_bool_retime_is_stored_as_a_bool(table, backend, store, monkeypatch):
+    one_guided_round(monkeypatch, Decision(batch=[1], reason="again", retime=np.bool_(True)))
+    state = run_tune(table, backend, store).state
+    assert state.rounds[1].retime is True and len(state.durations[1]) == 2
+
+
+def test_a_checkpoint_that_would_not_read_back_is_refused_and_the_file_keeps_the_last_good_one(
+    table, backend, store, monkeypatch
+):
+    from fasta_sm.policies.baseline import Exhaustive
+
+    one_guided_round(monkeypatch, Decision(batch=[6], reason="one more"))
+    calls = []
+    monkeypatch.setattr(Exhaustive, "state_dict", lambda self: calls.append(1) or ({} if len(calls) == 1 else ["x"]))
+    with pytest.raises(TuneFailed, match=r"kernel 'mm_synth': its state at R2_1 compile would not read back"):
+        run_tune(table, backend, store)
+    kept = store.read(store.file_for(KEY))
+    assert kept.step == "refine" and len(kept.durations) == 4
