@@ -84,14 +84,21 @@ def run_policy(
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """numpy's percentile, except that a run with no pick (regret inf) in the way gives inf, not NaN.
+    """numpy's (linear) percentile, where a run with no pick counts as regret inf.
 
-    Interpolating between a finite regret and inf is inf − inf for numpy.
+    numpy interpolates a + (inf − a)·0 into NaN even where the percentile
+    falls exactly on a finite value; here only a percentile that reaches
+    past the last finite value is inf.
     """
-    array = np.asarray(values, dtype=float)
-    with np.errstate(invalid="ignore"):
-        result = float(np.percentile(array, q))
-    return math.inf if math.isnan(result) and np.isinf(array).any() else result
+    ordered = np.sort(np.asarray(values, dtype=float))
+    position = q / 100.0 * (ordered.size - 1)
+    low, high = math.floor(position), math.ceil(position)
+    share = position - low
+    if share == 0.0:
+        return float(ordered[low])
+    if math.isinf(ordered[high]):
+        return math.inf
+    return float(ordered[low] + (ordered[high] - ordered[low]) * share)
 
 
 def _summary(runs: list[Run], n: int, exhaustive: float) -> dict[str, float]:
@@ -159,6 +166,8 @@ def bench(
                 knobs = dict(params or {}) if position == 0 else {}
                 if fraction is not None:
                     knobs["budget"] = fraction
+                    if position > 0 and policy == "fasta":  # its floor of `min_budget` configs would buy it more
+                        knobs["min_budget"] = 1
                 run = run_policy(table, policy, seed, knobs)
                 if position == 0:
                     fraction = min(1.0, max(run.evaluated, 1) / n)

@@ -50,6 +50,8 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
     if name not in _REGISTRY:
         require_listed(name)
     factory = _REGISTRY[name]
+    if not configs:
+        raise PolicyError(f"policy {name!r}: the config list is empty; there is nothing to tune")
     given = dict(params or {})
     signature = inspect.signature(factory)
     try:

@@ -175,3 +175,21 @@ def test_must_measure_fills_in_its_inner_policys_knobs_from_the_environment(monk
     assert with_environment("must-measure", wrapped)["params"] == {"r1_frac": 0.1, "rounds": 4}
     monkeypatch.delenv("FASTA_R1_PCT")
     assert with_environment("must-measure", wrapped) == wrapped
+
+
+def test_a_percentile_that_falls_on_a_finite_regret_is_that_regret_though_a_run_found_nothing():
+    assert percentile([0.1, 0.2, math.inf], 50) == 0.2
+    assert percentile([*(0.1 * i for i in range(20)), math.inf], 95) == pytest.approx(1.9)
+
+
+def test_bench_gives_fasta_exactly_the_leaders_count_when_it_is_not_the_leader(tmp_path):
+    (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(2)))
+    report = bench(tmp_path, ["random", "fasta"], seeds=2, budget=0.005)  # 4 configs, below fasta's floor of 13
+    evals = {row["policy"]: row["evals_pct"] for row in report["kernels"]}
+    assert evals["fasta"] == pytest.approx(evals["random"])
+
+
+@pytest.mark.parametrize("name", ["exhaustive", "random", "coordesc", "trees", "fasta"])
+def test_every_policy_refuses_an_empty_config_list_naming_itself(name):
+    with pytest.raises(PolicyError, match=rf"policy '{name}': the config list is empty"):
+        make_policy(name, [], {})

@@ -501,8 +501,8 @@ def test_routing_reads_the_number_of_knobs_as_well_as_the_size(n, dims, expected
     assert route_budget(n, dims, FastaParams(), None).budget_class == expected
 
 
-def test_too_few_r1_points_per_parameter_takes_the_coverage_path():
-    policy = FastaPolicy(MATMUL.configs, min_viable_np=5.0)
+def test_too_few_r1_points_per_parameter_even_at_the_coverage_total_takes_the_coverage_path():
+    policy = FastaPolicy(MATMUL.configs, min_viable_np=40.0)  # a viable R1 of 280 would cost more than 250
     assert policy.plan_budget.path == "coverage"
     assert policy.plan_budget.total == math.ceil(0.5 * len(MATMUL.configs))
 
@@ -885,3 +885,33 @@ def measure_quality() -> None:
 
 if __name__ == "__main__":
     measure_quality()
+
+
+@pytest.mark.parametrize("n", [64, 116, 117])
+def test_a_routed_total_too_small_for_a_viable_r1_grows_just_enough_not_to_the_coverage_half(n):
+    from fasta_sm.policies.fasta.budget import route_budget
+    from fasta_sm.policies.fasta.params import FastaParams
+
+    plan = route_budget(n, 6, FastaParams(), None)
+    assert (plan.path, plan.r1, plan.total) == ("model", 14, 15)
+
+
+def test_bases_that_could_never_compete_in_a_guided_round_are_refused_saying_why():
+    with pytest.raises(PolicyError, match=r"cubic competes only once more than twice its columns are measured"):
+        FastaPolicy(MATMUL.configs, bases=("cubic",))
+
+
+def test_numpy_scalar_knobs_are_kept_as_the_python_values_a_checkpoint_can_carry():
+    policy = FastaPolicy(MATMUL.configs, max_rounds=np.int64(12), optimize_configs=np.bool_(False),
+                         ridge_lambda=np.float32(0.5))
+    state = msgpack.unpackb(msgpack.packb(policy.state_dict()))
+    assert type(policy.params.max_rounds) is int and state["params"]["max_rounds"] == 12
+
+
+def test_a_ridge_lambda_too_small_to_keep_the_system_regular_still_fits():
+    from fasta_sm.backends.replay import load_table
+    from fasta_sm.data import tables_dir
+
+    table = load_table(tables_dir() / "softmax_fp32.json")
+    trace = drive(FastaPolicy(table.configs, ridge_lambda=1e-300), table, seed=0)
+    assert np.isfinite(trace.durations[trace.pick()])

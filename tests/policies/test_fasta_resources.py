@@ -300,3 +300,24 @@ def test_state_round_trip_with_a_cost_budget_keeps_the_r1_estimate():
     assert policy.state_dict()["r1_cost"] is not None
     expected, again, _ = decide_and_resume(policy, MATMUL.configs, sim.observed(), rng)
     assert list(again.batch) == list(expected.batch) and again.reason == expected.reason
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_spent_cost_budget_also_skips_the_polish(seed):
+    table = load_table(tables_dir() / "mm_fp16_4096.json")
+    policy = FastaPolicy(table.configs, cost_budget=0.18)
+    polish, spent_at_polish = policy._polish_round, []
+
+    def watched(durations, candidates, failures):
+        spent_at_polish.append(policy._cost_spent(watched.observed, durations))
+        return polish(durations, candidates, failures)
+
+    refine = policy.refine
+
+    def refine_watching(observed, rng):
+        watched.observed = observed
+        return refine(observed, rng)
+
+    policy._polish_round, policy.refine = watched, refine_watching
+    drive(policy, table, seed=seed)
+    assert not any(spent_at_polish)

@@ -21,8 +21,11 @@ class BudgetPlan:
 
 
 def class_total(n: int, fraction: float, params: FastaParams) -> int:
-    """Configs a budget fraction buys in a space of `n`: at least `min_budget`, at most all."""
-    return min(n, max(math.ceil(fraction * n), params.min_budget))
+    """Configs a budget fraction buys in a space of `n`: at least `min_budget`, at most all.
+
+    The product is rounded to 9 digits first, as in `budget_count`: a budget of k / N buys k configs, not k + 1.
+    """
+    return min(n, max(math.ceil(round(fraction * n, 9)), params.min_budget))
 
 
 def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -> BudgetPlan:
@@ -36,7 +39,11 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
     would leave R1 too small for any model while a viable R1 still fits in
     the total. The model path needs
     `min_viable_np` R1 points per linear parameter; otherwise (including
-    D = 0, nothing to regress on) the policy takes the coverage path.
+    D = 0, nothing to regress on) the policy takes the coverage path. A
+    routed total too small to hold a viable R1 and one guided config is
+    raised to that when it costs less than the coverage path: a space of
+    116 six-knob configs would otherwise measure half of them, one of 117
+    fifteen.
     """
     if budget is not None:
         budget_class, fraction = "fixed", check_budget(budget, "fasta: ")
@@ -48,13 +55,20 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
         budget_class, fraction = "base", params.base_budget
     total = class_total(n, fraction, params)
     wanted_r1 = max(math.ceil(params.r1_frac * n), params.r1_min, math.ceil(params.r1_per_param * (1 + dims)))
-    guided = math.ceil(params.guided_share * total) if total > 1 else 0
-    r1 = max(1, min(wanted_r1, total - guided))
     viable_r1 = math.ceil(params.min_viable_np * (1 + dims))
-    if r1 < viable_r1 < total:
-        r1 = viable_r1
-    viable = dims > 0 and r1 / (1 + dims) >= params.min_viable_np and r1 < total
-    if not viable:
-        coverage_total = total if budget is not None else max(total, math.ceil(params.coverage_budget * n))
-        return BudgetPlan(budget_class=budget_class, total=min(n, coverage_total), r1=r1, path="coverage")
-    return BudgetPlan(budget_class=budget_class, total=total, r1=r1, path="model")
+
+    def r1_of(total: int) -> int:
+        guided = math.ceil(params.guided_share * total) if total > 1 else 0
+        r1 = max(1, min(wanted_r1, total - guided))
+        return viable_r1 if r1 < viable_r1 < total else r1
+
+    def viable(total: int) -> bool:
+        return dims > 0 and r1_of(total) / (1 + dims) >= params.min_viable_np and r1_of(total) < total
+
+    if not viable(total):
+        coverage_total = min(n, total if budget is not None else max(total, math.ceil(params.coverage_budget * n)))
+        if budget is None and dims > 0 and viable(viable_r1 + 1) and viable_r1 + 1 < coverage_total:
+            total = viable_r1 + 1
+        else:
+            return BudgetPlan(budget_class=budget_class, total=coverage_total, r1=r1_of(total), path="coverage")
+    return BudgetPlan(budget_class=budget_class, total=total, r1=r1_of(total), path="model")

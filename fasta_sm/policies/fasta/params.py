@@ -99,6 +99,10 @@ class FastaParams:
     expert_configs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # a numpy scalar passes as a number but no checkpoint can carry it
+            value = getattr(self, f.name)
+            if isinstance(value, np.generic):
+                object.__setattr__(self, f.name, value.item())
         self._check_kinds()
         for name in ("r1_frac", "small_budget", "base_budget", "large_budget", "coverage_budget"):
             value = getattr(self, name)
@@ -135,11 +139,16 @@ class FastaParams:
             raise PolicyError(f"fasta: retime_rank={self.retime_rank!r} must be 'lower' or 'mean'")
         if not 0.0 < self.cap_quantile <= 1.0:
             raise PolicyError(f"fasta: cap_quantile={self.cap_quantile!r} must be in (0, 1]")
-        from .surrogates import BASIS_NAMES
+        from .surrogates import BASIS_NAMES, IDENTIFIABILITY_GATED
 
         unknown = [b for b in self.bases if b not in BASIS_NAMES]
         if unknown or not self.bases:
             raise PolicyError(f"fasta: bases={self.bases!r}; each must be one of {', '.join(BASIS_NAMES)}")
+        if set(self.bases) <= IDENTIFIABILITY_GATED:
+            raise PolicyError(
+                f"fasta: bases={self.bases!r}: {', '.join(sorted(IDENTIFIABILITY_GATED))} competes only once more "
+                "than twice its columns are measured, which R1 never is; name another basis beside it"
+            )
         if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in self.expert_configs):
             raise PolicyError(f"fasta: expert_configs={self.expert_configs!r} must be config indices (ints ≥ 0)")
         if self.incumbent_basis not in BASIS_NAMES:

@@ -213,6 +213,8 @@ class FastaPolicy:
             if remaining > 0 and candidates.size:
                 return self._issue(self._blind(candidates, remaining, rng), "coverage path: uniform sample")
             return self._finish("coverage budget spent", durations, observed)
+        if self._cost_spent(observed, durations):
+            return self._finish("cost budget spent", durations, observed)
         if remaining <= 0 and candidates.size and self._polished < self._polish_allowance():
             polish = self._polish_round(durations, candidates, observed.failures)
             if polish is not None:
@@ -221,8 +223,6 @@ class FastaPolicy:
             return self._finish("budget spent" if candidates.size else "every config measured", durations, observed)
         if self._r2_rounds >= self.params.max_rounds:
             return self._finish(f"max_rounds={self.params.max_rounds} reached", durations, observed)
-        if self._cost_spent(observed, durations):
-            return self._finish("cost budget spent", durations, observed)
         return self._guided_round(observed, durations, candidates, remaining, rng)
 
     def _widen_past_the_kept(self, measured: np.ndarray) -> None:

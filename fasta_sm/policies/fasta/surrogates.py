@@ -194,15 +194,23 @@ def _solve(
     yc = y - y_mean
     p = xc.shape[1]
     if p <= n:
-        gram_inv = np.linalg.inv(xc.T @ xc + lam * np.eye(p))
+        gram_inv = _inverse(xc.T @ xc + lam * np.eye(p))
         coef = gram_inv @ (xc.T @ yc)
         leverage = np.einsum("ij,ij->i", xc @ gram_inv, xc)
     else:
         kernel = xc @ xc.T
-        kernel_inv = np.linalg.inv(kernel + lam * np.eye(n))
+        kernel_inv = _inverse(kernel + lam * np.eye(n))
         coef = xc.T @ (kernel_inv @ yc)
         leverage = np.einsum("ij,ij->i", kernel, kernel_inv)
     return Ridge(coef=coef, x_mean=x_mean, y_mean=y_mean), xc, yc, leverage + 1.0 / n
+
+
+def _inverse(matrix: np.ndarray) -> np.ndarray:
+    """The inverse, or the pseudo-inverse where a tiny `ridge_lambda` leaves the matrix singular."""
+    try:
+        return np.linalg.inv(matrix)
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(matrix)
 
 
 def solve_ridge(design: np.ndarray, rows: np.ndarray, y: np.ndarray, lam: float) -> Ridge:
