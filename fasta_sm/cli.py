@@ -31,7 +31,7 @@ from rich.text import Text
 from . import __version__
 from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, ReplayTable, load_table
 from .data import DEFAULT_TABLE, table_names, table_path
-from .errors import FastaError, PolicyError, StateFileError
+from .errors import FastaError, PolicyError, StateFileError, TableError
 from .policies import make_policy, require_listed
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
@@ -145,6 +145,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,  # a pipe or a file gets the table alone
     ) as progress:
         task = progress.add_task(replay.kernel, total=n, position="", best="-")
 
@@ -306,6 +307,11 @@ def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[P
         if state.kernel == kernel:
             found.append((path, state))
     if len(found) == 1:
+        if unreadable:
+            notes.print(
+                f"note: {len(unreadable)} other file{'s' if len(unreadable) > 1 else ''} in {store.path} cannot be "
+                f"read and may hold another tune of {kernel!r}: {', '.join(unreadable)}"
+            )
         return found[0]
     if found:
         files = ", ".join(path.name for path, _ in found)
@@ -711,6 +717,7 @@ def bench_command(
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        disable=not console.is_terminal,  # a pipe or a file gets the table alone
     ) as progress:
         task = progress.add_task("bench", total=None)
 
@@ -757,8 +764,16 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
 
     paths = table_paths(tables_dir or shipped_tables())
     if not stats:
+        unreadable = []
         for path in paths:
+            try:
+                load_table(path)
+            except TableError as exc:
+                unreadable.append(str(exc))
+                continue
             click.echo(path.stem)
+        if unreadable:
+            raise click.ClickException("; ".join(unreadable))
         return
     table = Table(
         "table", "N", "failed", "compile s (mean)", "best", "within 2 %", "within 5 %", "repeat spread (median / p90)"

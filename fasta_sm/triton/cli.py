@@ -91,6 +91,7 @@ def _spec_path(spec: str) -> str:
     help="Record only an evenly spaced subset of N configs (smoke runs).",
 )
 @click.option("--no-check", is_flag=True, help="Skip checking each config's output against the reference.")
+@click.option("--force", is_flag=True, help="Replace a table already in --out (otherwise that kernel is refused).")
 @click.option(
     "--deadline-s",
     type=float,
@@ -108,6 +109,7 @@ def record_command(
     workers: int | None,
     limit: int | None,
     no_check: bool,
+    force: bool,
     deadline_s: float | None,
 ) -> None:
     """Exhaustively compile and time each SPEC's config space; write replay tables.
@@ -146,6 +148,11 @@ def record_command(
                 click.echo(f"deadline reached: {name} not recorded", err=True)
                 continue
             spec = load_spec(_spec_path(name), **_parse_params(params))
+            target = Path(out_dir) / f"{spec.name}.json"
+            if target.exists() and not force:  # a recording costs GPU minutes; a smoke run must not replace it
+                click.echo(f"error: {target} exists; pass --force to replace it", err=True)
+                unwritten.append(spec.name)
+                continue
             spec.configs = spread(spec.configs, limit)
             click.echo(f"recording {spec.name}: {len(spec.configs)} configs")
             warm = compiled_before(spec)
@@ -172,7 +179,7 @@ def record_command(
                 unwritten.append(spec.name)
                 continue
             table["command"] = command
-            path = write_table(table, Path(out_dir) / f"{spec.name}.json")
+            path = write_table(table, target)
             timed = [row for row in table["configs"] if row["duration_us"]]
             best = min((sum(r["duration_us"]) / len(r["duration_us"]) for r in timed), default=float("nan"))
             click.echo(
@@ -206,5 +213,6 @@ def record_command(
 if __name__ == "__main__":  # `python3 -m fasta_sm.triton.cli ...` is `fasta-sm record ...`, errors shown alike
     from ..cli import run
 
-    sys.argv[1:1] = ["record"]
+    if sys.argv[1:2] != ["record"]:  # the usage line it prints names `record`, so that form works too
+        sys.argv[1:1] = ["record"]
     run()

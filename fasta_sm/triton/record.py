@@ -115,7 +115,10 @@ def record(
     try:
         args = spec.make_args(device)
     except Exception as exc:  # the spec's own code: whatever it raises, these parameters make no inputs
-        raise ConfigError(f"{spec.name}: cannot make its inputs at {spec.shape}: {type(exc).__name__}: {exc}") from exc
+        first_line = next(iter(str(exc).splitlines()), "")  # torch's argument errors list every overload after it
+        raise ConfigError(
+            f"{spec.name}: cannot make its inputs at {spec.shape}: {type(exc).__name__}: {first_line}"
+        ) from exc
     backend = TritonBackend(
         spec.fn,
         args,

@@ -789,3 +789,25 @@ def test_an_empty_replay_name_is_an_error_not_the_default_table(state_dir):
     done = fasta_sm("tune", "--replay", "", "--state-dir", str(state_dir))
     assert done.returncode == 1 and "no replay table ''" in done.stderr
     assert not list(state_dir.glob("*.fsm"))
+
+
+def test_show_by_a_kernel_name_notes_an_unreadable_file_that_may_hold_another_tune_of_it(table_file, state_dir):
+    tune(table_file, state_dir)
+    (state_dir / "damaged.fsm").write_bytes(b"garbage")
+    done = fasta_sm("show", "toy_mm", "--state-dir", str(state_dir))
+    assert done.returncode == 0 and "damaged.fsm" in done.stderr and "another tune of 'toy_mm'" in done.stderr
+
+
+@pytest.mark.parametrize("command", [("tune",), ("bench", "--seeds", "1", "--policies", "random")])
+def test_a_command_into_a_pipe_prints_its_table_with_no_line_before_it(command, table_file, state_dir):
+    where = ["--replay", str(table_file)] if command[0] == "tune" else ["--tables", str(table_file.parent)]
+    if command[0] == "tune":
+        where += ["--state-dir", str(state_dir)]
+    done = fasta_sm(*command, *where)
+    assert done.returncode == 0 and done.stdout.splitlines()[0].strip(), done.stdout[:80]
+
+
+def test_tables_lists_the_readable_tables_and_fails_naming_one_it_cannot_read(table_file):
+    (table_file.parent / "truncated.json").write_text('{"kernel": "x", "configs": [')
+    done = fasta_sm("tables", "--tables", str(table_file.parent))
+    assert done.returncode == 1 and done.stdout.split() == ["toy_mm"] and "truncated.json" in done.stderr

@@ -300,3 +300,30 @@ def test_a_shape_a_table_cannot_hold_is_refused_before_anything_is_compiled():
 def test_a_table_is_written_readable_by_others(tmp_path):
     path = write_table({"kernel": "k"}, tmp_path / "k.json")
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def record_row_sum(out, *more):
+    return CliRunner().invoke(record_command, [
+        "row_sum", "--out", str(out), "--param", "M=3", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE, *more,
+    ])
+
+
+def test_record_refuses_to_replace_a_table_already_in_out_without_force(tmp_path):
+    table = tmp_path / "row_sum_fp32_3x700.json"
+    table.write_text("a recording that took GPU minutes")
+    refused = record_row_sum(tmp_path)
+    assert refused.exit_code == 1 and f"{table} exists; pass --force to replace it" in refused.output
+    assert table.read_text() == "a recording that took GPU minutes"
+    assert record_row_sum(tmp_path, "--force").exit_code == 0 and load_table(table) is not None
+
+
+def test_a_spec_parameter_its_inputs_cannot_take_is_one_line_naming_it(tmp_path):
+    error = str(record_row_sum(tmp_path, "--param", "M=bad").exception)
+    assert "cannot make its inputs at {'M': 'bad'" in error and "\n" not in error
+
+
+def test_the_recorder_module_takes_the_record_word_its_usage_line_shows(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "fasta_sm.triton.cli", "record", "nosuch:spec", "--out",
+                           str(tmp_path), "--device", DEVICE], capture_output=True, text=True)
+    assert done.returncode == 1 and "cannot import 'nosuch'" in done.stderr
