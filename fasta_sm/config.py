@@ -54,6 +54,8 @@ class Config:
                 raise ConfigError(f"{self._where()}: kwarg name {name!r} is not a string")
             _check_scalar(self, name, value)
         for name, value in self.options.items():
+            if not isinstance(name, str):  # 1 and "1" would share an identity
+                raise ConfigError(f"{self._where()}: option name {name!r} is not a string")
             _check_scalar(self, name, value)
         for name in ("num_warps", "num_stages"):
             value = getattr(self, name)

@@ -176,8 +176,7 @@ class Tune:
         describes itself as None) is refused before its first checkpoint: a
         file the next process set aside would never be reused.
         """
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64:
-            raise ValueError(f"kernel {kernel!r}: seed={seed!r} must be an integer in [0, 2**64)")
+        seed = check_seed(kernel, seed)
         state = TuneState(
             key=key,
             kernel=kernel,
@@ -526,6 +525,13 @@ class Tune:
         self._decision = None
         log.warning("kernel %s: %s; state kept at the last checkpoint", restored.kernel, restored.last_error)
         self._checkpoint()
+
+
+def check_seed(kernel: str, seed: int) -> int:
+    """The seed as an int; True is no seed, though it equals 1 and would find seed 1's tune."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64:
+        raise ValueError(f"kernel {kernel!r}: seed={seed!r} must be an integer in [0, 2**64)")
+    return int(seed)
 
 
 def _check_reads_back(state: TuneState, blob: bytes | None = None, error: type[Exception] = ValueError) -> None:

@@ -70,6 +70,8 @@ class StateStore:
     def __init__(self, path: str | os.PathLike[str] | None = None, lock_timeout_s: float | None = None) -> None:
         # absolute: a later chdir must not send checkpoints away from the lock
         self.path = Path(path).expanduser().absolute() if path is not None else default_state_dir()
+        if lock_timeout_s is not None and (isinstance(lock_timeout_s, bool) or not lock_timeout_s >= 0):
+            raise ValueError(f"state dir {self.path}: lock_timeout_s={lock_timeout_s!r} must be a number ≥ 0")
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
         self._ensure_dir()
 
@@ -183,7 +185,12 @@ class StateStore:
 
         Why is also appended to `notes`, for the next state's record.
         """
-        target = path.with_name(f"{path.name}.corrupt-{_stamp()}")
+        stamp = _stamp()
+        target = path.with_name(f"{path.name}.corrupt-{stamp}")
+        for attempt in range(1, 1000):  # a coarse clock must not let one quarantined file replace another
+            if not target.exists():
+                break
+            target = path.with_name(f"{path.name}.corrupt-{stamp}-{attempt}")
         try:
             os.replace(path, target)
         except OSError as exc:
@@ -257,8 +264,13 @@ class StateStore:
         raise StateDirError(f"cannot keep outdated state file {path}: every name for stamp {stamp} is taken")
 
     def superseded_files(self, key: str) -> list[Path]:
-        """The key's superseded states, newest first."""
-        return sorted(self.path.glob(self.file_for(key).name + ".superseded-*"), reverse=True)
+        """The key's superseded states, newest first (`-10` after `-9` within one stamp, not before `-2`)."""
+
+        def age(path: Path) -> tuple[str, int]:
+            stamp, _, attempt = path.name.rpartition(".superseded-")[2].partition("-")
+            return stamp, int(attempt) if attempt.isdecimal() else 0
+
+        return sorted(self.path.glob(self.file_for(key).name + ".superseded-*"), key=age, reverse=True)
 
     def state_files(self) -> list[Path]:
         return sorted(self.path.glob("*" + STATE_SUFFIX))
@@ -288,6 +300,8 @@ def _keep_under(path: Path, target: Path) -> None:
     except OSError:
         with open(path, "rb") as source, open(target, "xb") as copy:
             shutil.copyfileobj(source, copy)
+            copy.flush()
+            os.fsync(copy.fileno())  # whole on disk before the new tune's first checkpoint replaces the original
 
 
 def _stamp() -> str:

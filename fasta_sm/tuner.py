@@ -19,7 +19,7 @@ import msgpack
 
 from .config import Config, check_config_list, configs_hash
 from .errors import PolicyError, StateFileError
-from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune
+from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
 from .protocols import Backend, Policy
 from .state import TuneState
@@ -73,6 +73,7 @@ def tune(
     (`with_environment`), and the tune keeps them as its settings.
     """
     configs = check_config_list(kernel, configs)
+    seed = check_seed(kernel, seed)
     if lock_timeout_s is not None and not lock_timeout_s >= 0:
         raise ValueError(
             f"kernel {kernel!r}: lock_timeout_s={lock_timeout_s!r} must be ≥ 0 (or None: the store's timeout)"
@@ -127,6 +128,7 @@ def open_tune(
     tune agree on them.
     """
     wanted = configs_hash(configs)
+    seed = check_seed(kernel, seed)
     params = dict(policy_params or {})
 
     def fresh_policy() -> Policy:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasta_sm.config import Config, configs_hash
-from fasta_sm.errors import StateFileError
+from fasta_sm.errors import ConfigError, StateFileError
 from fasta_sm.state import (
     SCHEMA_VERSION,
     Cost,
@@ -350,3 +350,8 @@ def test_an_rng_state_a_checkpoint_could_not_write_back_is_refused():
     rng_state = {"bit_generator": "SFC64", "state": {"state": [1, 2, 3, 4]}, "has_uint32": 0, "uinteger": 0}
     with pytest.raises(StateFileError, match="SFC64"):
         unpack_state(pack_state(sample_state(rng_state=rng_state)), source="some/file.fsm")
+
+
+def test_a_launch_option_named_by_no_string_is_a_config_error_not_a_twin_of_its_text():
+    with pytest.raises(ConfigError, match=r"option name 1 is not a string"):
+        Config({"BLOCK": 16}, options={1: 2})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import re
 import shutil
@@ -622,3 +623,26 @@ def test_a_state_file_that_cannot_be_read_for_now_is_left_in_place_and_named(sto
         store.load(KEY)
     monkeypatch.undo()
     assert path.read_bytes() == before and not list(store.path.glob("*.corrupt-*"))
+
+
+@pytest.mark.parametrize("timeout", [-1.0, math.nan, True])
+def test_a_store_lock_timeout_that_is_no_wait_is_refused_naming_it(timeout, tmp_path):
+    with pytest.raises(ValueError, match=re.escape(f"lock_timeout_s={timeout!r} must be a number ≥ 0")):
+        StateStore(tmp_path, lock_timeout_s=timeout)
+
+
+def test_superseded_files_of_one_stamp_list_the_tenth_before_the_second(store):
+    name = store.file_for(KEY).name
+    for suffix in ("20261202T000000.000001", "20261202T000000.000001-2", "20261202T000000.000001-10"):
+        (store.path / f"{name}.superseded-{suffix}").write_bytes(b"")
+    listed = [p.name.rpartition(".superseded-")[2] for p in store.superseded_files(KEY)]
+    assert listed == ["20261202T000000.000001-10", "20261202T000000.000001-2", "20261202T000000.000001"]
+
+
+def test_a_second_quarantine_within_one_clock_tick_keeps_the_first(store, monkeypatch):
+    monkeypatch.setattr(store_module, "_stamp", lambda: "20261202T000000.000000")
+    path = store.file_for(KEY)
+    for content in (b"first", b"second"):
+        path.write_bytes(content)
+        store.quarantine(path, "damaged")
+    assert sorted(p.read_bytes() for p in store.path.glob("*.corrupt-*")) == [b"first", b"second"]

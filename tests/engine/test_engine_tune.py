@@ -820,3 +820,9 @@ def test_a_checkpoint_that_would_not_read_back_is_refused_and_the_file_keeps_the
         run_tune(table, backend, store)
     kept = store.read(store.file_for(KEY))
     assert kept.step == "refine" and len(kept.durations) == 4
+
+
+def test_a_seed_of_true_is_refused_not_served_the_finished_tune_of_seed_1(table, backend, store):
+    run_tune(table, backend, store, policy="exhaustive", seed=1)
+    with pytest.raises(ValueError, match=r"seed=True must be an integer"):
+        run_tune(table, backend, store, policy="exhaustive", seed=True)
