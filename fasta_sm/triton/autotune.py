@@ -21,6 +21,7 @@ import hashlib
 import inspect
 import logging
 import numbers
+import os
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,7 +56,7 @@ def to_triton_config(config: Config) -> triton.Config:
     )
 
 
-def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
+def _distinct(kernel: str, configs: list[triton.Config], warn: bool = True) -> list[triton.Config]:
     """`configs` with each config once: Triton would time a repeat again and keep one of the two.
 
     Two configs fasta-sm cannot tell apart (the same kwargs and launch
@@ -75,7 +76,7 @@ def _distinct(kernel: str, configs: list[triton.Config]) -> list[triton.Config]:
                 f"fasta_sm.autotune({kernel}): two configs differ only by a pre_hook "
                 f"({to_fasta_config(config).label()}); fasta-sm keys a config by its kwargs and launch options"
             )
-    if len(kept) < len(configs):
+    if warn and len(kept) < len(configs):
         logger.warning("fasta_sm.autotune(%s): %d repeated configs dropped, each kept once", kernel,
                        len(configs) - len(kept))
     return kept
@@ -270,6 +271,7 @@ class Autotuner(KernelInterface):
     def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
         launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
         candidates = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
+        candidates = _distinct(self.kernel_name, candidates, warn=False)  # a prune that clamps tiles makes twins
         if len(candidates) == 1:
             return candidates[0]
         self._refuse_conflicts(launch_kwargs, candidates)
@@ -311,6 +313,11 @@ class Autotuner(KernelInterface):
         if not result.reused:
             self.bench_time = time.perf_counter() - start
             self._reset({**nargs, **best.all_kwargs()})
+            if _print_autotuning():  # as triton.autotune reports a tune it ran, for whoever greps its words
+                print(
+                    f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"
+                    f"finished after {self.bench_time:.2f}s,\nbest config selected: {best};"
+                )
         logger.info(
             "%s %s: %s (%.2f us, %s)",
             self.kernel_name,
@@ -371,6 +378,7 @@ def _jit_sources(root: Any) -> list[str]:
                 source = ""
         captured = _closure(python)
         plain = {name: value for name, value in captured.items() if _plain_value(value)}
+        plain.update(_constexpr_globals(python, str(source), captured))
         sources.append(str(source) + "".join(f"\0{name}={value!r}" for name, value in sorted(plain.items())))
         todo += reversed([found for found in _named(python, str(source), captured) if _is_jit(found)])
     return sources
@@ -384,9 +392,26 @@ def _closure(python: Any) -> dict[str, Any]:
 
 
 def _plain_value(value: Any) -> bool:
-    """A value that specializes a kernel and reads back the same from its repr (`tl.constexpr` holds one)."""
+    """A value that specializes a kernel and reads back the same from its repr (`tl.constexpr` holds one,
+    or a `tl.dtype`, whose repr names it)."""
     value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
-    return value is None or isinstance(value, (bool, int, float, str))
+    return value is None or isinstance(value, (bool, int, float, str)) or type(value).__name__ == "dtype"
+
+
+def _constexpr_globals(python: Any, source: str, captured: dict[str, Any]) -> dict[str, Any]:
+    """The module-level `tl.constexpr`s the source names (not shadowed by its closure): editing one changes
+    the kernel, as it changes Triton's cache key."""
+    scope = getattr(python, "__globals__", {})
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return {}
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - set(captured)
+    return {
+        f"global {name}": scope[name]
+        for name in names
+        if type(scope.get(name)).__name__ == "constexpr" and _plain_value(scope[name])
+    }
 
 
 def _named(python: Any, source: str, captured: dict[str, Any]) -> list[Any]:
@@ -429,6 +454,14 @@ def _cuda_graph_bench(rep_ms: float) -> Callable[..., Any]:
         return do_bench_cudagraph(call, rep=rep_ms, quantiles=quantiles)
 
     return bench
+
+
+def _print_autotuning() -> bool:
+    """Triton's `TRITON_PRINT_AUTOTUNING`, through its knobs where this Triton has them."""
+    knobs = getattr(getattr(triton, "knobs", None), "autotuning", None)
+    if knobs is not None and hasattr(knobs, "print"):
+        return bool(knobs.print)
+    return os.environ.get("TRITON_PRINT_AUTOTUNING", "0") == "1"
 
 
 def _key_string(kernel: str, key: tuple) -> str:

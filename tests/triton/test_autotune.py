@@ -97,6 +97,18 @@ def test_prune_configs_by_narrows_the_tuned_list(tmp_path):
     assert all(c.kwargs["BLOCK"] >= 256 for c in result.state.configs)
 
 
+def test_a_prune_that_makes_twins_tunes_each_config_once_as_triton_does(tmp_path):
+    def clamp(configs, nargs, **kwargs):  # a tile clamped to the problem: several configs become one
+        return [triton.Config({"BLOCK": min(c.kwargs["BLOCK"], 256)}, num_warps=c.num_warps,
+                              num_stages=c.num_stages) for c in configs]
+
+    kernel = make_tuned(str(tmp_path), policy="exhaustive", prune_configs_by={"early_config_prune": clamp})
+    x, out = launch(kernel, 1000)
+    torch.testing.assert_close(out, 2.0 * x)
+    (result,) = kernel.results.values()
+    assert len({c.identity for c in result.state.configs}) == result.state.n_configs
+
+
 def test_prune_callbacks_get_the_arguments_triton_gives_them(tmp_path):
     seen = {}
 
@@ -571,6 +583,48 @@ def test_kernels_a_factory_makes_with_different_captured_values_have_different_k
     assert _source_hash(make_scaled_kernel(2.0)) == _source_hash(make_scaled_kernel(2.0))
 
 
+def make_typed_kernel(dtype):
+    """A factory capturing a dtype, as a kernel specialised per precision does."""
+    acc = tl.constexpr(dtype)
+
+    @triton.jit
+    def typed_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask).to(acc), mask=mask)
+
+    return typed_kernel
+
+
+def test_kernels_a_factory_makes_with_different_captured_dtypes_have_different_keys():
+    assert _source_hash(make_typed_kernel(tl.float32)) != _source_hash(make_typed_kernel(tl.float16))
+
+
+GLOBAL_CONSTEXPR_MODULE = '''
+import triton
+import triton.language as tl
+
+SCALE = tl.constexpr(VALUE)
+
+
+@triton.jit
+def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * SCALE, mask=offs < n)
+'''
+
+
+def test_a_module_constexpr_edited_makes_a_new_tuning_key(tmp_path, monkeypatch):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hashes = []
+    for value, name in ((2, "constexpr_two"), (3, "constexpr_three")):
+        (tmp_path / f"{name}.py").write_text(GLOBAL_CONSTEXPR_MODULE.replace("VALUE", str(value)))
+        hashes.append(_source_hash(importlib.import_module(name).scale_kernel))
+    assert hashes[0] != hashes[1]
+
+
 LATER_HELPER_MODULE = '''
 import triton
 import triton.language as tl
@@ -600,3 +654,14 @@ def test_a_helper_defined_after_the_kernel_is_in_its_tuning_key(tmp_path, monkey
     kern = importlib.import_module("later_helper_kernels").kern
     source = getattr(kern.fn, "src", None) or inspect.getsource(kern.fn.fn)  # as for a kernel without helpers
     assert kern.source_hash != hashlib.sha256(source.encode()).hexdigest()[:12]  # the later helper counts
+
+
+def test_triton_print_autotuning_prints_the_tune_as_triton_does_and_not_its_reuse(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    knobs = getattr(getattr(triton, "knobs", None), "autotuning", None)
+    if knobs is not None and hasattr(knobs, "print"):
+        monkeypatch.setattr(knobs, "print", True)
+    launch(make_tuned(str(tmp_path), policy="random", budget=0.1))
+    assert "Triton autotuning for function accumulate_kernel" in capsys.readouterr().out
+    launch(make_tuned(str(tmp_path), policy="random", budget=0.1))
+    assert "Triton autotuning" not in capsys.readouterr().out
