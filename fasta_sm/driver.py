@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import Config, check_config_list
-from .errors import FastaError, LockTimeout
+from .errors import FastaError, LockTimeout, TuneFailed
 from .machine import DEFAULT_CHUNK, Tune
 from .policies import check_arguments, policy_names, with_environment
 from .protocols import BenchmarkOutcome, CompileOutcome
@@ -294,6 +294,11 @@ class FastaAutotunerMixin:
     _fasta_core_names: tuple[str, str] = ("sm", "SMs")
     """What the device's `multi_processor_count` counts, in the key and in words."""
 
+    def _fasta_turned_off(self) -> bool:
+        """Whether this process turned the integration off after the kernel was built (in a compile worker
+        that never heard of it): the tune is then left, and the kernel tuned as the base class tunes it."""
+        return False
+
     def _fasta_setup(self, settings: Mapping[str, Any] | None, must: Sequence[int], prefix: str) -> None:
         self._fasta_space = list(self.configs or ())
         self._fasta_finished = False
@@ -446,9 +451,10 @@ class FastaAutotunerMixin:
 
     def _fasta_worker(self) -> None:
         plan = self._fasta_plan
+        failed: set[int] = set()
         try:
             state = worker_phase(plan, AutotunerBackend(self))
-            wanted = wanted_after_worker(state)
+            wanted, failed = wanted_after_worker(state), set(state.failed)
         except LockTimeout:
             log.info("fasta_sm: kernel %s is being tuned by another process; its parent will wait for it", plan.kernel)
             wanted = list(plan.must)
@@ -458,12 +464,15 @@ class FastaAutotunerMixin:
             self.compile_results = []  # what R1 compiled before it gave up is not Inductor's list: the base compiles
             return
         for index in wanted:
-            self._fasta_ensure_compiled(index)
+            if index not in failed:  # a config the round saw fail would only fail again
+                self._fasta_ensure_compiled(index)
         if not self.compile_results:  # the round compiled nothing: let the parent start from the defaults
             for index in plan.must:
-                self._fasta_ensure_compiled(index)
-        if not self.compile_results:
-            self.configs = list(self._fasta_space)
+                if index not in failed:
+                    self._fasta_ensure_compiled(index)
+        if not self.compile_results:  # nothing compiles: Inductor's own configs, and its own error if they fail
+            own = self._fasta_give_up(TuneFailed(f"none of the {len(failed)} configs tried compiled"))
+            self.configs = [self._fasta_space[i] for i in own] or list(self._fasta_space)
         elif self._fasta_keep_configs:
             self.configs = [result.config for result in self.compile_results]
         else:
@@ -491,6 +500,8 @@ class FastaAutotunerMixin:
         plan = self._fasta_plan
         backend = AutotunerBackend(self, args, kwargs)
         try:
+            if self._fasta_turned_off():
+                raise FastaError("fasta-sm was disabled in this process")
             state = parent_phase(plan, backend)
             if state.best is None:
                 raise FastaError(f"no config ran ({state.stop_reason or 'every config tried failed'})")

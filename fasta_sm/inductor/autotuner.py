@@ -33,9 +33,14 @@ KIND_OF = {
 }
 _UNTOUCHED_META = ("RSPLIT_SIZE", "tma_min_block_sizes", "profile_bandwidth", "deterministic")
 """Kernel variants whose configs carry constraints the tile generator does not model."""
-_DETERMINISTIC_REDUCTION_META = ("force_filter_reduction_configs", "are_deterministic_algorithms_enabled")
+_DETERMINISTIC_REDUCTION_META = (
+    "force_filter_reduction_configs",
+    "are_deterministic_algorithms_enabled",
+    "strict_sum_rblock",
+)
 """With any of these set, Inductor cuts a reduction's configs to one fixed config so that its numerics do not
-depend on a timing (`filter_reduction_configs_for_determinism`): tuning it by timing would undo that."""
+depend on a timing (`filter_reduction_configs_for_determinism`; torch 2.14's `numerics="strict"` pins the
+R0_BLOCK its sum was planned with): tuning it by timing would undo that."""
 
 
 class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotuner):
@@ -55,6 +60,11 @@ class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotu
         super().__init__(*args, **kwargs)
         must = [i for i, c in enumerate(self.configs) if id(c) in fasta_default_ids]
         self._fasta_setup(fasta_settings, must, "inductor")
+
+    def _fasta_turned_off(self) -> bool:
+        from . import turned_off
+
+        return turned_off()
 
 
 def _to_inductor(template: Any, config: Config) -> Any:

@@ -81,7 +81,8 @@ def test_parent_killed_mid_tune_resumes_where_it_stopped(table_file, tmp_path, k
     assert not cut.done and cut.durations, "the kill left a checkpoint part-way"
 
     worker = worker_phase(make_plan(table, str(states)), ReplayBackend(table))
-    assert wanted_after_worker(worker) is not None
+    wanted = wanted_after_worker(worker)
+    assert wanted and not set(wanted) & set(worker.round_done), "the worker hands over the round's configs left to time"
     backend = CountingBackend(table)
     done = parent_phase(make_plan(table, str(states)), backend)
     reference = uninterrupted(table, tmp_path / "reference")

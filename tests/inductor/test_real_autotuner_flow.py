@@ -189,3 +189,43 @@ def test_a_worker_that_gives_up_part_way_leaves_inductor_its_own_configs_to_comp
     worker.precompile(warm_cache_only=True)
     assert worker._fasta_plan is None
     assert [result.config for result in worker.compile_results] == own
+
+
+def test_a_worker_whose_every_config_fails_to_compile_tries_none_twice_and_leaves_inductor_its_own(
+    tmp_path, faked, monkeypatch, caplog
+):
+    from triton.runtime.errors import OutOfResources
+
+    tried = []
+
+    def out_of_resources(self, cfg):
+        tried.append(to_fasta_config(cfg).identity)
+        raise OutOfResources(10**6, 232448, "shared memory")
+
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "_precompile_config", out_of_resources)
+    worker = decorate(tmp_path, faked)
+    own = [worker._fasta_space[i] for i in worker._fasta_plan.must]
+    with pytest.raises(Exception, match="OutOfResources"):  # Inductor's own error, over its own configs
+        worker.precompile(warm_cache_only=True)
+    fasta_tries = tried[: len(tried) - len(own)]
+    assert len(set(fasta_tries)) == len(fasta_tries), "no config compiled twice by fasta-sm"
+    assert worker._fasta_plan is None and worker.configs == own
+    assert "none of the" in caplog.text and "using Inductor's own configs" in caplog.text
+
+
+def test_a_parent_that_called_disable_after_its_worker_built_the_kernel_times_inductors_own_configs(
+    tmp_path, faked
+):
+    worker = decorate(tmp_path, faked)
+    worker.precompile(warm_cache_only=True)  # in a compile worker that never hears of disable()
+    worker.prepare_for_pickle()
+    fi.disable()
+    parent = pickle.loads(pickle.dumps(worker))
+    parent.restore_after_unpickle(old_values=None)
+    parent.precompile(warm_cache_only=False, reload_kernel=lambda: decorate(tmp_path, faked))
+    own = [parent._fasta_space[i] for i in parent._fasta_plan.must]
+    key = parent._fasta_plan.key
+    CALLS.update(compile=0, bench=0)
+    winner = parent.run("in", "out", 4096, 4096, stream=0)
+    assert any(winner is config for config in own) and CALLS["bench"] == len(own)
+    assert parent._fasta_plan is None and not StateStore(tmp_path / "states").load(key).done

@@ -169,6 +169,12 @@ def test_a_reduction_inductor_keeps_deterministic_is_left_to_inductor(tmp_path, 
     assert type(kept) is triton_heuristics.CachingAutotuner and len(kept.configs) == 1
 
 
+def test_a_strict_sum_whose_r0_block_inductor_pinned_is_left_to_inductor(tmp_path):
+    fi.enable(state_dir=tmp_path)
+    kept = make_reduction(tmp_path, fi.current_settings(), strict_sum_rblock=64)  # torch 2.14, numerics="strict"
+    assert type(kept) is triton_heuristics.CachingAutotuner
+
+
 def test_autotuner_pickle_round_trip(tmp_path):
     fi.enable(state_dir=tmp_path, max_configs=12)
     kernel = make_pointwise(tmp_path, fi.current_settings())
