@@ -481,14 +481,16 @@ if hasattr(os, "register_at_fork"):
 
 
 _shared: CompilePool | None = None
+_shared_lock = threading.Lock()
 
 
 def shared_pool() -> CompilePool:
-    """One pool per process, shared by every tune, closed at exit."""
+    """One pool per process, shared by every tune, closed at exit (two threads' first tunes make one)."""
     global _shared
-    if _shared is None:
-        _shared = CompilePool()
-    return _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = CompilePool()
+        return _shared
 
 
 def _close_every_pool() -> None:

@@ -884,3 +884,24 @@ def test_a_compile_worker_outlives_the_ctrl_c_a_terminal_sends_to_the_whole_proc
         pool.close()
     assert [(index, error.split(":")[0]) for index, error, _ in results] == [(0, "OutOfResources")]
     assert "a compile worker died" not in caplog.text
+
+
+def test_threads_whose_first_tunes_start_together_share_one_compile_pool(monkeypatch):
+    from fasta_sm.triton import compile_pool
+
+    made = []
+
+    class SlowToMake:
+        def __init__(self):
+            time.sleep(0.05)  # long enough for every thread to look before the first pool exists
+            made.append(self)
+
+    monkeypatch.setattr(compile_pool, "_shared", None)
+    monkeypatch.setattr(compile_pool, "CompilePool", SlowToMake)
+    pools = []
+    threads = [threading.Thread(target=lambda: pools.append(compile_pool.shared_pool())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made) == 1 and all(pool is made[0] for pool in pools)
