@@ -50,6 +50,7 @@ SLOT_MODULE = "torch_npu._inductor.runtime.fasta_autotune"
 CONFIG_MODULE = "torch_npu._inductor.config"
 
 _saved_env: dict[str, str | None] | None = None
+_turned_off = False
 
 
 class NPUUnavailable(FastaError, ImportError):
@@ -83,7 +84,7 @@ def enable(
     `optimize_configs` switches on the FASTA config optimizer over NPU spaces
     (prunes by circle count and sub-block size before sampling).
     """
-    global _saved_env
+    global _saved_env, _turned_off
     if not isinstance(optimize_configs, bool):
         raise ValueError(f"optimize_configs={optimize_configs!r} must be True or False")
     params = dict(policy_params or {})
@@ -102,7 +103,11 @@ def enable(
         install(switch_before)
     except BaseException:
         _restore(before)
+        loaded = sys.modules.get(CONFIG_MODULE)  # read while the switch was on: put its value back too
+        if loaded is not None and hasattr(loaded, "fasta_autotune"):
+            loaded.fasta_autotune = switch_before
         raise
+    _turned_off = False
     if _saved_env is None:
         _saved_env = before
     log.info("fasta_sm.npu enabled: %s", settings)
@@ -119,15 +124,23 @@ def disable() -> None:
     """Put back torch_npu's own FastA autotuner and its switch in this process, and the environment `enable()` set.
 
     Under FASTA_SM_NPU=1 alone the variable is the user's and stays, so compile
-    workers started later still install fasta-sm's class.
+    workers started later still install fasta-sm's class. A kernel that a
+    worker started while it was on built as fasta-sm's is left untuned by
+    fasta-sm here: this process times torch_npu's expert configs instead.
     """
-    global _saved_env
+    global _saved_env, _turned_off
+    _turned_off = True
     autotuner = sys.modules.get(f"{__name__}.autotuner")
     if autotuner is not None:
         autotuner.uninstall()
     if _saved_env is not None:
         _restore(_saved_env)
         _saved_env = None
+
+
+def turned_off() -> bool:
+    """Whether this process called `disable()` since it last called `enable()`."""
+    return _turned_off
 
 
 def _restore(values: Mapping[str, str | None]) -> None:
@@ -222,4 +235,4 @@ def take_pending_install() -> bool | None:
     return _pending_install.pop() if _pending_install else None
 
 
-__all__ = ["ENV_VAR", "NPUUnavailable", "autoload", "current_settings", "disable", "enable"]
+__all__ = ["ENV_VAR", "NPUUnavailable", "autoload", "current_settings", "disable", "enable", "turned_off"]

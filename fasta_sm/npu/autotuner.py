@@ -12,6 +12,7 @@ this process) get torch_npu's own NPUFastAutotuner, built in our place.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from typing import Any
@@ -21,11 +22,11 @@ from torch_npu._inductor.runtime import fasta_autotune
 from torch_npu._inductor.runtime.triton_heuristics import NPUCachingAutotuner
 
 from ..driver import FastaAutotunerMixin
-from . import current_settings, take_pending_install
+from . import NPUUnavailable, current_settings, take_pending_install, turned_off
 
 log = logging.getLogger("fasta_sm.npu.autotuner")
 
-_ORIGINAL: dict[str, Any] = {"cls": fasta_autotune.NPUFastAutotuner}
+_ORIGINAL: dict[str, Any] = {"cls": getattr(fasta_autotune, "NPUFastAutotuner", None)}
 
 
 class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
@@ -54,6 +55,9 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
         self._fasta_setup(self._fasta_settings, must, "npu")
         if self._fasta_plan is None and must:  # not tuned after all: the expert configs, as torch_npu's own does
             self.configs = [self._fasta_space[i] for i in must]
+
+    def _fasta_turned_off(self) -> bool:
+        return turned_off()
 
     def _fasta_bench(self, launcher: Any, *args: Any, **kwargs: Any) -> float:
         return self.bench(launcher, *args, runtime_blocks=(), **kwargs)
@@ -94,12 +98,38 @@ def install(switch_before: bool) -> None:
     """Put FastaNPUAutotuner where torch_npu's cached_autotune picks its FastA autotuner, and switch that on.
 
     `switch_before` is torch_npu's switch before fasta-sm touched it (the
-    environment's FASTAUTOTUNE), which `uninstall` puts back.
+    environment's FASTAUTOTUNE), which `uninstall` puts back. A torch_npu
+    without one of the seams this class drives is refused, naming it: a
+    missing one would otherwise fail every config, and be recorded so.
     """
+    missing = missing_seams()
+    if missing:
+        raise NPUUnavailable(
+            f"this torch_npu ({getattr(npu_config, '__file__', '?')}) lacks what fasta-sm drives: "
+            f"{', '.join(missing)}; torch_npu tunes its own kernels"
+        )
     if fasta_autotune.NPUFastAutotuner is not FastaNPUAutotuner:
         _ORIGINAL["switch"] = switch_before
     fasta_autotune.NPUFastAutotuner = FastaNPUAutotuner
     npu_config.fasta_autotune = True
+
+
+def missing_seams() -> list[str]:
+    """The parts of torch_npu's FastA path this class relies on that this torch_npu does not have."""
+    missing = [f"{name}" for owner, name in (
+        (fasta_autotune, "NPUFastAutotuner"),
+        (npu_config, "fasta_autotune"),
+        (NPUCachingAutotuner, "autotuner"),
+        (NPUCachingAutotuner, "autotune_to_one_config"),
+    ) if not hasattr(owner, name)]
+    bench = getattr(NPUCachingAutotuner, "bench", None)
+    try:
+        takes_blocks = bench is not None and "runtime_blocks" in inspect.signature(bench).parameters
+    except (TypeError, ValueError):
+        takes_blocks = False
+    if not takes_blocks:
+        missing.append("NPUCachingAutotuner.bench(..., runtime_blocks=)")
+    return missing
 
 
 def uninstall() -> None:

@@ -141,4 +141,38 @@ elif scenario == "enable_fails":
     except fasta_sm.npu.NPUUnavailable as exc:
         seen["error"] = str(exc)
     seen["env"] = {name: os.environ.get(name) for name in ("FASTAUTOTUNE", "FASTA_SM_NPU", "ENABLE_PRINT_UB_BITS")}
+elif scenario == "disable_after_the_worker":
+    import pickle
+
+    import fasta_sm.npu
+
+    fasta_sm.npu.enable(state_dir=state_dir)
+    quiet_device_guard()
+    from torch_npu._inductor.runtime import triton_heuristics as th
+
+    kernel = build(configs())
+    kernel.precompile(warm_cache_only=True)  # in a compile worker that never hears of disable()
+    blob = pickle.dumps(kernel)
+    fasta_sm.npu.disable()
+    parent = pickle.loads(blob)
+    parent.precompile()
+    th.CALLS["bench"] = 0
+    parent.run(stream=0)
+    seen["benches"], seen["plan"] = th.CALLS["bench"], parent._fasta_plan is not None
+elif scenario in ("old_bench", "no_slot_class"):
+    from torch_npu._inductor import config
+    from torch_npu._inductor.runtime import fasta_autotune
+    from torch_npu._inductor.runtime import triton_heuristics as th
+
+    import fasta_sm.npu
+
+    if scenario == "old_bench":
+        th.NPUCachingAutotuner.bench = lambda self, launcher, *args, **kwargs: 1.0  # no runtime_blocks
+    else:
+        del fasta_autotune.NPUFastAutotuner
+    try:
+        fasta_sm.npu.enable(state_dir=state_dir)
+    except fasta_sm.npu.NPUUnavailable as exc:
+        seen["error"] = str(exc)
+    seen["switch"] = config.fasta_autotune
 print(json.dumps(seen))

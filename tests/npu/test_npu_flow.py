@@ -70,6 +70,21 @@ def test_disable_puts_back_torch_npus_class_switch_and_environment(table_file, s
     assert seen["env"] == {"FASTAUTOTUNE": None, "FASTA_SM_NPU": None, "ENABLE_PRINT_UB_BITS": None}
 
 
+def test_a_parent_that_called_disable_after_its_worker_built_the_kernel_times_the_expert_configs(
+    table_file, state_dir
+):
+    seen = scenario("disable_after_the_worker", table_file, state_dir)
+    assert seen == {"benches": 2, "plan": False}  # expert configs #0 and #5, not a tune
+
+
+@pytest.mark.parametrize(("case", "missing"), [("old_bench", "runtime_blocks"), ("no_slot_class", "NPUFastAutotuner")])
+def test_a_torch_npu_without_a_seam_fasta_sm_drives_is_refused_naming_it_with_its_switch_put_back(
+    case, missing, table_file, state_dir
+):
+    seen = scenario(case, table_file, state_dir)
+    assert missing in seen["error"] and seen["switch"] is False
+
+
 def test_fasta_sm_npu_alone_lets_torch_npu_import_and_installs_the_class(table_file, state_dir):
     seen = scenario("autoload", table_file, state_dir, FASTA_SM_NPU="1")
     assert seen["slot"] == "FastaNPUAutotuner"
