@@ -91,7 +91,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     past the last finite value is inf.
     """
     ordered = np.sort(np.asarray(values, dtype=float))
-    position = q / 100.0 * (ordered.size - 1)
+    position = round(q * (ordered.size - 1) / 100.0, 9)  # 28 % of 25 steps is 7, not 7.000000000000001
     low, high = math.floor(position), math.ceil(position)
     share = position - low
     if share == 0.0:

@@ -36,7 +36,7 @@ from .machine import DEFAULT_CHUNK, Tune
 from .policies import check_arguments, policy_names, with_environment
 from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import TuneState
-from .store import StateStore
+from .store import StateStore, is_wait
 from .tuner import open_tune
 
 log = logging.getLogger("fasta_sm.driver")
@@ -134,9 +134,7 @@ class DriverSettings:
         check_arguments(self.policy, self.policy_params)
         for name, least in (("seed", 0), ("max_configs", 1), ("chunk_size", 1), ("compile_threads", 1)):
             whole_number(name, getattr(self, name), least)
-        if self.lock_timeout_s is not None and not (
-            isinstance(self.lock_timeout_s, (int, float)) and self.lock_timeout_s >= 0
-        ):
+        if self.lock_timeout_s is not None and not is_wait(self.lock_timeout_s):
             raise ValueError(f"lock_timeout_s={self.lock_timeout_s!r} must be a number of seconds ≥ 0")
         return self
 
@@ -464,12 +462,12 @@ class FastaAutotunerMixin:
             self.compile_results = []  # what R1 compiled before it gave up is not Inductor's list: the base compiles
             return
         for index in wanted:
-            if index not in failed:  # a config the round saw fail would only fail again
-                self._fasta_ensure_compiled(index)
+            if index not in failed and self._fasta_ensure_compiled(index) is not None:
+                failed.add(index)  # a config seen to fail would only fail again
         if not self.compile_results:  # the round compiled nothing: let the parent start from the defaults
             for index in plan.must:
-                if index not in failed:
-                    self._fasta_ensure_compiled(index)
+                if index not in failed and self._fasta_ensure_compiled(index) is not None:
+                    failed.add(index)
         if not self.compile_results:  # nothing compiles: Inductor's own configs, and its own error if they fail
             own = self._fasta_give_up(TuneFailed(f"none of the {len(failed)} configs tried compiled"))
             self.configs = [self._fasta_space[i] for i in own] or list(self._fasta_space)

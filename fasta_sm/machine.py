@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -480,10 +481,9 @@ class Tune:
         _check_reason(state, decision)
         if not isinstance(decision.retime, (bool, np.bool_)):
             raise PolicyError(f"{name} gave retime={decision.retime!r}; expected True or False")
-        wrong = [i for i in decision.batch if isinstance(i, (bool, np.bool_)) or not isinstance(i, numbers.Integral)]
-        if wrong:  # int() would take 2.7 for #2 and True for #1
-            raise PolicyError(f"{name} proposed {wrong[0]!r}, not a config index")
-        batch = [int(i) for i in decision.batch]
+        batch = [_as_index(i) for i in decision.batch]
+        if None in batch:  # int() would take 2.7 for #2 and True for #1
+            raise PolicyError(f"{name} proposed {decision.batch[batch.index(None)]!r}, not a config index")
         if len(set(batch)) != len(batch):
             raise PolicyError(f"{name} proposed a config twice in one batch: {batch}")
         for index in batch:
@@ -543,6 +543,16 @@ def _check_reads_back(state: TuneState, blob: bytes | None = None, error: type[E
             f"kernel {state.kernel!r}: its state at {state.position()} would not read back, so it is not written: "
             f"{type(exc).__name__}: {exc}"
         ) from None
+
+
+def _as_index(value: object) -> int | None:
+    """A whole number as Python's indexing takes it (a numpy integer, a 0-d integer array), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _check_reason(state: TuneState, decision: Decision) -> None:

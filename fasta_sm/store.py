@@ -9,6 +9,7 @@ damaged file can never break a compile.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -70,7 +71,7 @@ class StateStore:
     def __init__(self, path: str | os.PathLike[str] | None = None, lock_timeout_s: float | None = None) -> None:
         # absolute: a later chdir must not send checkpoints away from the lock
         self.path = Path(path).expanduser().absolute() if path is not None else default_state_dir()
-        if lock_timeout_s is not None and (isinstance(lock_timeout_s, bool) or not lock_timeout_s >= 0):
+        if lock_timeout_s is not None and not is_wait(lock_timeout_s):
             raise ValueError(f"state dir {self.path}: lock_timeout_s={lock_timeout_s!r} must be a number ≥ 0")
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
         self._ensure_dir()
@@ -156,16 +157,21 @@ class StateStore:
             blob = path.read_bytes()
         except FileNotFoundError:
             return None
-        except OSError as exc:  # the file may be sound (too many open files, a passing I/O error): never set aside
-            raise StateDirError(f"cannot read state file {path} ({exc.strerror or exc}); it is left as it is") from None
-        try:
-            state = unpack_state(blob, source=str(path))
-        except StateFileError as exc:
-            why = str(exc)
-        else:
-            if state.key == key:
-                return state
-            why = f"{path}: holds key {state.key!r}, expected {key!r}"
+        except OSError as exc:
+            if exc.errno in _PASSING_ERRNOS:  # the file may be sound: never set it aside for this
+                raise StateDirError(
+                    f"cannot read state file {path} for now ({exc.strerror or exc}); it is left as it is"
+                ) from None
+            blob, why = None, f"{path}: unreadable ({exc.strerror or exc})"
+        if blob is not None:
+            try:
+                state = unpack_state(blob, source=str(path))
+            except StateFileError as exc:
+                why = str(exc)
+            else:
+                if state.key == key:
+                    return state
+                why = f"{path}: holds key {state.key!r}, expected {key!r}"
         self.quarantine(path, why, notes)
         return None
 
@@ -289,6 +295,19 @@ class StateStore:
             if in_store.is_file():
                 return in_store
         return self.file_for(key_or_file)
+
+
+def is_wait(seconds: object) -> bool:
+    """A lock timeout: a number of seconds ≥ 0 (inf waits for ever); not NaN, and not True, which is no number."""
+    return isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0
+
+
+_PASSING_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("EMFILE", "ENFILE", "EIO", "EAGAIN", "EINTR", "ENOMEM", "ESTALE", "ETIMEDOUT")
+    if hasattr(errno, name)
+)
+"""Read errors that say nothing of the file (out of descriptors, memory, a storage hiccup): it is left in place.
+Any other (a directory, no permission, a link loop) would fail again at every tune: the file is set aside."""
 
 
 def _keep_under(path: Path, target: Path) -> None:

@@ -23,7 +23,7 @@ from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
 from .protocols import Backend, Policy
 from .state import TuneState
-from .store import StateStore
+from .store import StateStore, is_wait
 
 log = logging.getLogger("fasta_sm.tuner")
 
@@ -74,7 +74,7 @@ def tune(
     """
     configs = check_config_list(kernel, configs)
     seed = check_seed(kernel, seed)
-    if lock_timeout_s is not None and not lock_timeout_s >= 0:
+    if lock_timeout_s is not None and not is_wait(lock_timeout_s):
         raise ValueError(
             f"kernel {kernel!r}: lock_timeout_s={lock_timeout_s!r} must be ≥ 0 (or None: the store's timeout)"
         )

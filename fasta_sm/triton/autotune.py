@@ -56,12 +56,14 @@ def to_triton_config(config: Config) -> triton.Config:
     )
 
 
-def _distinct(kernel: str, configs: list[triton.Config], warn: bool = True) -> list[triton.Config]:
+def _distinct(kernel: str, configs: list[triton.Config], decorated: bool = True) -> list[triton.Config]:
     """`configs` with each config once: Triton would time a repeat again and keep one of the two.
 
-    Two configs fasta-sm cannot tell apart (the same kwargs and launch
-    options, `ir_override` among them) that differ by a `pre_hook` are an
-    error: which of them won could not be told from the state file.
+    In the list a kernel is decorated with, two configs fasta-sm cannot tell
+    apart (the same kwargs and launch options, `ir_override` among them) that
+    differ by a `pre_hook` are an error: which of them won could not be told
+    from the state file. Twins a prune makes at launch are silently one, the
+    first (`decorated=False`).
     """
     first_of: dict[str, triton.Config] = {}
     kept = []
@@ -71,12 +73,12 @@ def _distinct(kernel: str, configs: list[triton.Config], warn: bool = True) -> l
         if first is None:
             first_of[identity] = config
             kept.append(config)
-        elif _extras(first) != _extras(config):
+        elif decorated and _extras(first) != _extras(config):
             raise ValueError(
                 f"fasta_sm.autotune({kernel}): two configs differ only by a pre_hook "
                 f"({to_fasta_config(config).label()}); fasta-sm keys a config by its kwargs and launch options"
             )
-    if warn and len(kept) < len(configs):
+    if decorated and len(kept) < len(configs):
         logger.warning("fasta_sm.autotune(%s): %d repeated configs dropped, each kept once", kernel,
                        len(configs) - len(kept))
     return kept
@@ -271,7 +273,7 @@ class Autotuner(KernelInterface):
     def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
         launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
         candidates = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
-        candidates = _distinct(self.kernel_name, candidates, warn=False)  # a prune that clamps tiles makes twins
+        candidates = _distinct(self.kernel_name, candidates, decorated=False)  # a prune that clamps tiles makes twins
         if len(candidates) == 1:
             return candidates[0]
         self._refuse_conflicts(launch_kwargs, candidates)

@@ -471,7 +471,10 @@ _POOLS: weakref.WeakSet[CompilePool] = weakref.WeakSet()
 
 
 def _close_pipes_in_child() -> None:
-    """A child forked from the tuning process must not hold the pipe that tells workers it is alive."""
+    """A child forked from the tuning process must not hold the pipe that tells workers it is alive, nor a lock
+    another thread of the parent held at the fork (no thread of the child would ever release it)."""
+    global _shared_lock
+    _shared_lock = threading.Lock()
     for pool in list(_POOLS):
         pool._close_pipe()
 

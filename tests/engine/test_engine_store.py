@@ -346,9 +346,17 @@ def test_a_state_file_that_cannot_be_written_is_a_state_dir_error_naming_kernel_
     assert not list(store.path.glob("*.tmp"))
 
 
-def test_a_negative_lock_timeout_is_refused_naming_it(table, backend, store):
-    with pytest.raises(ValueError, match=r"lock_timeout_s=-1"):
-        run_tune(table, backend, store, lock_timeout_s=-1)
+@pytest.mark.parametrize("timeout", [-1, True, math.nan])
+def test_a_tune_lock_timeout_that_is_no_wait_is_refused_naming_it(timeout, table, backend, store):
+    with pytest.raises(ValueError, match=re.escape(f"lock_timeout_s={timeout!r}")):
+        run_tune(table, backend, store, lock_timeout_s=timeout)
+
+
+def test_driver_settings_refuse_a_lock_timeout_of_true():
+    from fasta_sm.driver import DriverSettings
+
+    with pytest.raises(ValueError, match=r"lock_timeout_s=True"):
+        DriverSettings(lock_timeout_s=True).checked()
 
 
 # --------------------------------------------------------------------------- quarantine
@@ -619,7 +627,7 @@ def test_a_state_file_that_cannot_be_read_for_now_is_left_in_place_and_named(sto
         return read_bytes(self)
 
     monkeypatch.setattr(Path, "read_bytes", too_many_open_files)
-    with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {path} (Too many open files)")):
+    with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {path} for now (Too many open files)")):
         store.load(KEY)
     monkeypatch.undo()
     assert path.read_bytes() == before and not list(store.path.glob("*.corrupt-*"))
@@ -646,3 +654,9 @@ def test_a_second_quarantine_within_one_clock_tick_keeps_the_first(store, monkey
         path.write_bytes(content)
         store.quarantine(path, "damaged")
     assert sorted(p.read_bytes() for p in store.path.glob("*.corrupt-*")) == [b"first", b"second"]
+
+
+def test_a_state_path_that_can_never_be_read_is_set_aside_and_the_tune_starts_afresh(store, table, backend):
+    store.file_for(KEY).mkdir()  # a directory where the state file should be
+    assert run_tune(table, backend, store).state.done
+    assert len(list(store.path.glob("*.corrupt-*"))) == 1

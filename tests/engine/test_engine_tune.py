@@ -802,6 +802,12 @@ def test_a_retime_that_is_no_bool_is_a_policy_error(table, backend, store, monke
         run_tune(table, backend, store)
 
 
+@pytest.mark.parametrize("index", [np.int64(6), np.asarray(6)])
+def test_a_guided_index_numpy_holds_as_a_whole_number_is_taken(index, table, backend, store, monkeypatch):
+    one_guided_round(monkeypatch, Decision(batch=[index], reason="one more"))
+    assert 6 in run_tune(table, backend, store).state.durations
+
+
 def test_a_numpy_bool_retime_is_stored_as_a_bool(table, backend, store, monkeypatch):
     one_guided_round(monkeypatch, Decision(batch=[1], reason="again", retime=np.bool_(True)))
     state = run_tune(table, backend, store).state

@@ -229,3 +229,30 @@ def test_a_parent_that_called_disable_after_its_worker_built_the_kernel_times_in
     winner = parent.run("in", "out", 4096, 4096, stream=0)
     assert any(winner is config for config in own) and CALLS["bench"] == len(own)
     assert parent._fasta_plan is None and not StateStore(tmp_path / "states").load(key).done
+
+
+def test_a_worker_that_finds_the_tune_locked_compiles_each_of_inductors_configs_once_before_inductor_does(
+    tmp_path, faked, monkeypatch
+):
+    from collections import Counter
+
+    from triton.runtime.errors import OutOfResources
+
+    from fasta_sm import driver
+    from fasta_sm.errors import LockTimeout
+
+    tried = []
+
+    def out_of_resources(self, cfg):
+        tried.append(to_fasta_config(cfg).identity)
+        raise OutOfResources(10**6, 232448, "shared memory")
+
+    def held_elsewhere(plan, backend):
+        raise LockTimeout("another process holds the lock")
+
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "_precompile_config", out_of_resources)
+    monkeypatch.setattr(driver, "worker_phase", held_elsewhere)
+    worker = decorate(tmp_path, faked)
+    with pytest.raises(Exception, match="OutOfResources"):
+        worker.precompile(warm_cache_only=True)
+    assert set(Counter(tried).values()) == {2}  # once by fasta-sm, once by Inductor

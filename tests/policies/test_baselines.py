@@ -180,6 +180,7 @@ def test_must_measure_fills_in_its_inner_policys_knobs_from_the_environment(monk
 def test_a_percentile_that_falls_on_a_finite_regret_is_that_regret_though_a_run_found_nothing():
     assert percentile([0.1, 0.2, math.inf], 50) == 0.2
     assert percentile([*(0.1 * i for i in range(20)), math.inf], 95) == pytest.approx(1.9)
+    assert percentile([*range(8), *[math.inf] * 18], 28) == 7.0  # 28 % of 25 steps is 7 exactly
 
 
 def test_bench_gives_fasta_exactly_the_leaders_count_when_it_is_not_the_leader(tmp_path):

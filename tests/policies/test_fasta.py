@@ -915,3 +915,31 @@ def test_a_ridge_lambda_too_small_to_keep_the_system_regular_still_fits():
     table = load_table(tables_dir() / "softmax_fp32.json")
     trace = drive(FastaPolicy(table.configs, ridge_lambda=1e-300), table, seed=0)
     assert np.isfinite(trace.durations[trace.pick()])
+
+
+def six_knob_space():
+    return [Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g}, num_warps=w, num_stages=s)
+            for m in (16, 32, 64) for n in (32, 64) for k in (32, 64) for g in (1, 8) for w in (4, 8) for s in (2, 3)]
+
+
+def test_a_tune_saved_before_small_totals_were_raised_resumes_on_the_coverage_path_it_was_on():
+    configs = six_knob_space()
+    assert (FastaPolicy(configs).plan_budget.path, FastaPolicy(configs).plan_budget.total) == ("model", 15)
+    saved = FastaPolicy(configs).state_dict()
+    saved["plan"] = {"budget_class": "base", "total": 48}  # as fasta-sm wrote it then: no path, no r1
+    resumed = FastaPolicy(configs)
+    resumed.load_state_dict(saved)
+    assert (resumed.plan_budget.path, resumed.plan_budget.total) == ("coverage", 48)
+
+
+def test_a_saved_plan_keeps_its_path_and_r1():
+    configs = six_knob_space()
+    policy = FastaPolicy(configs)
+    resumed = FastaPolicy(configs)
+    resumed.load_state_dict(msgpack.unpackb(msgpack.packb(policy.state_dict())))
+    assert resumed.plan_budget == policy.plan_budget
+
+
+def test_numpy_indices_among_the_expert_configs_are_kept_as_ints():
+    policy = FastaPolicy(MATMUL.configs, expert_configs=(np.int64(3), 4))
+    assert policy.params.expert_configs == (3, 4) and all(type(i) is int for i in policy.params.expert_configs)

@@ -109,6 +109,16 @@ def test_a_prune_that_makes_twins_tunes_each_config_once_as_triton_does(tmp_path
     assert len({c.identity for c in result.state.configs}) == result.state.n_configs
 
 
+def test_twins_a_prune_makes_with_pre_hooks_of_their_own_are_tuned_as_the_first(tmp_path):
+    def clamp(configs, nargs, **kwargs):  # each twin with a hook of its own, as a list built in a loop has
+        return [triton.Config({"BLOCK": min(c.kwargs["BLOCK"], 256)}, num_warps=c.num_warps,
+                              num_stages=c.num_stages, pre_hook=lambda nargs: None) for c in configs]
+
+    kernel = make_tuned(str(tmp_path), policy="exhaustive", prune_configs_by={"early_config_prune": clamp})
+    x, out = launch(kernel, 1000)
+    torch.testing.assert_close(out, 2.0 * x)
+
+
 def test_prune_callbacks_get_the_arguments_triton_gives_them(tmp_path):
     seen = {}
 

@@ -28,7 +28,9 @@ def class_total(n: int, fraction: float, params: FastaParams) -> int:
     return min(n, max(math.ceil(round(fraction * n, 9)), params.min_budget))
 
 
-def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -> BudgetPlan:
+def route_budget(
+    n: int, dims: int, params: FastaParams, budget: float | None, raise_to_viable: bool = True
+) -> BudgetPlan:
     """Budget by N and D: small low-D spaces get more, large high-D ones less.
 
     Small spaces hold few near-optimal configs in absolute terms, so missing
@@ -43,7 +45,8 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
     routed total too small to hold a viable R1 and one guided config is
     raised to that when it costs less than the coverage path: a space of
     116 six-knob configs would otherwise measure half of them, one of 117
-    fifteen.
+    fifteen. (`raise_to_viable=False` routes as fasta-sm did before that
+    raise, for a tune resumed from a state it wrote.)
     """
     if budget is not None:
         budget_class, fraction = "fixed", check_budget(budget, "fasta: ")
@@ -67,7 +70,7 @@ def route_budget(n: int, dims: int, params: FastaParams, budget: float | None) -
 
     if not viable(total):
         coverage_total = min(n, total if budget is not None else max(total, math.ceil(params.coverage_budget * n)))
-        if budget is None and dims > 0 and viable(viable_r1 + 1) and viable_r1 + 1 < coverage_total:
+        if raise_to_viable and budget is None and dims > 0 and viable(viable_r1 + 1) and viable_r1 + 1 < coverage_total:
             total = viable_r1 + 1
         else:
             return BudgetPlan(budget_class=budget_class, total=coverage_total, r1=r1_of(total), path="coverage")

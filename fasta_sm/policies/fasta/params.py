@@ -103,6 +103,8 @@ class FastaParams:
             value = getattr(self, f.name)
             if isinstance(value, np.generic):
                 object.__setattr__(self, f.name, value.item())
+            elif isinstance(value, tuple) and any(isinstance(item, np.generic) for item in value):
+                object.__setattr__(self, f.name, tuple(i.item() if isinstance(i, np.generic) else i for i in value))
         self._check_kinds()
         for name in ("r1_frac", "small_budget", "base_budget", "large_budget", "coverage_budget"):
             value = getattr(self, name)

@@ -632,7 +632,12 @@ class FastaPolicy:
             "polished": self._polished,
             "r1_cost": self._r1_cost,
             "stop_reason": self._stop_reason,
-            "plan": {"budget_class": self.plan_budget.budget_class, "total": self.plan_budget.total},
+            "plan": {
+                "budget_class": self.plan_budget.budget_class,
+                "total": self.plan_budget.total,
+                "r1": self.plan_budget.r1,
+                "path": self.plan_budget.path,
+            },
             "history": self._history,
         }
 
@@ -674,7 +679,15 @@ class FastaPolicy:
         self._stop_reason = state["stop_reason"]
         if "plan" in state:  # a budget routed again after R1 (`peak_share`) is not what _setup derives
             plan = state["plan"]
+            routed = self.plan_budget
+            if "path" not in plan:  # written before a small total was raised to a viable R1: routed without it
+                active = int(self._active.sum())
+                routed = route_budget(active, self._space.dims, self.params, self._budget_arg, raise_to_viable=False)
             self.plan_budget = dataclasses.replace(
-                self.plan_budget, budget_class=str(plan["budget_class"]), total=int(plan["total"])
+                routed,
+                budget_class=str(plan["budget_class"]),
+                total=int(plan["total"]),
+                r1=int(plan.get("r1", routed.r1)),
+                path=str(plan.get("path", routed.path)),
             )
         self._history = list(state["history"])
