@@ -43,7 +43,7 @@ def test_at_least_two_are_needles_with_at_most_three_configs_within_five_percent
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
-def test_every_config_that_ran_was_timed_twice_in_opposite_orders(path):
+def test_every_config_that_ran_was_timed_twice(path):
     table = load_table(path)
     assert {len(samples) for samples, error in zip(table.samples_us, table.errors) if error is None} == {2}
 

@@ -70,15 +70,20 @@ def test_restore_value_puts_the_argument_back_after_every_launch():
     torch.testing.assert_close(out, before)
 
 
-def test_user_hooks_replace_the_default_reset():
+def test_user_hooks_replace_the_default_reset_and_restore():
     calls = []
-    backend, _, _ = make_backend(
+    backend, x, out = make_backend(
         reset_to_zero=["out_ptr"],
+        restore_value=["out_ptr"],
         pre_hook=lambda nargs: calls.append(("pre", nargs["BLOCK"])),
         post_hook=lambda nargs, exception: calls.append(("post", exception)),
     )
+    out.copy_(torch.arange(N, dtype=out.dtype, device=DEVICE))
+    before = out.clone()
     backend.benchmark(configs(128))
     assert ("pre", 128) in calls and ("post", None) in calls
+    assert not torch.allclose(out, 2.0 * x), "the default reset ran: out was zeroed before a launch"
+    assert not torch.allclose(out, before), "the default restore ran: out was put back after a launch"
 
 
 def test_custom_do_bench_is_called_like_triton_calls_it():

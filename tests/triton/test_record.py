@@ -327,3 +327,19 @@ def test_the_recorder_module_takes_the_record_word_its_usage_line_shows(tmp_path
     done = subprocess.run([sys.executable, "-m", "fasta_sm.triton.cli", "record", "nosuch:spec", "--out",
                            str(tmp_path), "--device", DEVICE], capture_output=True, text=True)
     assert done.returncode == 1 and "cannot import 'nosuch'" in done.stderr
+
+
+def test_the_recorder_times_the_space_twice_the_second_time_in_reverse(monkeypatch):
+    from fasta_sm.triton.backend import TritonBackend
+
+    passes, benchmark = [], TritonBackend.benchmark
+
+    def logged(self, configs, *args, **kwargs):
+        passes.append([c.identity for c in configs])
+        return benchmark(self, configs, *args, **kwargs)
+
+    monkeypatch.setattr(TritonBackend, "benchmark", logged)
+    spec = zoo.spec_softmax(M=5, N=300)
+    spec.configs = spread(spec.configs, 3)
+    record(spec, device=DEVICE, warmup_ms=0, rep_ms=0, check=False)
+    assert len(passes) == 2 and len(passes[0]) == 3 and passes[1] == passes[0][::-1]
