@@ -165,10 +165,21 @@ def test_gpu_compiles_in_workers_and_loads_in_the_parent():
     args = spec.make_args("cuda")
     pool = CompilePool(4)
     pool.start()  # a ready pool: the workers compile, not threads of this process
+    here, run = [], pool.run
+
+    def run_watching_this_process(jobs, started=None, in_process=None, detach=None):
+        def watched(position):
+            here.append(position)
+            return in_process(position)
+
+        return run(jobs, started, in_process=watched if in_process else None, detach=detach)
+
+    pool.run = run_watching_this_process
     backend = TritonBackend(spec.fn, args, spec.grid, spec.kwargs, pool=pool)
     space = [c for c in spec.configs if c.kwargs["BLOCK_M"] == 256 and c.num_stages == 4][:4]
     space += spec.configs[:4]
     outcomes = backend.compile(space)
+    assert here == [], "a config was compiled in this process, not in a worker"
     assert any(o.error is None for o in outcomes)
     assert all(o.error is None or "OutOfResources" in o.error for o in outcomes)
     ok = [c for c, o in zip(space, outcomes) if o.error is None]
