@@ -18,7 +18,6 @@ import pytest
 from crash_child import KEY
 from engine_harness import read_log
 
-from fasta_sm.policies import policy_names
 from fasta_sm.store import StateStore
 
 FORK = multiprocessing.get_context("fork")
@@ -41,11 +40,7 @@ def run_together(n: int, make_kwargs) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", [
-    "exhaustive",
-    pytest.param("fasta", marks=pytest.mark.skipif("fasta" not in policy_names(),
-                                                    reason="the fasta policy is not registered in this checkout")),
-])
+@pytest.mark.parametrize("policy", ["exhaustive", "fasta"])
 def test_processes_tuning_one_kernel_at_once_measure_each_config_once_and_agree(policy, table_path, tmp_path):
     state_dir, log_path = tmp_path / "states", tmp_path / "bench.log"
 
