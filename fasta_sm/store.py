@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import filecmp
 import hashlib
 import logging
 import os
@@ -74,6 +75,7 @@ class StateStore:
         if lock_timeout_s is not None and not is_wait(lock_timeout_s):
             raise ValueError(f"state dir {self.path}: lock_timeout_s={lock_timeout_s!r} must be a number ≥ 0")
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
+        self._held: dict[str, tuple[int, int]] = {}  # key → (device, inode) of the lock file this store holds
         self._ensure_dir()
 
     def _ensure_dir(self) -> None:
@@ -99,11 +101,12 @@ class StateStore:
             try:
                 lock.acquire(timeout=0)
             except filelock.Timeout:
-                if timeout <= 0:
-                    raise
-                log.info("kernel %s: another process is tuning it; waiting up to %g s for %s", kernel, timeout,
-                         lock.lock_file)
-                lock.acquire()
+                if timeout <= 0:  # `ls` probing the lock holds it for microseconds: that is no tune
+                    lock.acquire(timeout=PROBE_GRACE_S, poll_interval=PROBE_GRACE_S / 20)
+                else:
+                    log.info("kernel %s: another process is tuning it; waiting up to %g s for %s", kernel, timeout,
+                             lock.lock_file)
+                    lock.acquire()
         except filelock.Timeout:
             raise LockTimeout(
                 f"kernel {kernel!r}: another process has held {lock.lock_file} for over {timeout:g} s "
@@ -114,10 +117,32 @@ class StateStore:
                 f"kernel {kernel!r}: cannot create lock {exc.filename or lock.lock_file}: "
                 f"state dir is not writable ({exc.strerror or exc})"
             ) from None
+        held = _held_identity(lock)
+        if held is not None:
+            self._held[key] = held
         try:
             yield
         finally:
+            self._held.pop(key, None)
             lock.release()
+
+    def _check_still_locked(self, key: str, kernel: str | None) -> None:
+        """Refuse a checkpoint once the lock file this tune holds was deleted or replaced: another process may
+        have locked a new file of that name and be tuning the kernel too, and the two would time configs twice."""
+        held = self._held.get(key)
+        if held is None:
+            return
+        path = self.lock_path_for(key)
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != held:
+            raise StateDirError(
+                f"kernel {kernel or key!r}: its lock file {path} was deleted or replaced while this tune held it; "
+                "another process may be tuning it: stopped, the state file keeps the last checkpoint "
+                "(never delete *.lock files while a tune may run)"
+            )
 
     def is_locked(self, state_file: Path) -> bool | None:
         """Whether some process holds the lock beside `state_file` right now; None when this process cannot tell.
@@ -208,6 +233,7 @@ class StateStore:
 
     def write(self, key: str, blob: bytes, kernel: str | None = None) -> Path:
         """Atomically replace the key's file: temp file, fsync, rename, fsync the directory."""
+        self._check_still_locked(key, kernel)
         path = self.file_for(key)
         try:
             fd, tmp = tempfile.mkstemp(dir=self.path, prefix=path.name + ".", suffix=".tmp")
@@ -254,6 +280,9 @@ class StateStore:
         never no state at all.
         """
         path = self.file_for(key)
+        older = self.superseded_files(key)
+        if older and _same_file(older[0], path):  # kept already, by a tune killed before its first checkpoint
+            return older[0]
         stamp = _stamp()
         for attempt in range(1000):  # a name of its own: an older superseded state is never overwritten
             target = path.with_name(f"{path.name}.superseded-{stamp}" + (f"-{attempt}" if attempt else ""))
@@ -297,6 +326,19 @@ class StateStore:
         return self.file_for(key_or_file)
 
 
+PROBE_GRACE_S = 0.05
+"""How long a tune that will not wait (lock timeout 0) still waits: `fasta-sm ls` takes each lock to probe it."""
+
+
+def _held_identity(lock: filelock.FileLock) -> tuple[int, int] | None:
+    """(device, inode) of the file a held lock holds; None where filelock does not show its descriptor."""
+    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
+    if not isinstance(fd, int):
+        return None
+    held = os.fstat(fd)
+    return held.st_dev, held.st_ino
+
+
 def is_wait(seconds: object) -> bool:
     """A lock timeout: a number of seconds ≥ 0 (inf waits for ever); not NaN, and not True, which is no number."""
     return isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0
@@ -308,6 +350,14 @@ _PASSING_ERRNOS = frozenset(
 )
 """Read errors that say nothing of the file (out of descriptors, memory, a storage hiccup): it is left in place.
 Any other (a directory, no permission, a link loop) would fail again at every tune: the file is set aside."""
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    """The same file (a hard link to it), or a copy of it byte for byte."""
+    try:
+        return os.path.samefile(one, other) or filecmp.cmp(one, other, shallow=False)
+    except OSError:
+        return False
 
 
 def _keep_under(path: Path, target: Path) -> None:

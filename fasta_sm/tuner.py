@@ -74,6 +74,7 @@ def tune(
     """
     configs = check_config_list(kernel, configs)
     seed = check_seed(kernel, seed)
+    _check_key(kernel, key)
     if lock_timeout_s is not None and not is_wait(lock_timeout_s):
         raise ValueError(
             f"kernel {kernel!r}: lock_timeout_s={lock_timeout_s!r} must be ≥ 0 (or None: the store's timeout)"
@@ -129,6 +130,7 @@ def open_tune(
     """
     wanted = configs_hash(configs)
     seed = check_seed(kernel, seed)
+    _check_key(kernel, key)
     params = dict(policy_params or {})
 
     def fresh_policy() -> Policy:
@@ -259,6 +261,15 @@ def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], 
     if state.seed != seed:
         changes.append(f"seed {state.seed!r} → {seed!r}")
     return "its changed " + ", ".join(changes) if changes else None
+
+
+def _check_key(kernel: str, key: str) -> None:
+    """A key a state file can hold: text that UTF-8 can write (a lone surrogate, as `os.fsdecode` makes of
+    undecodable bytes, cannot be)."""
+    try:
+        key.encode()
+    except (AttributeError, UnicodeEncodeError) as exc:
+        raise ValueError(f"kernel {kernel!r}: key {key!r} cannot be stored: {exc}") from None
 
 
 def _as_stored(params: Mapping[str, Any]) -> Any:

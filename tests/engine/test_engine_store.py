@@ -660,3 +660,43 @@ def test_a_state_path_that_can_never_be_read_is_set_aside_and_the_tune_starts_af
     store.file_for(KEY).mkdir()  # a directory where the state file should be
     assert run_tune(table, backend, store).state.done
     assert len(list(store.path.glob("*.corrupt-*"))) == 1
+
+
+def test_a_tune_whose_lock_file_is_deleted_while_held_stops_before_its_next_checkpoint(table, backend, store):
+    lock_path = store.lock_path_for(KEY)
+
+    def delete_the_lock(state):
+        if len(state.durations) >= 4:
+            lock_path.unlink(missing_ok=True)
+
+    with pytest.raises(StateDirError, match=re.escape(f"its lock file {lock_path} was deleted or replaced")):
+        run_tune(table, backend, store, chunk_size=4, on_step=delete_the_lock)
+    kept = store.read(store.file_for(KEY))
+    assert 4 <= len(kept.durations) < len(table.configs)
+    assert run_tune(table, CountingBackend(backend), store).state.done  # a new lock file, and the tune goes on
+
+
+def test_a_tune_that_will_not_wait_is_not_refused_for_the_instant_ls_probes_its_lock(store):
+    import threading
+
+    fcntl = pytest.importorskip("fcntl", reason="flock is what ls probes with")
+    lock_path = store.lock_path_for(KEY)
+    lock_path.touch()
+    fd = os.open(lock_path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as `is_locked` holds it, for a moment
+    threading.Timer(0.01, lambda: (fcntl.flock(fd, fcntl.LOCK_UN), os.close(fd))).start()
+    with store.lock(KEY, "k", timeout_s=0):
+        assert store.is_locked(store.file_for(KEY))
+
+
+def test_a_state_superseded_again_after_a_kill_before_the_new_tunes_first_checkpoint_is_kept_once(store):
+    path = store.file_for(KEY)
+    path.write_bytes(b"a finished tune of the old config list")
+    first = store.supersede(KEY, "its config list changed")
+    again = store.supersede(KEY, "its config list changed")  # the new tune was killed before replacing the file
+    assert again == first and store.superseded_files(KEY) == [first]
+
+
+def test_a_key_utf8_cannot_write_is_refused_naming_the_kernel(table, backend, store):
+    with pytest.raises(ValueError, match=r"kernel 'mm_synth': key 'kern:/src/caf\\udce9.py' cannot be stored"):
+        run_tune(table, backend, store, key="kern:/src/caf\udce9.py")
