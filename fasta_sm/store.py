@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 import filelock
 import platformdirs
 
-from .errors import LockTimeout, SettingError, StateDirError, StateFileError
+from .errors import LockTimeout, SettingError, StateDirError, StateFileError, TuneFailed
 from .state import TuneState, unpack_state
 
 try:
@@ -76,6 +77,7 @@ class StateStore:
             raise ValueError(f"state dir {self.path}: lock_timeout_s={lock_timeout_s!r} must be a number ≥ 0")
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
         self._held: dict[str, tuple[int, int]] = {}  # key → (device, inode) of the lock file this store holds
+        self._holders: dict[str, int] = {}  # key → the thread of this process holding its lock
         self._ensure_dir()
 
     def _ensure_dir(self) -> None:
@@ -96,6 +98,12 @@ class StateStore:
     def lock(self, key: str, kernel: str, timeout_s: float | None = None) -> Iterator[None]:
         """Hold the kernel's lock; wait at most `timeout_s` for another process to finish."""
         timeout = self.lock_timeout_s if timeout_s is None else timeout_s
+        me = threading.get_ident()
+        if self._holders.get(key) == me:  # flock would make this thread wait for itself until the timeout
+            raise TuneFailed(
+                f"kernel {kernel!r}: this thread is tuning it already (a hook, do_bench or callback of the tune "
+                "launched or tuned the same kernel with the same key)"
+            )
         lock = filelock.FileLock(str(self.lock_path_for(key)), timeout=timeout)
         try:
             try:
@@ -104,12 +112,14 @@ class StateStore:
                 if timeout <= 0:  # `ls` probing the lock holds it for microseconds: that is no tune
                     lock.acquire(timeout=PROBE_GRACE_S, poll_interval=PROBE_GRACE_S / 20)
                 else:
-                    log.info("kernel %s: another process is tuning it; waiting up to %g s for %s", kernel, timeout,
+                    holder = "another thread of this process" if key in self._holders else "another process"
+                    log.info("kernel %s: %s is tuning it; waiting up to %g s for %s", kernel, holder, timeout,
                              lock.lock_file)
                     lock.acquire()
         except filelock.Timeout:
+            holder = "another thread of this process" if key in self._holders else "another process"
             raise LockTimeout(
-                f"kernel {kernel!r}: another process has held {lock.lock_file} for over {timeout:g} s "
+                f"kernel {kernel!r}: {holder} has held {lock.lock_file} for over {timeout:g} s "
                 f"(raise {LOCK_TIMEOUT_ENV} to wait longer)"
             ) from None
         except OSError as exc:  # not writable, read-only, full
@@ -120,9 +130,11 @@ class StateStore:
         held = _held_identity(lock)
         if held is not None:
             self._held[key] = held
+        self._holders[key] = me
         try:
             yield
         finally:
+            self._holders.pop(key, None)
             self._held.pop(key, None)
             lock.release()
 

@@ -310,7 +310,8 @@ class Autotuner(KernelInterface):
             )
         finally:
             backend.cancel_prefetch()
-        self.results[key] = result
+        if not result.reused or key not in self.results:  # a thread that waited and reused keeps the tuner's
+            self.results[key] = result
         best = by_identity[result.best_config.identity]
         if not result.reused:
             self.bench_time = time.perf_counter() - start

@@ -22,7 +22,7 @@ import pytest
 from engine_harness import CountingBackend, seal
 
 from fasta_sm import store as store_module
-from fasta_sm.errors import LockTimeout, PolicyError, SettingError, StateDirError
+from fasta_sm.errors import LockTimeout, PolicyError, SettingError, StateDirError, TuneFailed
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore, default_lock_timeout
 from fasta_sm.tuner import open_tune, tune
@@ -700,3 +700,35 @@ def test_a_state_superseded_again_after_a_kill_before_the_new_tunes_first_checkp
 def test_a_key_utf8_cannot_write_is_refused_naming_the_kernel(table, backend, store):
     with pytest.raises(ValueError, match=r"kernel 'mm_synth': key 'kern:/src/caf\\udce9.py' cannot be stored"):
         run_tune(table, backend, store, key="kern:/src/caf\udce9.py")
+
+
+def test_a_thread_that_tunes_the_key_it_is_tuning_is_told_at_once_not_after_the_lock_timeout(store):
+    with store.lock(KEY, "k"):
+        started = time.monotonic()
+        with pytest.raises(TuneFailed, match=r"kernel 'k': this thread is tuning it already"):
+            with store.lock(KEY, "k"):
+                pass
+        assert time.monotonic() - started < 1.0
+        assert store.is_locked(store.file_for(KEY))  # the outer tune still holds its lock
+
+
+def test_a_lock_another_thread_holds_is_said_to_be_held_by_a_thread_not_a_process(store):
+    import threading
+
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with store.lock(KEY, "k"):
+            held.set()
+            done.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    try:
+        with pytest.raises(LockTimeout, match=r"another thread of this process has held"):
+            with store.lock(KEY, "k", timeout_s=0.1):
+                pass
+    finally:
+        done.set()
+        holder.join()

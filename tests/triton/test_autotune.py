@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
-from triton_device import DEVICE
+from triton_device import DEVICE, HAS_CUDA
 
 import fasta_sm
 from fasta_sm.errors import notes_of
@@ -675,3 +675,18 @@ def test_triton_print_autotuning_prints_the_tune_as_triton_does_and_not_its_reus
     assert "Triton autotuning for function accumulate_kernel" in capsys.readouterr().out
     launch(make_tuned(str(tmp_path), policy="random", budget=0.1))
     assert "Triton autotuning" not in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (the interpreter cannot launch from two threads)")
+def test_gpu_threads_launching_one_key_at_once_leave_the_result_of_the_tune_not_of_a_reuse(tmp_path):
+    import threading
+
+    kernel = make_tuned(str(tmp_path), policy="random", budget=0.1)
+    threads = [threading.Thread(target=launch, args=(kernel,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (result,) = kernel.results.values()
+    assert not result.reused
