@@ -303,7 +303,8 @@ def main() -> None:
             continue
         left = deadline - time.perf_counter()
         if left < 30:
-            results.append({"variant": name, "error": "skipped: run budget spent"})
+            why = "run budget spent" if left < args.budget_s - 1 else "--budget-s below the 30 s a variant needs"
+            results.append({"variant": name, "error": f"skipped: {why}"})
             continue
         print(f"[{time.strftime('%H:%M:%S')}] {name}: up to {min(TIMEOUT_S[name], left):.0f} s", flush=True)
         results.append(run_variant(name, args, min(TIMEOUT_S[name], left)))
@@ -326,6 +327,8 @@ def main() -> None:
         Path(out).write_text(json.dumps(report, indent=2))
         print(f"wrote {out}")
     print(table(results))
+    if all("error" in r for r in results):  # a run that measured nothing must not pass for one that did
+        sys.exit("inductor_model: no variant produced a result (above)")
 
 
 if __name__ == "__main__":

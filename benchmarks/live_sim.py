@@ -204,7 +204,12 @@ def main() -> None:
         prefetch.SPARE = opts.spare
     if opts.r1_guess_untimed is not None:
         machine.R1_GUESS_UNTIMED = opts.r1_guess_untimed
-    out = {"argv": vars(opts) | {"scratch": str(opts.scratch)}, "kernels": {}}
+    out = {
+        "simulated": True,
+        "note": "a model of a live tune on recorded tables (virtual clock for compiles and timings), not a measurement",
+        "argv": vars(opts) | {"scratch": str(opts.scratch)},
+        "kernels": {},
+    }
     print("simulated wall times (a model of a live tune on recorded tables, not a measurement)")
     print(f"{'kernel':22s} {'fasta s':>8s} {'exh s':>7s} {'f/e':>6s} {'wait s':>7s} {'d/r/n %':>12s} "
           f"{'rounds':>6s} {'catch2':>6s}")

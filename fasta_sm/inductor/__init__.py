@@ -26,6 +26,7 @@ from ..driver import (
     whole_number,
 )
 from ..env import switch_or_off
+from ..errors import MissingDependency
 from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
@@ -94,7 +95,12 @@ def enable(
 def _switch_on(settings: DriverSettings) -> None:
     """Patch Inductor's codegen and autotuner (once) and tune with `settings` from now on."""
     global _saved, _settings, _turned_off
-    from torch._inductor.codegen import triton as codegen_triton
+    try:
+        from torch._inductor.codegen import triton as codegen_triton
+    except ImportError as exc:
+        raise MissingDependency(
+            f"fasta_sm.inductor needs torch with Inductor ({exc}): pip install 'fasta-sm[inductor]'"
+        ) from None
 
     from . import autotuner
     from .codegen import patched_codegen_kernel

@@ -194,6 +194,21 @@ def test_import_fasta_sm_never_imports_torch():
     assert out.stdout.strip() == "False", out.stderr
 
 
+def test_enable_without_torch_names_the_extra_to_install(tmp_path):
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # as in an environment without torch\n"
+        "import fasta_sm.inductor as fi\n"
+        "from fasta_sm.errors import MissingDependency\n"
+        "try:\n"
+        f"    fi.enable(state_dir={str(tmp_path)!r})\n"
+        "except MissingDependency as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
+    assert "pip install 'fasta-sm[inductor]'" in out.stdout, out.stderr
+
+
 def test_env_var_switches_it_on_when_inductor_codegen_loads(tmp_path):
     code = (
         "import torch, fasta_sm.inductor as fi\n"
