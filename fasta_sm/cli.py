@@ -177,7 +177,8 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     best_true = replay.true_best_us
     picked_true = float(replay.mean_us[result.best_index])
     summary = Table.grid(padding=(0, 2))
-    summary.add_row("kernel", f"{replay.kernel}  (replay of a {replay.meta.get('device', '?')} table, {n} configs)")
+    recorded_on = replay.meta.get("device", "?")
+    summary.add_row("kernel", f"{replay.kernel}  (replayed from a table recorded on {recorded_on}, {n} configs)")
     summary.add_row(
         "state",
         Text.assemble(
