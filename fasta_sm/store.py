@@ -76,8 +76,8 @@ class StateStore:
         if lock_timeout_s is not None and not is_wait(lock_timeout_s):
             raise ValueError(f"state dir {self.path}: lock_timeout_s={lock_timeout_s!r} must be a number ≥ 0")
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
-        self._held: dict[str, tuple[int, int]] = {}  # key → (device, inode) of the lock file this store holds
-        self._holders: dict[str, int] = {}  # key → the thread of this process holding its lock
+        self._held: dict[str, tuple[int, tuple[int, int] | None]] = {}
+        """key → the thread of this process holding its lock, and the (device, inode) of the lock file held."""
         self._ensure_dir()
 
     def _ensure_dir(self) -> None:
@@ -99,7 +99,7 @@ class StateStore:
         """Hold the kernel's lock; wait at most `timeout_s` for another process to finish."""
         timeout = self.lock_timeout_s if timeout_s is None else timeout_s
         me = threading.get_ident()
-        if self._holders.get(key) == me:  # flock would make this thread wait for itself until the timeout
+        if self._held.get(key, (None,))[0] == me:  # flock would make this thread wait for itself until the timeout
             raise TuneFailed(
                 f"kernel {kernel!r}: this thread is tuning it already (a hook, do_bench or callback of the tune "
                 "launched or tuned the same kernel with the same key)"
@@ -112,14 +112,12 @@ class StateStore:
                 if timeout <= 0:  # `ls` probing the lock holds it for microseconds: that is no tune
                     lock.acquire(timeout=PROBE_GRACE_S, poll_interval=PROBE_GRACE_S / 20)
                 else:
-                    holder = "another thread of this process" if key in self._holders else "another process"
-                    log.info("kernel %s: %s is tuning it; waiting up to %g s for %s", kernel, holder, timeout,
-                             lock.lock_file)
+                    log.info("kernel %s: %s is tuning it; waiting up to %g s for %s", kernel, self._holder(key),
+                             timeout, lock.lock_file)
                     lock.acquire()
         except filelock.Timeout:
-            holder = "another thread of this process" if key in self._holders else "another process"
             raise LockTimeout(
-                f"kernel {kernel!r}: {holder} has held {lock.lock_file} for over {timeout:g} s "
+                f"kernel {kernel!r}: {self._holder(key)} has held {lock.lock_file} for over {timeout:g} s "
                 f"(raise {LOCK_TIMEOUT_ENV} to wait longer)"
             ) from None
         except OSError as exc:  # not writable, read-only, full
@@ -127,22 +125,21 @@ class StateStore:
                 f"kernel {kernel!r}: cannot create lock {exc.filename or lock.lock_file}: "
                 f"state dir is not writable ({exc.strerror or exc})"
             ) from None
-        held = _held_identity(lock)
-        if held is not None:
-            self._held[key] = held
-        self._holders[key] = me
+        self._held[key] = (me, _held_identity(lock))
         try:
             yield
         finally:
-            self._holders.pop(key, None)
             self._held.pop(key, None)
             lock.release()
+
+    def _holder(self, key: str) -> str:
+        return "another thread of this process" if key in self._held else "another process"
 
     def _check_still_locked(self, key: str, kernel: str | None) -> None:
         """Refuse a checkpoint once the lock file this tune holds was deleted or replaced: another process may
         have locked a new file of that name and be tuning the kernel too, and the two would time configs twice."""
-        held = self._held.get(key)
-        if held is None:
+        held = self._held.get(key, (None, None))[1]
+        if held is None:  # not held here, or filelock does not show its descriptor
             return
         path = self.lock_path_for(key)
         try:
@@ -199,16 +196,16 @@ class StateStore:
                 raise StateDirError(
                     f"cannot read state file {path} for now ({exc.strerror or exc}); it is left as it is"
                 ) from None
-            blob, why = None, f"{path}: unreadable ({exc.strerror or exc})"
-        if blob is not None:
-            try:
-                state = unpack_state(blob, source=str(path))
-            except StateFileError as exc:
-                why = str(exc)
-            else:
-                if state.key == key:
-                    return state
-                why = f"{path}: holds key {state.key!r}, expected {key!r}"
+            self.quarantine(path, f"{path}: unreadable ({exc.strerror or exc})", notes)
+            return None
+        try:
+            state = unpack_state(blob, source=str(path))
+        except StateFileError as exc:
+            why = str(exc)
+        else:
+            if state.key == key:
+                return state
+            why = f"{path}: holds key {state.key!r}, expected {key!r}"
         self.quarantine(path, why, notes)
         return None
 
