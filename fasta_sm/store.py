@@ -76,8 +76,8 @@ class StateStore:
         if lock_timeout_s is not None and not is_wait(lock_timeout_s):
             raise ValueError(f"state dir {self.path}: lock_timeout_s={lock_timeout_s!r} must be a number ≥ 0")
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
+        # key → the thread of this process holding its lock, and the (device, inode) of the lock file held
         self._held: dict[str, tuple[int, tuple[int, int] | None]] = {}
-        """key → the thread of this process holding its lock, and the (device, inode) of the lock file held."""
         self._ensure_dir()
 
     def _ensure_dir(self) -> None:

@@ -380,11 +380,20 @@ def _jit_sources(root: Any) -> list[str]:
             except (OSError, TypeError):
                 source = ""
         captured = _closure(python)
+        tree = _parse(str(source))
         plain = {name: value for name, value in captured.items() if _plain_value(value)}
-        plain.update(_constexpr_globals(python, str(source), captured))
+        plain.update(_constexpr_globals(python, tree, captured))
         sources.append(str(source) + "".join(f"\0{name}={value!r}" for name, value in sorted(plain.items())))
-        todo += reversed([found for found in _named(python, str(source), captured) if _is_jit(found)])
+        todo += reversed([found for found in _named(python, tree, captured) if _is_jit(found)])
     return sources
+
+
+def _parse(source: str) -> ast.AST:
+    """The source's syntax tree (an empty module for source that does not parse)."""
+    try:
+        return ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return ast.Module(body=[], type_ignores=[])
 
 
 def _closure(python: Any) -> dict[str, Any]:
@@ -401,14 +410,10 @@ def _plain_value(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str)) or type(value).__name__ == "dtype"
 
 
-def _constexpr_globals(python: Any, source: str, captured: dict[str, Any]) -> dict[str, Any]:
+def _constexpr_globals(python: Any, tree: ast.AST, captured: dict[str, Any]) -> dict[str, Any]:
     """The module-level `tl.constexpr`s the source names (not shadowed by its closure): editing one changes
     the kernel, as it changes Triton's cache key."""
     scope = getattr(python, "__globals__", {})
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return {}
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - set(captured)
     return {
         f"global {name}": scope[name]
@@ -417,14 +422,10 @@ def _constexpr_globals(python: Any, source: str, captured: dict[str, Any]) -> di
     }
 
 
-def _named(python: Any, source: str, captured: dict[str, Any]) -> list[Any]:
-    """The objects `source` names, looked up in the function's closure and globals: `helper` and
+def _named(python: Any, tree: ast.AST, captured: dict[str, Any]) -> list[Any]:
+    """The objects the source names, looked up in the function's closure and globals: `helper` and
     `module.helper` alike."""
     scope = {**getattr(python, "__globals__", {}), **captured}
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return []
     found = []
     for node in ast.walk(tree):
         chain = []
