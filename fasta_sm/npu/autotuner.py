@@ -116,7 +116,7 @@ def install(switch_before: bool) -> None:
 
 def missing_seams() -> list[str]:
     """The parts of torch_npu's FastA path this class relies on that this torch_npu does not have."""
-    missing = [f"{name}" for owner, name in (
+    missing = [name for owner, name in (
         (fasta_autotune, "NPUFastAutotuner"),
         (npu_config, "fasta_autotune"),
         (NPUCachingAutotuner, "autotuner"),

@@ -66,7 +66,8 @@ def route_budget(
         return viable_r1 if r1 < viable_r1 < total else r1
 
     def viable(total: int) -> bool:
-        return dims > 0 and r1_of(total) / (1 + dims) >= params.min_viable_np and r1_of(total) < total
+        r1 = r1_of(total)
+        return dims > 0 and r1 / (1 + dims) >= params.min_viable_np and r1 < total
 
     if not viable(total):
         coverage_total = min(n, total if budget is not None else max(total, math.ceil(params.coverage_budget * n)))
