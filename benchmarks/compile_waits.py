@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton_autotune  # noqa: E402
+from bench_env import device_or_exit, scratch  # noqa: E402
 
 from fasta_sm.triton import backend, prefetch  # noqa: E402
 
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=0, help="tiny shapes and at most N configs (the interpreter)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    device_or_exit("compile_waits.py")
     prefetch.Prefetcher.take = wrap_take(prefetch.Prefetcher.take)
     backend.TritonBackend._compile_in_pool = wrap_compile(backend.TritonBackend._compile_in_pool)
     backend.TritonBackend._load = wrap_load(backend.TritonBackend._load)
@@ -103,4 +105,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with scratch("compile_waits"):
+        main()

@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_env import device_or_exit, scratch
+
 VARIANTS = ("default", "fasta-sm", "pw-autotune", "max-autotune", "fasta-sm+gemm")
 DEFAULT_VARIANTS = VARIANTS[:4]
 """In this order: the longest (GEMM autotuning) last, so a tight budget costs it, not fasta-sm."""
@@ -268,6 +270,30 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def run_variants(args) -> list[dict]:
+    """Each variant in its own process, in turn, while the run's wall budget lasts."""
+    deadline = time.perf_counter() + args.budget_s
+    results: list[dict] = []
+    for name in [v for v in args.variants.split(",") if v]:
+        if name not in VARIANTS:
+            results.append({"variant": name, "error": f"unknown variant; known: {', '.join(VARIANTS)}"})
+            continue
+        left = deadline - time.perf_counter()
+        if left < 30:
+            why = "run budget spent" if left < args.budget_s - 1 else "--budget-s below the 30 s a variant needs"
+            results.append({"variant": name, "error": f"skipped: {why}"})
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] {name}: up to {min(TIMEOUT_S[name], left):.0f} s", flush=True)
+        results.append(run_variant(name, args, min(TIMEOUT_S[name], left)))
+        r = results[-1]
+        print(f"[{time.strftime('%H:%M:%S')}] {name}: " +
+              (r["error"].splitlines()[0][:200] if "error" in r else
+               f"{r['compile_autotune_s']:.1f} s to compile+tune, {r['step_ms']:.3f} ms/step"), flush=True)
+        if "stderr_tail" in r:
+            print("\n".join(r["stderr_tail"].splitlines()[-15:]), flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out")
@@ -295,25 +321,9 @@ def main() -> None:
              f"--mlp-hidden={args.mlp_hidden}", f"--max-configs={args.max_configs}"]
     args.child_args = (([f"--state-dir={args.state_dir}"] if args.state_dir else []) + shape
                        + (["--train"] if args.train else []))
-    deadline = time.perf_counter() + args.budget_s
-    results = []
-    for name in [v for v in args.variants.split(",") if v]:
-        if name not in VARIANTS:
-            results.append({"variant": name, "error": f"unknown variant; known: {', '.join(VARIANTS)}"})
-            continue
-        left = deadline - time.perf_counter()
-        if left < 30:
-            why = "run budget spent" if left < args.budget_s - 1 else "--budget-s below the 30 s a variant needs"
-            results.append({"variant": name, "error": f"skipped: {why}"})
-            continue
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: up to {min(TIMEOUT_S[name], left):.0f} s", flush=True)
-        results.append(run_variant(name, args, min(TIMEOUT_S[name], left)))
-        r = results[-1]
-        print(f"[{time.strftime('%H:%M:%S')}] {name}: " +
-              (r["error"].splitlines()[0][:200] if "error" in r else
-               f"{r['compile_autotune_s']:.1f} s to compile+tune, {r['step_ms']:.3f} ms/step"), flush=True)
-        if "stderr_tail" in r:
-            print("\n".join(r["stderr_tail"].splitlines()[-15:]), flush=True)
+    device_or_exit("inductor_model.py", interpreter=False)
+    with scratch("inductor_model"):
+        results = run_variants(args)
     report = {
         "benchmark": "inductor_model",
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

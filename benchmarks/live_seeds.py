@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_env import device_or_exit, scratch  # noqa: E402
 from triton_autotune import close_pool, cold, load, make_do_bench, time_picks  # noqa: E402
 
 
@@ -92,6 +93,7 @@ def main() -> None:
                         help="tiny shapes and at most N configs (default 12), for the CPU interpreter")
     parser.add_argument("--json", default=None, help="write the results here (after each kernel)")
     opts = parser.parse_args()
+    device_or_exit("live_seeds.py")
     rows = []
     for name in opts.kernels:
         rows.append(run_kernel(name, opts))
@@ -104,4 +106,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with scratch("live_seeds"):
+        main()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton_autotune  # noqa: E402
+from bench_env import device_or_exit, scratch  # noqa: E402
 
 from fasta_sm.triton import backend, compile_pool  # noqa: E402
 
@@ -33,6 +34,7 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=0, help="tiny shapes and at most N configs (the interpreter)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    device_or_exit("local_threads.py")
     start, compile_ = compile_pool.CompilePool.start, backend.TritonBackend._compile_in_pool
 
     def timed_start(self):
@@ -72,4 +74,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with scratch("local_threads"):
+        main()

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_env import device_or_exit, scratch
 
 from fasta_sm.triton.fork_server import interpreting
 
@@ -396,6 +397,13 @@ def main() -> None:
     if opts.child:
         crash_child(opts)
         return
+    device_or_exit("triton_autotune.py")
+    with scratch("triton_autotune"):
+        run(opts)
+
+
+def run(opts: argparse.Namespace) -> None:
+    """Every tune `opts` asks for, then the crash test; results printed and written as they come."""
     from fasta_sm.triton import backend, prefetch
 
     if opts.spare is not None:

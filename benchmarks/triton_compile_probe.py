@@ -21,6 +21,8 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from bench_env import device_or_exit, scratch
+
 T0 = time.perf_counter()
 
 
@@ -101,6 +103,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kernel", choices=sorted(zoo.ZOO), help="a kernel of the zoo")
     kernel = parser.parse_args().kernel
+    device_or_exit("triton_compile_probe.py", interpreter=False)
     fresh_cache()
     out = {}
     spec = zoo.ZOO[kernel]()
@@ -147,4 +150,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    with scratch("triton_compile_probe"):
+        main()

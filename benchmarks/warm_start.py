@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_env import scratch
+
 CHILD = r"""
 import os, sys, time
 if sys.argv[4] == "cpu":
@@ -76,4 +78,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with scratch("warm_start"):
+        main()
