@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .backends.replay import is_replay
 from .errors import StateFileError
 from .state import TuneState
 from .store import StateStore
@@ -68,22 +69,29 @@ def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts
 def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per readable state file, then a TOTAL row; and the files that could not be read.
 
+    Live tunes come first with their TOTAL; replayed tunes, whose seconds
+    were read from a table rather than spent, follow with a TOTAL of their
+    own (`TOTAL replayed`), so that neither total adds the two.
+
     Each row names its file (what `fasta-sm show` takes) and its policy and
     seed: two tunes of one kernel are two rows that must be told apart.
 
     Seconds saved are counted for finished tunes only (None for the others):
     an unfinished tune has not yet spent what it will.
     """
-    rows, unreadable, finished = [], [], 0
+    rows: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    finished: dict[bool, int] = {False: 0, True: 0}
+    unreadable = []
     for path in store.state_files():
         try:
             state = store.read(path)
         except (StateFileError, OSError) as exc:
             unreadable.append(str(exc))
             continue
-        finished += state.done
+        replayed = is_replay(state.backend)
+        finished[replayed] += state.done
         costs = tune_costs(state)
-        rows.append(
+        rows[replayed].append(
             {
                 "file": path.name,
                 "kernel": state.kernel,
@@ -101,14 +109,20 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
                 "cost_pct": costs.spent_pct,
             }
         )
-    if rows:
-        numbers = [c for c in REPORT_COLUMNS if c not in ("file", "kernel", "policy", "position")]
-        total = {c: sum(r[c] for r in rows if r[c] is not None) for c in numbers}
-        if all(r["exhaustive_s"] is None for r in rows):
-            total["exhaustive_s"] = None
-        total["timings_pct"] = 100.0 * total["timings"] / total["configs"]
-        spent = total["compile_s"] + total["benchmark_s"]
-        total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else None
-        position = f"{len(rows)} tunes, {finished} finished"
-        rows.append({"file": "", "kernel": "TOTAL", "policy": "", "position": position, **total})
-    return rows, unreadable
+    report: list[dict[str, Any]] = []
+    for replayed, label in ((False, "TOTAL"), (True, "TOTAL replayed")):
+        if rows[replayed]:
+            report += [*rows[replayed], _total(rows[replayed], label, finished[replayed])]
+    return report, unreadable
+
+
+def _total(rows: list[dict[str, Any]], label: str, finished: int) -> dict[str, Any]:
+    numbers = [c for c in REPORT_COLUMNS if c not in ("file", "kernel", "policy", "position")]
+    total = {c: sum(r[c] for r in rows if r[c] is not None) for c in numbers}
+    if all(r["exhaustive_s"] is None for r in rows):
+        total["exhaustive_s"] = None
+    total["timings_pct"] = 100.0 * total["timings"] / total["configs"]
+    spent = total["compile_s"] + total["benchmark_s"]
+    total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else None
+    position = f"{len(rows)} tune{'s' if len(rows) != 1 else ''}, {finished} finished"
+    return {"file": "", "kernel": label, "policy": "", "position": position, **total}

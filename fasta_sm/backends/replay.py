@@ -229,6 +229,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+REPLAY = "replay"
+
+
+def is_replay(backend: str) -> bool:
+    """Whether a state's backend description is a replay's: its seconds were read from a table, not spent."""
+    return backend.split(" ", 1)[0] == REPLAY
+
+
 class ReplayBackend:
     """A backend that answers from a replay table instead of a device."""
 
@@ -239,7 +247,7 @@ class ReplayBackend:
 
     def describe(self) -> str:
         mode = f"noise seed {self.seed}" if self.noise else "recorded means"
-        return f"replay {self.table.kernel} ({self.table.meta.get('device', 'unknown device')}, {mode})"
+        return f"{REPLAY} {self.table.kernel} ({self.table.meta.get('device', 'unknown device')}, {mode})"
 
     def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:
         outcomes = []

@@ -208,8 +208,24 @@ def test_report_writes_csv_with_a_total_row(table_file, state_dir, tmp_path):
     out_csv = tmp_path / "report.csv"
     invoke("report", "--state-dir", str(state_dir), "--csv", str(out_csv))
     rows = list(csv.DictReader(out_csv.open()))
-    assert [r["kernel"] for r in rows] == ["toy_mm", "TOTAL"]
+    assert [r["kernel"] for r in rows] == ["toy_mm", "TOTAL replayed"]
     assert 0 < float(rows[0]["cost_pct"]) < 100
+
+
+def test_report_totals_live_tunes_apart_from_replayed_ones_whose_seconds_were_never_spent(tmp_path):
+    states = tmp_path / "s"
+    states.mkdir()
+    live = ["v1-live-h200-triton-rmsnorm-fasta-window.fsm", "v1-live-h200-triton-mm_skinny_bf16-fasta.fsm"]
+    for name in [*live, "v1-done-exhaustive.fsm"]:
+        shutil.copy(CORPUS / name, states / name)
+    out_csv = tmp_path / "r.csv"
+    assert fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv)).returncode == 0
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [r["file"] for r in rows] == [*sorted(live), "", "v1-done-exhaustive.fsm", ""]
+    assert (rows[2]["kernel"], rows[4]["kernel"]) == ("TOTAL", "TOTAL replayed")
+    assert float(rows[2]["compile_s"]) == pytest.approx(float(rows[0]["compile_s"]) + float(rows[1]["compile_s"]))
+    assert float(rows[4]["compile_s"]) == pytest.approx(float(rows[3]["compile_s"]))
+    assert (rows[2]["position"], rows[4]["position"]) == ("2 tunes, 2 finished", "1 tune, 1 finished")
 
 
 def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
