@@ -69,7 +69,7 @@ def make_state(n: int, configs: list[Config] | None = None) -> TuneState:
     best = min(durations, key=lambda i: durations[i][0])
     return TuneState(
         key=f"mm:{n}", kernel="mm", configs=configs, policy="fasta", policy_params={"budget": 0.1}, seed=0,
-        backend="replay mm (synthetic)", phase="DONE", round=1, step="done",
+        backend="replay mm (synthetic)", phase="DONE", round=0, step="done",
         compiled={i: 0.5 + 1e-3 * i for i in range(n) if i not in failed}, failed=failed, durations=durations,
         policy_state={"alpha": 0.1, "coef": rng.random(16).tolist()}, rng_state=encode_rng(rng),
         best=best, best_us=durations[best][0], predicted_us=(100 + 50 * rng.random(n)).tolist(),

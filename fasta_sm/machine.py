@@ -147,7 +147,7 @@ class Tune:
     def _adopt(self, state: TuneState) -> None:
         """Make `state` current: the policy's memory and the RNG continue from it."""
         self.state = state
-        if state.policy_state:
+        if state.policy_state or state.rounds:  # a state that has opened a round holds what its policy wrote
             self.policy.load_state_dict(state.policy_state)
         self._rng = decode_rng(state.rng_state) if state.rng_state else np.random.default_rng(state.seed)
 

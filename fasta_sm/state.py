@@ -201,7 +201,7 @@ def decode_rng(state: Mapping[str, Any]) -> np.random.Generator:
     restored = _str_to_ints(dict(state))
     name = restored.get("bit_generator")
     if name not in _BIT_GENERATORS:  # never call whatever a state file names
-        raise ValueError(f"rng_state names {name!r}, not a numpy bit generator")
+        raise ValueError(f"rng_state names {name!r}; a checkpoint holds {' or '.join(_BIT_GENERATORS)} states only")
     bit_generator = getattr(np.random, name)()
     bit_generator.state = restored
     return np.random.Generator(bit_generator)
@@ -262,7 +262,7 @@ def pack_state(state: TuneState) -> bytes:
 
     Byte for byte what `msgpack.packb` gives for the map of every field in
     declaration order (configs as dicts, rounds and cost as maps, `schema`
-    today's), then `crc32` over those fields' bytes; the map is written
+    and `library` today's), then `crc32` over those fields' bytes; the map is written
     field by field so the config list's cached bytes can be spliced in.
     """
     packer = msgpack.Packer(use_bin_type=True)
@@ -277,6 +277,8 @@ def pack_state(state: TuneState) -> bytes:
             parts.append(packer.pack({f: getattr(state.cost, f) for f in _COST_FIELDS}))
         elif name == "schema":  # a state read from an older file is written in today's schema
             parts.append(packer.pack(SCHEMA_VERSION))
+        elif name == "library":  # and names the version that wrote it last
+            parts.append(packer.pack(__version__))
         else:
             parts.append(packer.pack(getattr(state, name)))
     body = b"".join(parts)
@@ -322,8 +324,6 @@ def _decode_configs(raw: Any) -> tuple[list[Config], str]:
     return list(hit[0]), hit[1]
 
 
-_REQUIRED = {"key", "kernel", "configs", "policy", "rounds", "cost", "compiled", "failed", "durations", "carried"}
-"""Fields a state cannot be read without (the others have defaults)."""
 
 
 def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
@@ -380,6 +380,10 @@ def _read_top_map(blob: bytes, source: str) -> Any:
             start = unpacker.tell()
             unpacker.skip()
             data[key] = _RawConfigs(bytes(blob[start:unpacker.tell()]))
+        elif key in _INDEX_MAPS:
+            start = unpacker.tell()
+            data[key] = unpacker.unpack()
+            _check_entry_count(key, data[key], memoryview(blob)[start : start + 5])
         elif key == CHECKSUM_FIELD:
             data[key] = unpacker.unpack()
             if position != size - 1:
@@ -391,6 +395,25 @@ def _read_top_map(blob: bytes, source: str) -> Any:
     if unpacker.tell() != len(blob):
         raise ValueError(f"{len(blob) - unpacker.tell()} bytes of extra data after the state")
     return data
+
+
+_INDEX_MAPS = ("compiled", "failed", "durations", "carried")
+_MAP_HEADERS = {0xDE: 2, 0xDF: 4}  # map16, map32: the entry count follows in this many bytes
+
+
+def _check_entry_count(name: str, value: Any, header: memoryview) -> None:
+    """Refuse a map keyed by config index that names one index in two entries.
+
+    A dict keeps the last of two equal keys (and 1, 1.0 and True are equal),
+    so the entry count msgpack wrote in the map's `header` is compared with
+    what is left after decoding.
+    """
+    if not isinstance(value, dict):
+        return
+    width = _MAP_HEADERS.get(header[0])
+    written = header[0] & 0x0F if width is None else int.from_bytes(header[1 : 1 + width], "big")  # fixmap: 0x8N
+    if written != len(value):
+        raise ValueError(f"{name} names one config index in two of its {written} entries")
 
 
 def _state_from_data(data: Any, source: str) -> TuneState:
@@ -406,7 +429,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
         raise StateFileError(f"{source}: a schema {schema} file {'without' if schema >= 2 else 'with'} "
                              f"{CHECKSUM_FIELD}")
     data = {name: value for name, value in data.items() if name != CHECKSUM_FIELD}
-    missing = sorted(_REQUIRED - set(data))
+    missing = [name for name in _FIELD_NAMES if name not in data]
     if missing:
         raise StateFileError(f"{source}: missing field(s) {', '.join(missing)}")
     unknown = sorted(set(data) - set(_FIELD_NAMES))
@@ -414,6 +437,8 @@ def _state_from_data(data: Any, source: str) -> TuneState:
         raise StateFileError(f"{source}: unknown field(s) {', '.join(map(str, unknown))}")
     _check_types(data, source)
     data["configs"], list_hash = _decode_configs(data["configs"])
+    if data["configs_hash"] != list_hash:  # checked before TuneState, which would fill in an empty hash
+        raise StateFileError(f"{source}: configs_hash does not match the config list")
     data["rounds"] = [RoundRecord(**r) for r in data["rounds"]]
     data["cost"] = Cost(**data["cost"])
     # convert only where msgpack did not already give the exact types (it does for files we wrote)
@@ -428,7 +453,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
         data["durations"] = {int(k): list(map(float, v)) for k, v in durations.items()}
     data["carried"] = {int(k): dict(v) for k, v in data["carried"].items()}
     state = TuneState(**data)
-    _check_consistent(state, source, list_hash)
+    _check_consistent(state, source)
     return state
 
 
@@ -466,6 +491,7 @@ def _check_types(data: dict, source: str) -> None:
     for name, value in data.items():
         if name in _FIELD_TYPES:
             check(name, value, _FIELD_TYPES[name])
+    _check_plain(data.get("policy_params", {}), "policy_params", source)
     def each(where: str, values: Any, types: tuple[type, ...]) -> None:
         values = values if isinstance(values, (list, tuple)) else list(values)
         if not set(map(type, values)) <= set(types):  # fast path: msgpack gives exact types
@@ -498,6 +524,22 @@ def _check_types(data: dict, source: str) -> None:
             check(f"carried[{index!r}].durations_us entry", value, _NUMBER)
 
 
+def _check_plain(value: Any, where: str, source: str) -> None:
+    """Parameters are what a caller passes and `show --json` prints: null, bools, numbers, text, lists, maps."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise StateFileError(f"{source}: {where} has key {key!r}, not a name")
+            _check_plain(item, f"{where}.{key}", source)
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            _check_plain(item, f"{where}[{position}]", source)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise StateFileError(f"{source}: {where} is {value!r}, not a finite number")
+    elif value is not None and not isinstance(value, (bool, int, float, str)):
+        raise StateFileError(f"{source}: {where} is {type(value).__name__}, not a parameter value")
+
+
 def _check_index_keys(mapping: dict, name: str, source: str) -> None:
     """Config indices as keys: whole numbers, or their decimal text; int() would take True or 2.9 for an index."""
     if _types(mapping) <= {int}:
@@ -513,13 +555,11 @@ def _carried_numbers(carried: dict) -> list[float]:
     return ([] if seconds is None else [seconds]) + list(carried.get("durations_us", ()))
 
 
-def _check_consistent(state: TuneState, source: str, list_hash: str) -> None:
+def _check_consistent(state: TuneState, source: str) -> None:
     """Reject states whose parts contradict each other: resuming them would mislead."""
     n = state.n_configs
     if n == 0:
         raise StateFileError(f"{source}: empty config list")
-    if state.configs_hash != list_hash:
-        raise StateFileError(f"{source}: configs_hash does not match the config list")
     if state.phase not in PHASES or state.step not in STEPS:
         raise StateFileError(f"{source}: unknown position phase={state.phase!r} step={state.step!r}")
     if (state.phase == "DONE") != (state.step == "done"):
@@ -562,6 +602,8 @@ def _check_consistent(state: TuneState, source: str, list_hash: str) -> None:
         values = list(values)
         if values and (min(values) < 0 or not all(map(math.isfinite, values))):
             raise StateFileError(f"{source}: {where} holds {values!r:.80}: seconds and timings must be finite and ≥ 0")
+    if not math.isfinite(state.cost.total_s):
+        raise StateFileError(f"{source}: cost's seconds add up to more than a number can hold")
     for index, carried in state.carried.items():
         if any(x <= 0 for x in carried.get("durations_us", ())):  # a kernel takes time, as for `durations`
             raise StateFileError(f"{source}: carried[{index}] has invalid durations {carried['durations_us']!r}")
@@ -598,5 +640,81 @@ def _check_consistent(state: TuneState, source: str, list_hash: str) -> None:
         )
     if state.phase == "DONE" and state.best is None:
         raise StateFileError(f"{source}: DONE without a winner")
+    _check_best_is_fastest(state, source)
+    _check_rounds(state, source)
+    _check_carried(state, source)
     if state.rng_state:
         decode_rng(state.rng_state)
+
+
+def _check_best_is_fastest(state: TuneState, source: str) -> None:
+    """`best` is the fastest mean measured (ties to the lower index), as the machine keeps it."""
+    if not state.durations:
+        return
+    indices = list(state.durations)
+    # as `mean_us` computes them; one timing is its own mean, and most configs have one
+    means = [x[0] if len(x) == 1 else sum(x) / len(x) for x in state.durations.values()]
+    if not math.isfinite(max(means)):
+        overflow = next(index for index, mean in zip(indices, means) if not math.isfinite(mean))
+        raise StateFileError(f"{source}: config #{overflow} has timings whose mean is not finite")
+    low = min(means)
+    fastest = indices[means.index(low)]
+    if means.count(low) > 1:  # a tie goes to the lower index, whatever order the map holds them in
+        fastest = min(index for index, mean in zip(indices, means) if mean == low)
+    if state.best != fastest:
+        raise StateFileError(
+            f"{source}: best is config #{state.best} ({state.best_us!r} µs), "
+            f"but config #{fastest} was measured faster ({low!r} µs)"
+        )
+
+
+def _check_rounds(state: TuneState, source: str) -> None:
+    """Rounds are R1, then R2_1, R2_2, …; the state stands at the last one, its batch pending."""
+    for position, record in enumerate(state.rounds):
+        expected = ("R1", 0) if position == 0 else ("R2", position)
+        if (record.phase, record.round) != expected:
+            raise StateFileError(
+                f"{source}: rounds[{position}] is {record.phase} round {record.round}, "
+                f"expected {round_name(*expected)}"
+            )
+    if not state.rounds:
+        return
+    last = state.rounds[-1]
+    if state.round != last.round or (not state.done and state.phase != last.phase):
+        raise StateFileError(
+            f"{source}: at {state.phase} round {state.round}, but its last round record is {last.name}"
+        )
+    if state.done:
+        return
+    if state.pending != last.batch or state.retime != last.retime:
+        raise StateFileError(f"{source}: at {state.position()} the pending batch is not {last.name}'s")
+    timed = set(state.round_done)
+    if len(timed) != len(state.round_done) or not timed <= set(state.pending):
+        raise StateFileError(f"{source}: at {state.position()} round_done lists a config twice or off the batch")
+    untimed = timed.difference(state.durations, state.failed)
+    if untimed:
+        raise StateFileError(
+            f"{source}: at {state.position()} config #{min(untimed)} is listed as timed but has no timing"
+        )
+
+
+def _check_carried(state: TuneState, source: str) -> None:
+    """A carried result waits for a config not measured yet: `{error}`, or `{compile_s, durations_us}`.
+
+    A config compiled from its carried result keeps the entry until its
+    timings are taken, and only then.
+    """
+    for index, carried in state.carried.items():
+        unknown = set(carried) - {"compile_s", "durations_us", "error"}
+        if unknown:
+            names = ", ".join(sorted(map(str, unknown)))
+            raise StateFileError(f"{source}: carried[{index}] has unknown field(s) {names}")
+        if index in state.durations or index in state.failed:
+            raise StateFileError(f"{source}: carried[{index}] is for config #{index}, measured already")
+        if carried.get("error") is not None:
+            if carried.get("durations_us"):
+                raise StateFileError(f"{source}: carried[{index}] failed and has timings")
+        elif carried.get("compile_s") is None:
+            raise StateFileError(f"{source}: carried[{index}] has neither an error nor compile seconds")
+        elif index in state.compiled and not carried.get("durations_us"):
+            raise StateFileError(f"{source}: carried[{index}] is for config #{index}, compiled already")

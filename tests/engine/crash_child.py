@@ -47,7 +47,7 @@ def write_loop_child(state_dir: str, n_configs: int, progress_path: str, ready=N
                      slow_writes_s: float = 0.0) -> None:
     """Write ever-newer states of one key as fast as possible, forever.
 
-    `round` counts up from the round of the file found at start; after each
+    `seed` counts up from the seed of the file found at start; after each
     completed write the count goes to `progress_path` so the killer knows the
     newest state that must survive.
     """
@@ -65,17 +65,17 @@ def write_loop_child(state_dir: str, n_configs: int, progress_path: str, ready=N
                       phase="R1", step="refine", pending=list(range(n_configs)), round_done=list(range(n_configs)),
                       rounds=[RoundRecord(phase="R1", round=0, batch=list(range(n_configs)), reason="all")])
     try:  # carry on from the newest state that survived the last kill
-        state.round = store.read(store.file_for(KEY)).round
+        state.seed = store.read(store.file_for(KEY)).seed
     except FileNotFoundError:
         pass
     fd = os.open(progress_path, os.O_WRONLY | os.O_CREAT, 0o600)
-    os.pwrite(fd, f"{state.round:012d}".encode(), 0)
+    os.pwrite(fd, f"{state.seed:012d}".encode(), 0)
     if ready is not None:
         ready.set()  # set-up done: from here on the process only writes
     while True:
-        state.round += 1
+        state.seed += 1
         store.write(KEY, pack_state(state), kernel="loop")
-        os.pwrite(fd, f"{state.round:012d}".encode(), 0)
+        os.pwrite(fd, f"{state.seed:012d}".encode(), 0)
 
 
 if __name__ == "__main__":

@@ -200,13 +200,20 @@ def slow_down_state_writes(max_sleep_s: float, seed: int | None = None) -> None:
     os.replace = replace  # type: ignore[assignment]
 
 
-def seal(data: dict[str, Any], use_bin_type: bool = True) -> bytes:
+def seal(data: dict[str, Any], use_bin_type: bool = True, raw: dict[str, bytes] | None = None) -> bytes:
     """`data` as a state file holds it: its fields, then a CRC-32 over them, as `pack_state` writes.
 
     For tests that edit a decoded file: the edit reaches the loader's field
-    checks instead of being caught, as damage, by the checksum.
+    checks instead of being caught, as damage, by the checksum. `raw` gives
+    some fields' msgpack bytes as they are (what a dict cannot hold, such as
+    a map with one key twice).
     """
     packer = msgpack.Packer(use_bin_type=use_bin_type)
-    body = b"".join(packer.pack(name) + packer.pack(value) for name, value in data.items() if name != "crc32")
+    raw = raw or {}
+    body = b"".join(
+        packer.pack(name) + (raw[name] if name in raw else packer.pack(value))
+        for name, value in data.items()
+        if name != "crc32"
+    )
     fields = sum(name != "crc32" for name in data)
     return packer.pack_map_header(fields + 1) + body + packer.pack("crc32") + packer.pack(zlib.crc32(body))

@@ -276,9 +276,9 @@ def test_a_process_killed_while_writing_state_files_never_leaves_an_unreadable_o
         state = store.read(store.file_for(KEY))  # raises if torn
         completed = int(progress.read_bytes() or b"0")
         # the file holds the last completed write, or the one after it (renamed, progress not yet noted)
-        assert state.round in (completed, completed + 1), (state.round, completed)
-        assert state.round >= newest  # never goes back
-        newest = state.round
+        assert state.seed in (completed, completed + 1), (state.seed, completed)
+        assert state.seed >= newest  # never goes back
+        newest = state.seed
         store.discard_temp_files(KEY)
-    print(f"\nwrite loop: {kills} kills, {mid_write} mid-write, newest round {newest}")
+    print(f"\nwrite loop: {kills} kills, {mid_write} mid-write, newest write {newest}")
     assert kills == 60 and mid_write >= 12, (kills, mid_write)

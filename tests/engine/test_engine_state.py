@@ -57,14 +57,16 @@ configs_strategy = st.lists(
 
 
 @st.composite
-def round_records(draw, n: int) -> RoundRecord:
-    batch = draw(st.lists(st.integers(0, n - 1), max_size=n, unique=True))
+def round_records(draw, n: int, position: int, batch: list[int] | None = None, retime: bool | None = None):
+    """The record of round `position` (R1, then R2_1, …); the last one's batch and retime are the state's."""
+    if batch is None:
+        batch = draw(st.lists(st.integers(0, n - 1), max_size=n, unique=True))
     return RoundRecord(
-        phase=draw(st.sampled_from(["R1", "R2"])),
-        round=draw(st.integers(0, 50)),
+        phase="R1" if position == 0 else "R2",
+        round=position,
         batch=batch,
         reason=draw(text),
-        retime=draw(st.booleans()),
+        retime=draw(st.booleans()) if retime is None else retime,
         predicted_us=draw(st.just([]) | st.lists(finite, min_size=len(batch), max_size=len(batch))),
         started=draw(nonneg),
         finished=draw(st.none() | nonneg),
@@ -72,6 +74,13 @@ def round_records(draw, n: int) -> RoundRecord:
         benchmark_s=draw(nonneg),
         policy_s=draw(nonneg),
     )
+
+
+plain_value = st.recursive(
+    st.one_of(st.none(), st.booleans(), int64, finite, text),
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(text, children, max_size=4)),
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -86,27 +95,45 @@ def tune_states(draw) -> TuneState:
          ("R2", "compile"), ("R2", "benchmark"), ("R2", "refine")]
         + ([("DONE", "done")] if durations else [])
     ))
-    best = draw(st.sampled_from(sorted(durations))) if durations else None
-    pending = draw(st.lists(index, min_size=0 if position[0] == "DONE" else 1, max_size=n, unique=True))
+    means = {i: sum(v) / len(v) for i, v in durations.items()}
+    best = min(means, key=lambda i: (means[i], i)) if durations else None
+    measured = sorted(set(durations) | set(failed))
+    if position[1] == "refine":  # every config of the batch timed, or failed
+        pending = draw(st.lists(st.sampled_from(measured), min_size=1, max_size=n, unique=True)) if measured else []
+    else:
+        pending = draw(st.lists(index, min_size=0 if position[0] == "DONE" else 1, max_size=n, unique=True))
+    if position[1] == "refine" and not pending:
+        position = ("R1", "compile")
+        pending = [0]
     compiled = draw(st.dictionaries(index, nonneg, max_size=n))
-    round_done = draw(st.lists(index, max_size=n, unique=True))
+    timed_candidates = [i for i in pending if i in durations or i in failed]
+    round_done = draw(st.lists(st.sampled_from(timed_candidates), max_size=n, unique=True)) if timed_candidates else []
     if position[1] in ("benchmark", "refine"):  # the machine's invariants at those steps
         compiled.update({i: 0.0 for i in pending if i not in failed})
     if position[1] == "refine":
-        round_done += [i for i in pending if i not in failed and i not in round_done]
+        round_done += [i for i in pending if i not in round_done]
+    retime = draw(st.booleans())
+    if position[0] == "DONE":
+        count = draw(st.integers(0, 3))
+        rounds = [draw(round_records(n, k)) for k in range(count)]
+        pending, round_done = [], []
+    else:
+        count = 1 if position[0] == "R1" else draw(st.integers(2, 4))
+        rounds = [draw(round_records(n, k)) for k in range(count - 1)]
+        rounds.append(draw(round_records(n, count - 1, batch=pending, retime=retime)))
     return TuneState(
         key=draw(text),
         kernel=draw(text),
         configs=configs,
         policy=draw(st.sampled_from(["exhaustive", "random", "fasta"])),
-        policy_params=draw(st.dictionaries(text, msgpack_value, max_size=3)),
+        policy_params=draw(st.dictionaries(text, plain_value, max_size=3)),
         seed=draw(st.integers(0, 2**32)),
         backend=draw(text),
         phase=position[0],
-        round=draw(st.integers(0, 20)),
+        round=rounds[-1].round if rounds else 0,
         step=position[1],
         pending=pending,
-        retime=draw(st.booleans()),
+        retime=retime,
         round_done=round_done,
         compiled=compiled,
         failed=failed,
@@ -115,9 +142,9 @@ def tune_states(draw) -> TuneState:
         rng_state=encode_rng(np.random.default_rng(draw(st.integers(0, 2**64))))
         if draw(st.booleans()) else {},
         best=best,
-        best_us=None if best is None else sum(durations[best]) / len(durations[best]),
+        best_us=None if best is None else means[best],
         predicted_us=draw(st.just([]) | st.lists(finite, min_size=n, max_size=n)),
-        rounds=draw(st.lists(round_records(n), min_size=0 if position[0] == "DONE" else 1, max_size=3)),
+        rounds=rounds,
         cost=Cost(draw(nonneg), draw(nonneg), draw(nonneg)),
         stop_reason=draw(st.none() | text),
         last_error=draw(st.none() | text),
@@ -137,7 +164,10 @@ def sample_state(**changes) -> TuneState:
         durations={0: [10.5], 1: [9.25, 9.5]}, policy_state={"seen": [0, 1], "alpha": 0.1},
         rng_state=encode_rng(np.random.default_rng(3)), best=1, best_us=9.375,
         predicted_us=[10.0, 9.0, math.inf, 12.0, 8.0, 11.0],
-        rounds=[RoundRecord(phase="R1", round=0, batch=[0, 1, 2], reason="sample", started=1.0, finished=2.0)],
+        rounds=[
+            RoundRecord(phase="R1", round=0, batch=[0, 1, 2], reason="sample", started=1.0, finished=2.0),
+            RoundRecord(phase="R2", round=1, batch=[1, 4], reason="guided", started=2.0),
+        ],
         cost=Cost(1.5, 0.375, 0.001), created=1700000000.25, updated=1700000001.5,
     )
     for name, value in changes.items():
@@ -232,6 +262,111 @@ def test_the_checksum_must_be_the_last_field():
 def test_a_state_whose_timings_cannot_be_timings_is_refused(timing):
     with pytest.raises(StateFileError, match=r"config #0 has invalid durations"):
         unpack_state(pack_state(sample_state(durations={0: [timing], 1: [9.25, 9.5]})))
+
+
+def decoded(state: TuneState) -> dict:
+    return msgpack.unpackb(pack_state(state), raw=False, strict_map_key=False)
+
+
+@pytest.mark.parametrize("field", ["rng_state", "policy_state", "configs_hash", "phase", "seed", "round_done"])
+def test_a_file_without_one_of_its_fields_is_refused_not_filled_with_a_default(field):
+    data = decoded(sample_state())
+    del data[field]
+    with pytest.raises(StateFileError, match=f"missing field\\(s\\) {field}"):
+        unpack_state(seal(data))
+
+
+def test_an_empty_configs_hash_is_refused_not_computed_again():
+    data = decoded(sample_state())
+    data["configs_hash"] = ""
+    with pytest.raises(StateFileError, match="configs_hash does not match the config list"):
+        unpack_state(seal(data))
+
+
+@pytest.mark.parametrize("second_key", [1, 1.0, True], ids=["int", "float", "bool"])
+def test_a_map_that_names_one_config_twice_is_refused(second_key):
+    packer = msgpack.Packer(use_bin_type=True)
+    entries = [packer.pack(1), packer.pack(0.25), packer.pack(second_key), packer.pack(123.0)]
+    twice = packer.pack_map_header(2) + b"".join(entries)
+    data = decoded(sample_state())
+    with pytest.raises(StateFileError, match="compiled names one config index in two of its 2 entries"):
+        unpack_state(seal(data, raw={"compiled": twice}))
+
+
+def test_a_best_that_is_not_the_fastest_measured_config_is_refused():
+    state = sample_state(best=0, best_us=10.5)  # config 1 ran in 9.375 µs
+    with pytest.raises(StateFileError, match=r"best is config #0 .* but config #1 was measured faster"):
+        unpack_state(pack_state(state))
+
+
+def test_timings_whose_mean_overflows_are_refused():
+    with pytest.raises(StateFileError, match="config #0 has timings whose mean is not finite"):
+        unpack_state(pack_state(sample_state(durations={0: [1.5e308, 1.5e308], 1: [9.25, 9.5]})))
+
+
+def test_cost_seconds_whose_sum_overflows_are_refused():
+    with pytest.raises(StateFileError, match="cost's seconds add up to more than a number can hold"):
+        unpack_state(pack_state(sample_state(cost=Cost(1e308, 1e308, 0.0))))
+
+
+def test_a_state_whose_rounds_are_not_r1_then_r2_in_order_is_refused():
+    rounds = sample_state().rounds
+    rounds[1].round = 5
+    with pytest.raises(StateFileError, match=r"rounds\[1\] is R2 round 5, expected R2_1"):
+        unpack_state(pack_state(sample_state(rounds=rounds)))
+
+
+def test_a_state_not_at_its_last_round_is_refused():
+    with pytest.raises(StateFileError, match="at R2 round 1, but its last round record is R1"):
+        unpack_state(pack_state(sample_state(rounds=sample_state().rounds[:1])))
+
+
+def test_a_pending_batch_other_than_the_last_rounds_is_refused():
+    with pytest.raises(StateFileError, match="the pending batch is not R2_1's"):
+        unpack_state(pack_state(sample_state(pending=[1, 5], compiled={0: 0.5, 1: 0.25, 4: 0.75, 5: 0.1})))
+
+
+def test_round_done_listing_a_config_with_no_timing_is_refused():
+    with pytest.raises(StateFileError, match="config #4 is listed as timed but has no timing"):
+        unpack_state(pack_state(sample_state(round_done=[1, 4])))
+
+
+def test_a_carried_result_for_a_config_measured_already_is_refused():
+    carried = {1: {"compile_s": 1.0, "durations_us": [1.0], "error": None}}
+    with pytest.raises(StateFileError, match=r"carried\[1\] is for config #1, measured already"):
+        unpack_state(pack_state(sample_state(carried=carried)))
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ({"compile_s": 1.0, "durations_us": [], "error": None, "extra": 1}, "has unknown field"),
+        ({"error": "OutOfResources", "durations_us": [3.0]}, "failed and has timings"),
+        ({"durations_us": [3.0]}, "neither an error nor compile seconds"),
+    ],
+    ids=["unknown-field", "failure-with-timings", "no-compile-seconds"],
+)
+def test_a_carried_result_that_is_neither_a_failure_nor_a_run_is_refused(entry, why):
+    with pytest.raises(StateFileError, match=why):
+        unpack_state(pack_state(sample_state(carried={3: entry})))
+
+
+def test_a_carried_result_for_a_config_compiled_from_it_without_timings_left_is_refused():
+    carried = {4: {"compile_s": 0.75, "durations_us": [], "error": None}}
+    with pytest.raises(StateFileError, match=r"carried\[4\] is for config #4, compiled already"):
+        unpack_state(pack_state(sample_state(carried=carried)))
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, b"\x00", {1: "a"}], ids=["nan", "inf", "bytes", "int-key"])
+def test_policy_params_that_no_caller_could_pass_are_refused(value):
+    with pytest.raises(StateFileError, match="policy_params"):
+        unpack_state(pack_state(sample_state(policy_params={"budget": value})))
+
+
+def test_writing_a_state_names_this_library_version_whatever_version_read_it():
+    from fasta_sm import __version__
+
+    assert decoded(sample_state(library="0.0.1-old"))["library"] == __version__
 
 
 def test_a_load_error_names_its_source():

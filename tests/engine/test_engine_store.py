@@ -151,11 +151,11 @@ def test_a_write_leaves_exactly_the_state_file_and_no_temp_files(store):
     from test_engine_state import sample_state
 
     state = sample_state()
-    for round_ in range(20):
-        state.round = round_
+    for seed in range(20):
+        state.seed = seed
         save(store, state)
     assert [p.name for p in store.path.iterdir()] == [store.file_for(state.key).name]
-    assert store.read(store.file_for(state.key)).round == 19
+    assert store.read(store.file_for(state.key)).seed == 19
 
 
 def test_a_write_that_fails_midway_keeps_the_old_file_and_leaves_no_temp_file(store, monkeypatch):
@@ -315,6 +315,14 @@ def fasta_state_after_r1_compiles(table, backend, store):
 def test_a_policy_state_of_the_wrong_shape_is_set_aside_whatever_the_policy_raises(table, backend, store):
     state = fasta_state_after_r1_compiles(table, backend, store)
     state.policy_state = {**state.policy_state, "timings": []}  # a list where the policy keeps a map
+    save(store, state)
+    result = tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store)
+    assert result.state.done and any("cannot resume" in note for note in result.state.restarts)
+
+
+def test_a_fasta_state_past_r1_with_no_policy_state_is_set_aside_not_resumed_by_a_blank_policy(table, backend, store):
+    state = fasta_state_after_r1_compiles(table, backend, store)
+    state.policy_state = {}
     save(store, state)
     result = tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store)
     assert result.state.done and any("cannot resume" in note for note in result.state.restarts)
