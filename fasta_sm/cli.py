@@ -450,6 +450,8 @@ def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[s
     policy, passed = state.policy, state.policy_params
     if policy == "must-measure":  # an integration's wrapper: the params are the inner policy's
         policy, passed = str(passed.get("inner", "")), passed.get("params") or {}
+        if not isinstance(passed, dict):
+            passed = {}
     try:
         defaults = make_policy(policy, state.configs, {}).state_dict().get("params", {})
     except FastaError:
@@ -764,37 +766,37 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
     from .data import tables_dir as shipped_tables
 
     paths = table_paths(tables_dir or shipped_tables())
-    if not stats:
-        unreadable = []
-        for path in paths:
-            try:
-                load_table(path)
-            except TableError as exc:
-                unreadable.append(str(exc))
-                continue
-            click.echo(path.stem)
-        if unreadable:
-            raise click.ClickException("; ".join(unreadable))
-        return
-    table = Table(
-        "table", "N", "failed", "compile s (mean)", "best", "within 2 %", "within 5 %", "repeat spread (median / p90)"
-    )
+    readable, unreadable = [], []
     for path in paths:
-        replay = load_table(path)
-        _note_defects(path, replay)
-        spread = replay.repeat_spread()
-        noise = f"{100 * np.median(spread):.2f} % / {100 * np.percentile(spread, 90):.1f} %" if spread.size else "-"
-        table.add_row(
-            path.stem,
-            str(len(replay.configs)),
-            str(sum(error is not None for error in replay.errors)),
-            f"{np.mean(replay.compile_s):.2f}",
-            format_us(replay.true_best_us),
-            str(replay.within(0.02)),
-            str(replay.within(0.05)),
-            noise,
+        try:
+            readable.append((path, load_table(path)))
+        except TableError as exc:
+            unreadable.append(str(exc))
+    if not stats:
+        for path, _ in readable:
+            click.echo(path.stem)
+    elif readable:
+        table = Table(
+            "table", "N", "failed", "compile s (mean)", "best", "within 2 %", "within 5 %",
+            "repeat spread (median / p90)",
         )
-    _print_table(table)
+        for path, replay in readable:
+            _note_defects(path, replay)
+            spread = replay.repeat_spread()
+            noise = f"{100 * np.median(spread):.2f} % / {100 * np.percentile(spread, 90):.1f} %" if spread.size else "-"
+            table.add_row(
+                path.stem,
+                str(len(replay.configs)),
+                str(sum(error is not None for error in replay.errors)),
+                f"{np.mean(replay.compile_s):.2f}",
+                format_us(replay.true_best_us),
+                str(replay.within(0.02)),
+                str(replay.within(0.05)),
+                noise,
+            )
+        _print_table(table)
+    if unreadable:
+        raise click.ClickException("; ".join(unreadable))
 
 
 def _note_defects(path: Path, replay: ReplayTable) -> None:

@@ -540,6 +540,14 @@ def test_tables_stats_names_each_table_by_its_file_as_the_plain_listing_does(tab
     assert names == ["toy_mm", "toy_mm_other_device"]
 
 
+@pytest.mark.parametrize("stats", [False, True], ids=["names", "stats"])
+def test_tables_lists_the_readable_tables_then_fails_naming_an_unreadable_one(table_file, stats):
+    (table_file.parent / "junk.json").write_text('{"x": 1}')
+    done = fasta_sm("tables", *(["--stats"] if stats else []), "--tables", str(table_file.parent))
+    assert done.returncode == 1 and "toy_mm" in done.stdout
+    assert "junk.json: missing field 'kernel'" in done.stderr
+
+
 def test_output_files_in_a_missing_directory_are_refused_before_any_work(tmp_path, table_file):
     done = fasta_sm("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "random",
                     "--json", str(tmp_path / "no" / "x.json"))
