@@ -840,3 +840,16 @@ def test_tables_lists_the_readable_tables_and_fails_naming_one_it_cannot_read(ta
 def test_tune_says_its_figures_are_a_replay_of_a_recorded_table(table_file, state_dir):
     kernel_line = next(line for line in tune(table_file, state_dir).splitlines() if line.startswith("kernel"))
     assert "replayed from a table recorded on" in kernel_line
+
+
+def test_show_explains_a_must_measure_tune_whose_inner_params_are_not_a_map(tmp_path):
+    import msgpack
+
+    data = msgpack.unpackb((CORPUS / "v1-live-h200-inductor-gelu.fsm").read_bytes(), raw=False, strict_map_key=False)
+    assert data["schema"] == 1 and data["policy"] == "must-measure"  # no checksum to seal again
+    data["policy_params"]["params"] = 5
+    data["policy_state"]["params"]["retime_z"] = 1.0  # a stored knob unlike today's default, so show compares
+    path = tmp_path / "edited.fsm"
+    path.write_bytes(msgpack.packb(data, use_bin_type=True))
+    done = fasta_sm("show", str(path))
+    assert done.returncode == 0 and "retime_z" in done.stdout, done.stderr[-300:]
