@@ -16,7 +16,10 @@ def device_or_exit(script: str, interpreter: bool = True) -> None:
 
     With `interpreter`, Triton's CPU interpreter (TRITON_INTERPRET=1) counts as a device.
     """
-    import torch
+    try:
+        import torch
+    except ImportError:
+        sys.exit(f"{script}: needs torch (pip install 'fasta-sm[triton]') and a CUDA GPU")
 
     from fasta_sm.triton.fork_server import interpreting
 

@@ -547,6 +547,8 @@ def _check_index_keys(mapping: dict, name: str, source: str) -> None:
     for key in mapping:
         if isinstance(key, bool) or not (isinstance(key, int) or (isinstance(key, str) and key.isdecimal())):
             raise StateFileError(f"{source}: {name} has key {key!r}, not a config index")
+    if len({int(key) for key in mapping}) != len(mapping):  # 1 and "1", or "1" and "01"
+        raise StateFileError(f"{source}: {name} names one config index in two of its {len(mapping)} entries")
 
 
 def _carried_numbers(carried: dict) -> list[float]:

@@ -293,6 +293,14 @@ def test_a_map_that_names_one_config_twice_is_refused(second_key):
         unpack_state(seal(data, raw={"compiled": twice}))
 
 
+@pytest.mark.parametrize("keys", [(1, "1"), ("1", "01")], ids=["int-and-text", "two-texts"])
+def test_a_map_whose_keys_name_one_config_once_converted_is_refused(keys):
+    data = decoded(sample_state())
+    data["durations"] = {0: [10.5], keys[0]: [9.25, 9.5], keys[1]: [25.0]}
+    with pytest.raises(StateFileError, match="durations names one config index in two of its 3 entries"):
+        unpack_state(seal(data))
+
+
 def test_a_best_that_is_not_the_fastest_measured_config_is_refused():
     state = sample_state(best=0, best_us=10.5)  # config 1 ran in 9.375 µs
     with pytest.raises(StateFileError, match=r"best is config #0 .* but config #1 was measured faster"):
