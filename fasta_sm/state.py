@@ -324,8 +324,6 @@ def _decode_configs(raw: Any) -> tuple[list[Config], str]:
     return list(hit[0]), hit[1]
 
 
-
-
 def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
     """Decode msgpack bytes into a TuneState, or raise StateFileError naming `source`.
 
@@ -492,6 +490,7 @@ def _check_types(data: dict, source: str) -> None:
         if name in _FIELD_TYPES:
             check(name, value, _FIELD_TYPES[name])
     _check_plain(data.get("policy_params", {}), "policy_params", source)
+
     def each(where: str, values: Any, types: tuple[type, ...]) -> None:
         values = values if isinstance(values, (list, tuple)) else list(values)
         if not set(map(type, values)) <= set(types):  # fast path: msgpack gives exact types
