@@ -292,8 +292,12 @@ class StateStore:
         older = self.superseded_files(key)
         if older and _same_file(older[0], path):  # kept already, by a tune killed before its first checkpoint
             return older[0]
-        stamp = _stamp()
-        for attempt in range(1000):  # a name of its own: an older superseded state is never overwritten
+        stamp, first = _stamp(), 0
+        if older:  # a clock stepped back must not file the newest state under the oldest name
+            newest, attempt = _superseded_age(older[0])
+            if stamp <= newest:
+                stamp, first = newest, attempt + 1
+        for attempt in range(first, first + 1000):  # a name of its own: an older superseded state is never overwritten
             target = path.with_name(f"{path.name}.superseded-{stamp}" + (f"-{attempt}" if attempt else ""))
             try:
                 _keep_under(path, target)
@@ -309,12 +313,7 @@ class StateStore:
 
     def superseded_files(self, key: str) -> list[Path]:
         """The key's superseded states, newest first (`-10` after `-9` within one stamp, not before `-2`)."""
-
-        def age(path: Path) -> tuple[str, int]:
-            stamp, _, attempt = path.name.rpartition(".superseded-")[2].partition("-")
-            return stamp, int(attempt) if attempt.isdecimal() else 0
-
-        return sorted(self.path.glob(self.file_for(key).name + ".superseded-*"), key=age, reverse=True)
+        return sorted(self.path.glob(self.file_for(key).name + ".superseded-*"), key=_superseded_age, reverse=True)
 
     def state_files(self) -> list[Path]:
         return sorted(self.path.glob("*" + STATE_SUFFIX))
@@ -380,6 +379,12 @@ def _keep_under(path: Path, target: Path) -> None:
             shutil.copyfileobj(source, copy)
             copy.flush()
             os.fsync(copy.fileno())  # whole on disk before the new tune's first checkpoint replaces the original
+
+
+def _superseded_age(path: Path) -> tuple[str, int]:
+    """Where a superseded file stands among its key's: its name's stamp, then its `-N`."""
+    stamp, _, attempt = path.name.rpartition(".superseded-")[2].partition("-")
+    return stamp, int(attempt) if attempt.isdecimal() else 0
 
 
 def _stamp() -> str:

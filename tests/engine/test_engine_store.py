@@ -573,6 +573,20 @@ def test_two_supersedes_in_the_same_instant_keep_both_states(tmp_path, monkeypat
     assert first != second and first.read_bytes() == b"first" and second.read_bytes() == b"second"
 
 
+def test_a_state_superseded_after_the_clock_stepped_back_still_lists_as_the_newest(tmp_path, monkeypatch):
+    import fasta_sm.store
+
+    store = StateStore(tmp_path / "states")
+    stamps = iter(["20261201T120000.000000", "20261201T110000.000000"])  # the clock goes back an hour
+    monkeypatch.setattr(fasta_sm.store, "_stamp", lambda: next(stamps))
+    store.file_for(KEY).write_bytes(b"first")
+    store.supersede(KEY, "test")
+    store.write(KEY, b"second")
+    second = store.supersede(KEY, "test")
+    assert [p.read_bytes() for p in store.superseded_files(KEY)] == [b"second", b"first"]
+    assert second.name.endswith(".superseded-20261201T120000.000000-1")
+
+
 @pytest.mark.parametrize("raw", ["abc", "-1", "nan"])
 def test_a_lock_timeout_from_the_environment_that_is_no_number_of_seconds_is_refused_naming_it(raw, monkeypatch):
     monkeypatch.setenv("FASTA_SM_LOCK_TIMEOUT", raw)
