@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -67,6 +68,15 @@ def file_stem(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+_HELD: dict[str, tuple[int, tuple[int, int] | None]] = {}
+"""Lock file path → the thread of this process holding it, and the (device, inode) of the lock file held.
+
+One record per process, not per StateStore: `tune()` without a store, and
+each integration's plan, open a store of their own over the same dir."""
+if hasattr(os, "register_at_fork"):  # a forked child tunes nothing yet, whatever its parent's threads held
+    os.register_at_fork(after_in_child=_HELD.clear)
+
+
 class StateStore:
     """A directory of state files, one per kernel key."""
 
@@ -76,8 +86,6 @@ class StateStore:
         if lock_timeout_s is not None and not is_wait(lock_timeout_s):
             raise ValueError(f"state dir {self.path}: lock_timeout_s={lock_timeout_s!r} must be a number ≥ 0")
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
-        # key → the thread of this process holding its lock, and the (device, inode) of the lock file held
-        self._held: dict[str, tuple[int, tuple[int, int] | None]] = {}
         self._ensure_dir()
 
     def _ensure_dir(self) -> None:
@@ -99,7 +107,8 @@ class StateStore:
         """Hold the kernel's lock; wait at most `timeout_s` for another process to finish."""
         timeout = self.lock_timeout_s if timeout_s is None else timeout_s
         me = threading.get_ident()
-        if self._held.get(key, (None,))[0] == me:  # flock would make this thread wait for itself until the timeout
+        held_key = str(self.lock_path_for(key))
+        if _HELD.get(held_key, (None,))[0] == me:  # flock would make this thread wait for itself until the timeout
             raise TuneFailed(
                 f"kernel {kernel!r}: this thread is tuning it already (a hook, do_bench or callback of the tune "
                 "launched or tuned the same kernel with the same key)"
@@ -125,20 +134,20 @@ class StateStore:
                 f"kernel {kernel!r}: cannot create lock {exc.filename or lock.lock_file}: "
                 f"state dir is not writable ({exc.strerror or exc})"
             ) from None
-        self._held[key] = (me, _held_identity(lock))
+        _HELD[held_key] = (me, _held_identity(lock))
         try:
             yield
         finally:
-            self._held.pop(key, None)
+            _HELD.pop(held_key, None)
             lock.release()
 
     def _holder(self, key: str) -> str:
-        return "another thread of this process" if key in self._held else "another process"
+        return "another thread of this process" if str(self.lock_path_for(key)) in _HELD else "another process"
 
     def _check_still_locked(self, key: str, kernel: str | None) -> None:
         """Refuse a checkpoint once the lock file this tune holds was deleted or replaced: another process may
         have locked a new file of that name and be tuning the kernel too, and the two would time configs twice."""
-        held = self._held.get(key, (None, None))[1]
+        held = _HELD.get(str(self.lock_path_for(key)), (None, None))[1]
         if held is None:  # not held here, or filelock does not show its descriptor
             return
         path = self.lock_path_for(key)
@@ -188,7 +197,7 @@ class StateStore:
         """
         path = self.file_for(key)
         try:
-            blob = path.read_bytes()
+            blob = _read_regular(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -211,12 +220,17 @@ class StateStore:
 
     @staticmethod
     def read(path: Path) -> TuneState:
-        """Decode one state file; StateFileError if it is not a valid state."""
+        """Decode one state file; StateFileError if it is not a valid state, StateDirError if it cannot be read
+        for now (the file may be sound)."""
         try:
-            blob = path.read_bytes()
+            blob = _read_regular(path)
         except FileNotFoundError:
             raise
         except OSError as exc:
+            if exc.errno in _PASSING_ERRNOS:
+                raise StateDirError(
+                    f"cannot read state file {path} for now ({exc.strerror or exc}); it is left as it is"
+                ) from None
             raise StateFileError(f"{path}: unreadable ({exc.strerror})") from None
         return unpack_state(blob, source=str(path))
 
@@ -358,6 +372,15 @@ _PASSING_ERRNOS = frozenset(
 )
 """Read errors that say nothing of the file (out of descriptors, memory, a storage hiccup): it is left in place.
 Any other (a directory, no permission, a link loop) would fail again at every tune: the file is set aside."""
+
+
+def _read_regular(path: Path) -> bytes:
+    """A file's bytes; anything but a regular file under that name is an OSError, never read (a FIFO would block)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return handle.read()
 
 
 def _same_file(one: Path, other: Path) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 
 from .config import Config, check_config_list, configs_hash
-from .errors import PolicyError, StateFileError
+from .errors import PolicyError, StateDirError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
 from .protocols import Backend, Policy
@@ -145,7 +145,11 @@ def open_tune(
     state = store.load(key, notes)
     carried: dict[int, dict] = {}
     fresh: Policy | None = None
-    if state is not None:
+    if state is None:  # none yet, or quarantined: what the key's superseded files hold is still sound
+        carried = _with_superseded(store, key, kernel, configs, {})
+        if carried:
+            notes.append(f"results of {len(carried)} kept from the key's superseded state files")
+    else:
         if state.configs_hash != wanted:
             why = f"its config list changed ({state.n_configs} → {len(configs)} configs)"
         else:
@@ -200,18 +204,30 @@ def _supersede(
     config dropped by one list change and brought back by the next is not
     measured again.
     """
-    older = store.superseded_files(key)
-    carried = carry_results(old, configs)
-    for path in older:
+    carried = _with_superseded(store, key, old.kernel, configs, carry_results(old, configs))
+    why = f"{why}; results of {len(carried)} kept"
+    notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
+    return carried
+
+
+def _with_superseded(
+    store: StateStore, key: str, kernel: str, configs: Sequence[Config], carried: dict[int, dict]
+) -> dict[int, dict]:
+    """`carried`, and for the configs it has no result of, the results the key's superseded files hold, newest first.
+
+    A superseded file that cannot be read for now stops the tune (StateDirError)
+    rather than be passed over: its configs would be measured again.
+    """
+    for path in store.superseded_files(key):
         try:
             earlier = store.read(path)
+        except StateDirError:
+            raise
         except (OSError, StateFileError) as exc:
-            log.info("kernel %s: nothing carried from %s: %s", old.kernel, path.name, exc)
+            log.info("kernel %s: nothing carried from %s: %s", kernel, path.name, exc)
             continue
         if earlier.key == key:
             carried = {**carry_results(earlier, configs), **carried}
-    why = f"{why}; results of {len(carried)} kept"
-    notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
     return carried
 
 

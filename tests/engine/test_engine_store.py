@@ -641,14 +641,14 @@ def test_a_state_file_that_cannot_be_read_for_now_is_left_in_place_and_named(sto
     tune(KEY, table.kernel, table.configs, backend, policy="random", store=store)
     path = store.file_for(KEY)
     before = path.read_bytes()
-    read_bytes = Path.read_bytes
+    read_regular = store_module._read_regular
 
-    def too_many_open_files(self):
-        if self == path:
+    def too_many_open_files(file):
+        if file == path:
             raise OSError(errno.EMFILE, "Too many open files")
-        return read_bytes(self)
+        return read_regular(file)
 
-    monkeypatch.setattr(Path, "read_bytes", too_many_open_files)
+    monkeypatch.setattr(store_module, "_read_regular", too_many_open_files)
     with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {path} for now (Too many open files)")):
         store.load(KEY)
     monkeypatch.undo()
@@ -754,3 +754,68 @@ def test_a_lock_another_thread_holds_is_said_to_be_held_by_a_thread_not_a_proces
     finally:
         done.set()
         holder.join()
+
+
+def superseded_by_a_list_change(table, backend, store):
+    """A tune over the first half of the table, superseded by one over the whole: the half's results kept aside."""
+    half = table.configs[: len(table.configs) // 2]
+    first = tune(KEY, table.kernel, half, backend, policy="exhaustive", store=store).state
+    tune(KEY, table.kernel, table.configs, backend, policy="random", store=store)
+    return {c.identity for i, c in enumerate(first.configs) if i in first.durations or i in first.failed}
+
+
+def test_a_tune_after_its_state_was_quarantined_keeps_the_results_of_the_keys_superseded_files(table, backend, store):
+    measured = superseded_by_a_list_change(table, backend, store)
+    store.file_for(KEY).write_bytes(b"damaged")
+    counting = CountingBackend(backend)
+    result = tune(KEY, table.kernel, table.configs, counting, policy="exhaustive", store=store)
+    assert result.state.done and list(store.path.glob("*.corrupt-*"))
+    assert measured and not measured & {c.identity for c in counting.compiled + counting.benchmarked}
+    assert any("kept from the key's superseded state files" in note for note in result.state.restarts)
+
+
+def test_a_superseded_file_that_cannot_be_read_for_now_stops_the_tune_rather_than_measure_its_configs_again(
+    table, backend, store, monkeypatch
+):
+    superseded_by_a_list_change(table, backend, store)
+    (kept,) = store.superseded_files(KEY)
+    store.file_for(KEY).unlink()
+    read_regular = store_module._read_regular
+
+    def too_many_open_files(file):
+        if file == kept:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return read_regular(file)
+
+    monkeypatch.setattr(store_module, "_read_regular", too_many_open_files)
+    with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {kept} for now")):
+        tune(KEY, table.kernel, table.configs, backend, policy="exhaustive", store=store)
+    assert kept.exists() and not store.file_for(KEY).exists()
+
+
+def test_a_tune_started_from_inside_a_tune_of_the_same_key_fails_at_once_whichever_store_object_it_uses(
+    table, backend, store
+):
+    inner: list[BaseException] = []
+
+    def tune_again(state):
+        if not inner:
+            try:
+                other = StateStore(store.path, lock_timeout_s=2.0)
+                tune(KEY, table.kernel, table.configs, backend, policy="random", store=other)
+            except BaseException as exc:  # noqa: BLE001  the spec is what it raised
+                inner.append(exc)
+
+    started = time.monotonic()
+    run_tune(table, backend, store, on_step=tune_again)
+    assert isinstance(inner[0], TuneFailed) and "this thread is tuning it already" in str(inner[0])
+    assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_a_named_pipe_in_place_of_a_state_file_is_set_aside_not_waited_on(table, backend, store):
+    os.mkfifo(store.file_for(KEY))
+    with pytest.raises(store_module.StateFileError, match="not a regular file"):
+        store.read(store.file_for(KEY))
+    result = run_tune(table, backend, store)
+    assert result.state.done and len(list(store.path.glob("*.corrupt-*"))) == 1
