@@ -197,18 +197,9 @@ class StateStore:
         """
         path = self.file_for(key)
         try:
-            blob = _read_regular(path)
+            state = self.read(path)  # StateDirError when it cannot be read for now: the file may be sound
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            if exc.errno in _PASSING_ERRNOS:  # the file may be sound: never set it aside for this
-                raise StateDirError(
-                    f"cannot read state file {path} for now ({exc.strerror or exc}); it is left as it is"
-                ) from None
-            self.quarantine(path, f"{path}: unreadable ({exc.strerror or exc})", notes)
-            return None
-        try:
-            state = unpack_state(blob, source=str(path))
         except StateFileError as exc:
             why = str(exc)
         else:
@@ -231,7 +222,7 @@ class StateStore:
                 raise StateDirError(
                     f"cannot read state file {path} for now ({exc.strerror or exc}); it is left as it is"
                 ) from None
-            raise StateFileError(f"{path}: unreadable ({exc.strerror})") from None
+            raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
         return unpack_state(blob, source=str(path))
 
     def quarantine(self, path: Path, why: str, notes: list[str] | None = None) -> Path:
