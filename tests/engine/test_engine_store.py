@@ -637,10 +637,8 @@ def mount_read_only(monkeypatch, folder: Path) -> None:
     monkeypatch.setattr(os, "open", open_)
 
 
-def test_a_state_file_that_cannot_be_read_for_now_is_left_in_place_and_named(store, table, backend, monkeypatch):
-    tune(KEY, table.kernel, table.configs, backend, policy="random", store=store)
-    path = store.file_for(KEY)
-    before = path.read_bytes()
+def out_of_descriptors_reading(path: Path, monkeypatch) -> None:
+    """Reading `path` fails as it does when the process has no file descriptor left (EMFILE)."""
     read_regular = store_module._read_regular
 
     def too_many_open_files(file):
@@ -649,6 +647,13 @@ def test_a_state_file_that_cannot_be_read_for_now_is_left_in_place_and_named(sto
         return read_regular(file)
 
     monkeypatch.setattr(store_module, "_read_regular", too_many_open_files)
+
+
+def test_a_state_file_that_cannot_be_read_for_now_is_left_in_place_and_named(store, table, backend, monkeypatch):
+    tune(KEY, table.kernel, table.configs, backend, policy="random", store=store)
+    path = store.file_for(KEY)
+    before = path.read_bytes()
+    out_of_descriptors_reading(path, monkeypatch)
     with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {path} for now (Too many open files)")):
         store.load(KEY)
     monkeypatch.undo()
@@ -780,14 +785,7 @@ def test_a_superseded_file_that_cannot_be_read_for_now_stops_the_tune_rather_tha
     superseded_by_a_list_change(table, backend, store)
     (kept,) = store.superseded_files(KEY)
     store.file_for(KEY).unlink()
-    read_regular = store_module._read_regular
-
-    def too_many_open_files(file):
-        if file == kept:
-            raise OSError(errno.EMFILE, "Too many open files")
-        return read_regular(file)
-
-    monkeypatch.setattr(store_module, "_read_regular", too_many_open_files)
+    out_of_descriptors_reading(kept, monkeypatch)
     with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {kept} for now")):
         tune(KEY, table.kernel, table.configs, backend, policy="exhaustive", store=store)
     assert kept.exists() and not store.file_for(KEY).exists()
