@@ -113,7 +113,7 @@ class StateStore:
                 f"kernel {kernel!r}: this thread is tuning it already (a hook, do_bench or callback of the tune "
                 "launched or tuned the same kernel with the same key)"
             )
-        lock = filelock.FileLock(str(self.lock_path_for(key)), timeout=timeout)
+        lock = filelock.FileLock(held_key, timeout=timeout)
         try:
             try:
                 lock.acquire(timeout=0)
@@ -147,10 +147,10 @@ class StateStore:
     def _check_still_locked(self, key: str, kernel: str | None) -> None:
         """Refuse a checkpoint once the lock file this tune holds was deleted or replaced: another process may
         have locked a new file of that name and be tuning the kernel too, and the two would time configs twice."""
-        held = _HELD.get(str(self.lock_path_for(key)), (None, None))[1]
+        path = self.lock_path_for(key)
+        held = _HELD.get(str(path), (None, None))[1]
         if held is None:  # not held here, or filelock does not show its descriptor
             return
-        path = self.lock_path_for(key)
         try:
             now = os.stat(path)
         except FileNotFoundError:
