@@ -36,6 +36,7 @@ from .worker import (
     kernel_path,
     module_root,
     resolve,
+    triton_cache_dir,
     tuning_triton_key,
     unwrap_jit,
 )
@@ -404,9 +405,10 @@ class TritonBackend:
             else:
                 return None
         target, key, max_shared = _compile_target(), tuning_triton_key(), _device_max_shared()
-        root = module_root(module)
+        root, cache_dir = module_root(module), str(triton_cache_dir())
         return [
-            CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key, root, max_shared)
+            CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key, root, max_shared,
+                       cache_dir)
             for c in configs
         ]
 

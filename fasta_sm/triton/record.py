@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
 from .compile_pool import CompilePool
 from .spec import KernelSpec
-from .worker import describe_error
+from .worker import describe_error, triton_cache_dir
 
 logger = logging.getLogger("fasta_sm.triton.record")
 
@@ -62,16 +62,6 @@ def check_output(backend: TritonBackend, spec: KernelSpec, config: Config, expec
     if not math.isfinite(error) or error > spec.tolerance:
         return f"WrongResult: relative error {error:.3g} exceeds {spec.tolerance:g}"
     return None
-
-
-def triton_cache_dir() -> Path:
-    """Where Triton keeps compiled kernels (TRITON_CACHE_DIR, as Triton reads it)."""
-    try:
-        from triton import knobs
-
-        return Path(knobs.cache.dir)
-    except (ImportError, AttributeError):  # a Triton without knobs
-        return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
 
 
 def compiled_before(spec: KernelSpec, cache_dir: Path | None = None) -> int:

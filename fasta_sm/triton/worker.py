@@ -25,6 +25,7 @@ import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, NamedTuple
 
 logger = logging.getLogger("fasta_sm.triton.worker")
@@ -109,6 +110,11 @@ class CompileJob:
     checks it when it loads a binary (`max_shared_mem`); with it, a config
     that needs more fails in the worker once its need is known
     (`stop_over_shared`), not after its PTX and binary are built.
+    `cache_dir` is the Triton cache the tuning process loads from as the job
+    is made (`triton_cache_dir`), which the worker then writes to: the
+    program may have set `triton.knobs.cache.dir`, which no environment
+    carries, or changed `TRITON_CACHE_DIR` after the pool started. Without
+    it the worker writes where its own settings say.
     """
 
     module: str
@@ -119,6 +125,7 @@ class CompileJob:
     triton_key: str | None = None
     root: str | None = None
     max_shared: int | None = None
+    cache_dir: str | None = None
 
 
 def _exit_with_parent(alive: Connection) -> None:
@@ -153,6 +160,28 @@ def init_worker(alive: Connection, environ: Mapping[str, str]) -> None:
     os.environ.clear()
     os.environ.update(environ)
     threading.Thread(target=_exit_with_parent, args=(alive,), daemon=True).start()
+
+
+def triton_cache_dir() -> Path:
+    """Where this process's Triton keeps compiled kernels: `knobs.cache.dir`, else TRITON_CACHE_DIR."""
+    try:
+        from triton import knobs
+
+        return Path(knobs.cache.dir)
+    except (ImportError, AttributeError):  # a Triton without knobs reads the environment at every compile
+        return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+
+
+def _use_cache_dir(path: str | None) -> None:
+    """Write compiled kernels to `path`, the cache the tuning process loads from (None: leave the worker's own)."""
+    if path is None:
+        return
+    try:
+        from triton import knobs
+
+        knobs.cache.dir = path
+    except (ImportError, AttributeError):
+        os.environ["TRITON_CACHE_DIR"] = path
 
 
 def do_nothing() -> None:
@@ -440,6 +469,7 @@ def compile_in_worker(job: CompileJob) -> WorkerResult:
     try:
         _use_driver_for(job.target)
         _use_triton_key(job.triton_key)
+        _use_cache_dir(job.cache_dir)
         stop_over_shared(job.max_shared)
         if job.root is not None and job.root not in sys.path:
             sys.path.append(job.root)

@@ -6,7 +6,8 @@ given, with no driver, torch or GPU of its own; this process then compiles
 the same launch with torch dtypes, which must find the worker's binary in
 the cache under the same key. The worker also compiles a matmul tile under
 a shared-memory limit below its need, under one above it (this process's
-compile of it must then be a cache hit too), and another tile with no limit.
+compile of it must then be a cache hit too), and another tile with no limit;
+last, a job that names another cache, which its binary must land in.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ if __name__ == "__main__":
         over_files = sorted(path.suffix for path in Path(os.environ["TRITON_CACHE_DIR"]).rglob("tile_dot_kernel.*"))
         under_error = pool.submit(tile_job(3, 232448)).result(120).error
         no_limit_error = pool.submit(tile_job(2, None)).result(120).error  # after a limit, in the same worker
+        elsewhere = Path(os.environ["TRITON_CACHE_DIR"] + "_elsewhere")  # a cache set after the pool started
+        pool.submit(CompileJob("sm90_kernels", "accumulate_kernel", (f32, f32, 4096, 2.0), launch | {"BLOCK": 128},
+                               target, tuning_triton_key(), cache_dir=str(elsewhere))).result(120)
+        elsewhere_cubins = sorted(path.name for path in elsewhere.rglob("*.cubin"))
     finally:
         pool.close()
     cache = Path(os.environ["TRITON_CACHE_DIR"])
@@ -66,6 +71,7 @@ if __name__ == "__main__":
         "tile_shared": tile_kernel.metadata.shared,
         "torch_in_worker": torch_in_worker,
         "cubins": compiled,
+        "elsewhere_cubins": elsewhere_cubins,
         "new_cache_entries": sorted(set(path.name for path in cache.iterdir()) - set(entries_before)),
         "parent_hash": kernel.hash,
     }))

@@ -189,6 +189,31 @@ def test_gpu_compiles_in_workers_and_loads_in_the_parent():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_gpu_workers_compile_into_the_cache_the_program_set_after_the_pool_started(tmp_path, monkeypatch):
+    """Else the tuning process finds none of their binaries and compiles every config again itself."""
+    from triton import knobs
+
+    from fasta_sm.triton import zoo
+
+    spec = zoo.spec_mm_fp16(M=512, N=512, K=512)
+    args = spec.make_args("cuda")
+    at_start, set_later = tmp_path / "at_start", tmp_path / "set_later"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(at_start))
+    pool = CompilePool(2)
+    try:
+        pool.start()
+        with knobs.cache.scope():
+            knobs.cache.dir = str(set_later)
+            outcomes = TritonBackend(spec.fn, args, spec.grid, spec.kwargs, pool=pool).compile(spec.configs[:3])
+    finally:
+        pool.close()
+    assert [o.error for o in outcomes] == [None, None, None]
+    assert not list(at_start.rglob("*.cubin"))
+    assert len(list(set_later.rglob("*.cubin"))) == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 def test_gpu_out_of_shared_memory_failure_carries_the_figures_the_fasta_policy_reads():
     from fasta_sm.failures import shared_memory_overshoot
     from fasta_sm.triton import zoo
@@ -333,6 +358,36 @@ def test_a_worker_uses_the_cache_key_prefix_the_tuning_process_gives_it():
     finally:
         pool.close()
     assert error == "RuntimeError: key=fasta-test-key"
+
+
+def test_a_worker_writes_to_the_triton_cache_the_job_names_not_the_one_it_started_with(tmp_path, monkeypatch):
+    """The program may set `triton.knobs.cache.dir` or TRITON_CACHE_DIR after the pool started: the tuning
+    process then loads from a cache the workers' environment does not name."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "at_start"))
+    pool = CompilePool(1)
+    try:
+        pool.start()
+        named = pool.submit(CompileJob("worker_probe", "cache_probe", (), {}, cache_dir=str(tmp_path / "now")))
+        error = named.result(60).error
+    finally:
+        pool.close()
+    assert error == f"RuntimeError: cache={tmp_path / 'now'}"
+
+
+def test_a_backends_jobs_name_the_triton_cache_this_process_loads_from(tmp_path, monkeypatch):
+    from triton import knobs
+    from triton.runtime.jit import JITFunction
+
+    from fasta_sm.triton import backend as backend_module
+
+    kernel = JITFunction(getattr(accumulate_kernel, "fn", accumulate_kernel))
+    monkeypatch.setattr(backend_module, "resolve", lambda module, qualname: kernel)
+    x, out = torch.randn(N), torch.zeros(N)
+    with knobs.cache.scope():  # puts the knob and the environment back as they were
+        os.environ["TRITON_CACHE_DIR"] = str(tmp_path / "from_the_environment")
+        knobs.cache.dir = str(tmp_path / "set_by_the_program")
+        jobs = TritonBackend(kernel, (x, out, N, 2.0), grid)._jobs(configs(64, 128))
+    assert [job.cache_dir for job in jobs] == [str(tmp_path / "set_by_the_program")] * 2
 
 
 def test_a_backend_starts_no_guesses_while_its_pool_is_starting():

@@ -48,6 +48,10 @@ def test_a_worker_compiles_without_loading_the_torch_its_kernel_module_imports(c
     assert compile_only["torch_in_worker"] == "RuntimeError: torch is DeferredModule"
 
 
+def test_a_worker_compiles_into_the_cache_its_job_names_not_the_one_of_its_environment(compile_only):
+    assert compile_only["elsewhere_cubins"] == ["accumulate_kernel.cubin"]
+
+
 def test_the_tuning_process_finds_the_workers_binary_under_its_own_key(compile_only):
     """Compiled here with torch dtypes, the same launches are cache hits, the one compiled under a shared-memory
     limit among them: nothing new is written."""

@@ -64,3 +64,15 @@ class _MainReporter:
 
 
 main_probe = _MainReporter()
+
+
+class _CacheReporter:
+    """Fails with the Triton cache the worker would write a compiled kernel to."""
+
+    def warmup(self, *args, **kwargs) -> None:
+        from fasta_sm.triton.worker import triton_cache_dir
+
+        raise RuntimeError(f"cache={triton_cache_dir()}")
+
+
+cache_probe = _CacheReporter()
