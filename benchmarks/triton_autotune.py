@@ -105,22 +105,20 @@ def cold(fn, pool_up: bool = False) -> Path:
     process's first sees. Its workers fork from a server that inherited the
     first cache dir, so that dir is emptied rather than replaced.
     """
-    import multiprocessing.forkserver
-
     import triton
 
-    from fasta_sm.triton import compile_pool
+    from fasta_sm.triton import compile_pool, fork_server
 
     if hasattr(fn, "device_caches"):
         fn.device_caches.clear()
     close_pool()
     current = os.environ.get("TRITON_CACHE_DIR")
-    if pool_up and current and multiprocessing.forkserver._forkserver._forkserver_pid is not None:
+    if pool_up and current and fork_server.fork_server_pid() is not None:
         cache = Path(current)
         shutil.rmtree(cache)
         cache.mkdir()
     else:
-        multiprocessing.forkserver._forkserver._stop()
+        fork_server.stop_fork_server()
         cache = Path(tempfile.mkdtemp(prefix="triton-cache-"))
         os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by the fork server, hence by the workers
         triton.knobs.cache.dir = str(cache)

@@ -14,7 +14,6 @@ before those changes, it shows the CUDA context each worker created.
 
 import argparse
 import json
-import multiprocessing.forkserver
 import os
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import torch
 import triton
 
 IMPORT_S = now()
-from fasta_sm.triton import compile_pool, worker, zoo
+from fasta_sm.triton import compile_pool, fork_server, worker, zoo
 from fasta_sm.triton.backend import TritonBackend
 from fasta_sm.triton.record import spread
 
@@ -71,7 +70,7 @@ def fresh_cache(spec=None):
 
 def stop_pool(pool):
     pool.close()
-    multiprocessing.forkserver._forkserver._stop()
+    fork_server.stop_fork_server()
 
 
 FRESH_INTERPRETER = r"""

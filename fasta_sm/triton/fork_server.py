@@ -1,10 +1,17 @@
-"""Where compile workers come from: a fork server that imported Triton, started early, named apart.
+"""Where compile workers come from: a fork server of their own that imported Triton, started early, named apart.
 
 Workers are never forked from the tuning process (it holds a CUDA context):
 they fork from a server that imported Triton once, so starting fourteen of
 them costs one import, not fourteen (spawn where the platform has no fork
 server). What the server imports, torch included or deferred, is decided
 when it starts (`preload_modules`).
+
+The server is fasta-sm's, not multiprocessing's. That one is shared by
+the whole program (and is the default start method from Python 3.14): a
+library that started it first would leave the workers without their
+preload, so each imports torch and runs the main script again, and one
+started here would hand the workers' deferred torch to the program's own
+children.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import multiprocessing
 import os
 import types
 from collections.abc import Mapping
+from multiprocessing import forkserver, popen_forkserver
+from multiprocessing.context import ForkServerProcess
 from typing import Any
 
 from ..env import env_switch, parse_switch
@@ -81,23 +90,78 @@ def preload_modules() -> list[str]:
     return ["torch", *PRELOAD] if wanted else list(PRELOAD)
 
 
+_server = forkserver.ForkServer()
+"""The workers' fork server; multiprocessing's own (`forkserver._forkserver`) is left to the program."""
+
+
+def _new_server_in_child() -> None:
+    """A child forked from this process cannot reach its parent's server: it would start its own."""
+    global _server
+    _server = forkserver.ForkServer()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_server_in_child)
+
+
+def fork_server_pid() -> int | None:
+    """The process id of the workers' fork server, or None before it starts."""
+    return _server._forkserver_pid
+
+
+def stop_fork_server() -> None:
+    """Stop the workers' fork server (the next pool starts a new one): for benchmarks of a cold start."""
+    _server._stop()
+
+
+class _ThroughOurServer:
+    """The `forkserver` module as the workers' Popen sees it: its helpers, our server's connection."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("connect_to_new_process", "ensure_running"):
+            return getattr(_server, name)
+        return getattr(forkserver, name)
+
+
+def _launching_through_our_server() -> types.FunctionType:
+    """multiprocessing's launch of a fork-server process, reading `forkserver` as `_ThroughOurServer`.
+
+    The launch asks the module-level server for each new process; only its
+    name lookup changes here, not its code, so it stays what the running
+    Python ships.
+    """
+    launch = popen_forkserver.Popen._launch
+    names = dict(launch.__globals__, forkserver=_ThroughOurServer())
+    return types.FunctionType(launch.__code__, names, launch.__name__, launch.__defaults__, launch.__closure__)
+
+
+class _WorkerPopen(popen_forkserver.Popen):
+    _launch = _launching_through_our_server()
+
+
+class _WorkerProcess(ForkServerProcess):
+    """A process forked from the workers' fork server."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> popen_forkserver.Popen:  # noqa: N802  multiprocessing's name
+        return _WorkerPopen(process_obj)
+
+
 def worker_context() -> multiprocessing.context.BaseContext:
-    """A fork server that has imported Triton, else spawn: never a fork of this process."""
+    """The workers' own fork server, which imports Triton, else spawn: never a fork of this process."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
-    context = _named_worker_context()
-    context.set_forkserver_preload(preload_modules())
-    return context
+    _server.set_forkserver_preload(preload_modules())
+    return _worker_context()
 
 
 @functools.cache
-def _named_worker_context() -> multiprocessing.context.BaseContext:
-    """The fork-server context, with every process it makes named `WORKER_NAME`."""
-    return _NamedProcesses(multiprocessing.get_context("forkserver"))  # type: ignore[return-value]
+def _worker_context() -> multiprocessing.context.BaseContext:
+    return _WorkerContext(multiprocessing.get_context("forkserver"))  # type: ignore[return-value]
 
 
-class _NamedProcesses:
-    """A multiprocessing context whose processes carry one name (multiprocessing numbers them otherwise)."""
+class _WorkerContext:
+    """The fork-server context, whose processes come from the workers' server and are named `WORKER_NAME`."""
 
     def __init__(self, context: multiprocessing.context.BaseContext) -> None:
         self._context = context
@@ -106,7 +170,7 @@ class _NamedProcesses:
         return getattr(self._context, name)
 
     def Process(self, *args: Any, **kwargs: Any) -> multiprocessing.process.BaseProcess:  # noqa: N802  multiprocessing's name
-        return self._context.Process(*args, **kwargs, name=WORKER_NAME)
+        return _WorkerProcess(*args, **kwargs, name=WORKER_NAME)
 
 
 def interpreting(fn: Any = None) -> bool:
@@ -143,11 +207,9 @@ def start_fork_server() -> bool:
         return False
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return False
-    from multiprocessing import forkserver
-
     try:
         worker_context()  # sets the server's preload
-        forkserver.ensure_running()
+        _server.ensure_running()
     except Exception as error:  # noqa: BLE001  decorating must not fail: the first tune starts it, or compiles here
         logger.debug("the fork server did not start ahead: %s", describe_error(error))
         return False

@@ -511,9 +511,8 @@ def skip_main_in_workers() -> None:
     launch there, and even a guarded one that starts with `import torch.nn`
     makes every worker import torch before its first compile. Workers need
     no `__main__`: a kernel defined there is compiled in the tuning process
-    (`TritonBackend._jobs`). Runs in the fork server (`worker_preload`);
-    other children of that server, which multiprocessing shares within a
-    process, still run `__main__` as usual.
+    (`TritonBackend._jobs`). Runs in the workers' own fork server
+    (`worker_preload`, `fork_server`).
     """
     from multiprocessing import process, spawn
 

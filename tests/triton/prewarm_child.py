@@ -11,7 +11,6 @@ outlive the test.
 from __future__ import annotations
 
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -43,7 +42,9 @@ def decorate_and_report(wrapped: bool = False, torch_table: bool = False, in_mai
         fasta_sm.autotune(CONFIGS, key=["n"], state_dir=tempfile.mkdtemp())(kernel)
     else:
         make_tuned(tempfile.mkdtemp())
-    pid = multiprocessing.forkserver._forkserver._forkserver_pid
+    from fasta_sm.triton.fork_server import fork_server_pid
+
+    pid = fork_server_pid()
     if pid is not None:
         os.kill(pid, signal.SIGKILL)
     return pid is not None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import multiprocessing.forkserver
 import os
 import re
 import signal
@@ -273,11 +272,11 @@ def test_workers_die_with_a_killed_parent():
 
 def test_workers_take_the_environment_of_the_tuning_process_as_the_pool_starts(monkeypatch):
     """Not the fork server's, which may have started at import, before the program set TRITON_CACHE_DIR."""
-    from fasta_sm.triton.fork_server import worker_context
+    from fasta_sm.triton import fork_server
 
     monkeypatch.setenv("FASTA_TEST_PROBE", "at the server's start")
-    worker_context()
-    multiprocessing.forkserver.ensure_running()
+    fork_server.worker_context()
+    fork_server._server.ensure_running()  # as `start_fork_server` does at decoration, outside the interpreter
     monkeypatch.setenv("FASTA_TEST_PROBE", "at the pool's start")
     pool = CompilePool(1)
     try:

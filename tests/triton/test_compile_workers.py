@@ -186,6 +186,28 @@ def guardless(tmp_path_factory):
     return {"runs": runs.read_text().split(), **json.loads(child.stdout.strip().splitlines()[-1])}
 
 
+def _shared_server(order: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    child = subprocess.run([sys.executable, str(HERE / "shared_server_child.py"), order], capture_output=True,
+                           text=True, timeout=180, env=env, cwd=HERE)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork server on Windows")
+def test_workers_keep_their_preload_when_the_program_started_multiprocessings_fork_server_first():
+    """As another library does, or any process pool from Python 3.14, where the fork server is the default."""
+    seen = _shared_server("program-first")
+    assert seen["worker"] == "RuntimeError: preload=True main=None"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork server on Windows")
+def test_the_programs_own_fork_server_children_get_none_of_the_workers_preload():
+    seen = _shared_server("fasta-first")
+    assert seen["worker"] == "RuntimeError: preload=True main=None"
+    assert seen["program_child_preloaded"] is False
+
+
 def test_a_script_without_a_main_guard_runs_once_not_again_in_each_worker(guardless):
     assert len(guardless["runs"]) == 1
     assert guardless["main_probe"] == "RuntimeError: __main__ file=None"

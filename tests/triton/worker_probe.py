@@ -76,3 +76,16 @@ class _CacheReporter:
 
 
 cache_probe = _CacheReporter()
+
+
+class _PreloadReporter:
+    """Fails with whether the worker came from fasta-sm's fork server (its preload imported) and its `__main__` file."""
+
+    def warmup(self, *args, **kwargs) -> None:
+        import sys
+
+        preloaded = "fasta_sm.triton.worker_preload" in sys.modules
+        raise RuntimeError(f"preload={preloaded} main={getattr(sys.modules['__main__'], '__file__', None)}")
+
+
+preload_probe = _PreloadReporter()
