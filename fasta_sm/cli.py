@@ -7,6 +7,7 @@ import csv
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ from . import __version__
 from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, ReplayTable, load_table
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
+from .machine import SEED_MAX
 from .policies import make_policy, require_listed
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
@@ -114,7 +116,8 @@ def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None
 @click.option("--policy", default="fasta", show_default=True, callback=lambda _ctx, _param, name: _known_policy(name),
               help="Search policy.")
 @click.option(
-    "--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for the policy and the replay noise."
+    "--seed", default=0, show_default=True, type=click.IntRange(0, SEED_MAX),
+    help="Seed for the policy and the replay noise.",
 )
 @budget_option("Budget as a fraction of the space (policy default if unset).")
 @click.option(
@@ -476,9 +479,15 @@ def _predicted_at_pick(state: TuneState) -> dict[int, float]:
 
 
 def _check_directory_of(option: str, path: Path | None) -> None:
-    """An output file's directory must exist before any work is done: a typo must not cost a whole run."""
-    if path is not None and not path.expanduser().absolute().parent.is_dir():
+    """An output file's directory must exist, and be writable, before any work is done: a typo must not cost
+    a whole run."""
+    if path is None:
+        return
+    parent = path.expanduser().absolute().parent
+    if not parent.is_dir():
         raise click.ClickException(f"{option} {path}: no directory {path.parent}")
+    if not os.access(parent, os.W_OK):
+        raise click.ClickException(f"{option} {path}: the directory {path.parent} is not writable")
 
 
 def _given_state_dir(state_dir: Path | None) -> Path | None:
@@ -523,7 +532,7 @@ def graph(fmt: str, out: Path | None) -> None:
     if out is None:
         click.echo(result)
     else:
-        console.print(f"wrote {out}")
+        notes.print(f"wrote {out}")
 
 
 @main.command()
@@ -557,7 +566,7 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
             writer = csv.DictWriter(handle, fieldnames=list(REPORT_COLUMNS))
             writer.writeheader()
             writer.writerows(rows)
-        console.print(f"wrote {csv_out}")
+        notes.print(f"wrote {csv_out}")
 
 
 def _finite_or_null(value: object) -> object:
@@ -657,7 +666,7 @@ def _cell(value: object) -> str:
     "--seed-start",
     default=0,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, SEED_MAX),
     help="First seed; the defaults were chosen on seeds 0-599, so a run from 600 on checks a change on fresh ones.",
 )
 @click.option(
@@ -709,7 +718,14 @@ def bench_command(
             names.remove("trees")
             notes.print("trees left out: it needs scikit-learn (pip install 'fasta-sm[bench]')")
     _check_directory_of("--json", json_out)
-    paths = table_paths(tables_dir or shipped_tables())  # refused before the progress display starts
+    if seed_start + seeds - 1 > SEED_MAX:
+        raise click.BadParameter(f"seeds {seed_start}..{seed_start + seeds - 1} pass {SEED_MAX}, the largest seed",
+                                 param_hint="--seed-start")
+    folder = tables_dir or shipped_tables()
+    paths = table_paths(folder)  # refused before the progress display starts
+    if json_out is not None and json_out.expanduser().absolute().parent == Path(folder).expanduser().absolute():
+        raise click.BadParameter(f"{json_out} is in the tables folder, where the next bench would read it as a "
+                                 "table; write it elsewhere", param_hint="--json")
     params = _policy_params(names[0], param_items, paths)
     for path in paths:
         _note_defects(path, load_table(path))
@@ -747,7 +763,7 @@ def bench_command(
     _print_table(overall)
     if json_out is not None:
         json_out.write_text(json.dumps(_finite_or_null(result), indent=2, allow_nan=False))
-        console.print(f"wrote {json_out}")
+        notes.print(f"wrote {json_out}")
 
 
 main.add_command(record_command)

@@ -20,7 +20,13 @@ from .errors import ConfigError
 Scalar = int | float | bool | str
 
 
+_INT_RANGE = (-(2**63), 2**64)
+"""What msgpack, hence a state file, can hold of an int."""
+
+
 def _check_scalar(config: Config, name: str, value: Any) -> Scalar:
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
+        raise ConfigError(f"{config._where()}: {name}={value!r} does not fit in 64 bits")
     if isinstance(value, bool) or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -39,6 +45,8 @@ class Config:
 
     `options` holds launch options other than warps and stages (num_ctas,
     maxnreg, ...). All values are plain scalars so a config survives msgpack.
+    `num_stages` may be 0, which Triton's AMD backend takes (no software
+    pipelining); `num_warps` is at least 1.
     Two configs are equal when their identities are: BLOCK=1, BLOCK=1.0 and
     BLOCK=True are three configs, as they are three specializations to Triton.
     """
@@ -57,10 +65,11 @@ class Config:
             if not isinstance(name, str):  # 1 and "1" would share an identity
                 raise ConfigError(f"{self._where()}: option name {name!r} is not a string")
             _check_scalar(self, name, value)
-        for name in ("num_warps", "num_stages"):
+        for name, least in (("num_warps", 1), ("num_stages", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{self._where()}: {name}={value!r} must be a positive int")
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value < 2**31:
+                kind = "a positive int" if least else "an int ≥ 0"
+                raise ConfigError(f"{self._where()}: {name}={value!r} must be {kind} below 2**31")
         object.__setattr__(self, "kwargs", dict(sorted(self.kwargs.items())))
         object.__setattr__(self, "options", dict(sorted(self.options.items())))
 

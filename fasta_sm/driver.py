@@ -230,8 +230,18 @@ def to_fasta_config(config: Any) -> Config:
         value = getattr(config, name, None)
         if value is not None and not (name == "num_ctas" and value == 1):
             options[name] = value
-    return Config(dict(config.kwargs), num_warps=int(config.num_warps), num_stages=int(config.num_stages),
+    return Config(dict(config.kwargs), num_warps=_whole(config.num_warps), num_stages=_whole(config.num_stages),
                   options=options)
+
+
+def _whole(value: Any) -> Any:
+    """A launch option that is a whole number (4, 4.0, numpy's 4) as an int; anything else as it is, for Config
+    to refuse by name."""
+    try:
+        whole = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return value
+    return whole if whole == value and not isinstance(value, bool) else value
 
 
 class AutotunerBackend:

@@ -527,9 +527,13 @@ class Tune:
         self._checkpoint()
 
 
+SEED_MAX = 2**64 - 1
+"""The largest seed: numpy seeds a generator with up to 64 bits here, and a state file holds no more."""
+
+
 def check_seed(kernel: str, seed: int) -> int:
     """The seed as an int; True is no seed, though it equals 1 and would find seed 1's tune."""
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64:
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= SEED_MAX:
         raise ValueError(f"kernel {kernel!r}: seed={seed!r} must be an integer in [0, 2**64)")
     return int(seed)
 

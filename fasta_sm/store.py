@@ -173,7 +173,7 @@ class StateStore:
         if fcntl is None:
             return _is_locked_by_filelock(lock_path)
         try:
-            fd = os.open(lock_path, os.O_RDONLY)
+            fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a named pipe must not block
         except FileNotFoundError:
             return False
         except OSError:

@@ -131,7 +131,8 @@ class ReplayTable:
 
 def timed_by_interpreter(table: Mapping[str, Any]) -> bool:
     """Whether a table (its JSON object) was recorded under Triton's interpreter, by its `timing.method`."""
-    return str(table.get("timing", {}).get("method", "")).startswith(INTERPRETER_TIMING)
+    timing = table.get("timing")  # not a documented field: a recorder of another kind may write anything there
+    return isinstance(timing, dict) and str(timing.get("method", "")).startswith(INTERPRETER_TIMING)
 
 
 def repeat_spreads(samples_us: Iterable[Sequence[float]]) -> np.ndarray:
@@ -151,8 +152,8 @@ def load_table(path: str | Path) -> ReplayTable:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TableError(f"{path}: no such replay table") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TableError(f"{path}: not a JSON replay table ({exc})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise TableError(f"{path}: not a JSON replay table ({type(exc).__name__}: {exc})") from None
     return table_from_dict(data, str(path))
 
 

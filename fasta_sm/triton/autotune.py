@@ -32,7 +32,7 @@ from triton.runtime.jit import JITFunction, KernelInterface
 
 from ..config import Config
 from ..driver import integration_params, to_fasta_config, whole_number
-from ..errors import FastaError
+from ..errors import ConfigError, FastaError
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
@@ -68,7 +68,10 @@ def _distinct(kernel: str, configs: list[triton.Config], decorated: bool = True)
     first_of: dict[str, triton.Config] = {}
     kept = []
     for config in configs:
-        identity = to_fasta_config(config).identity
+        try:
+            identity = to_fasta_config(config).identity
+        except ConfigError as error:
+            raise ConfigError(f"fasta_sm.autotune({kernel}): {error}") from None
         first = first_of.get(identity)
         if first is None:
             first_of[identity] = config

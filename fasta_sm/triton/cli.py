@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import click
 
 from ..backends.replay import DISTURBED_SPREAD, count_disturbed, timed_by_interpreter
-from ..errors import MissingDependency, TableError
+from ..errors import ConfigError, MissingDependency, TableError
 
 
 def _finite(least: float, strict: bool) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
@@ -55,6 +56,18 @@ def _spec_path(spec: str) -> str:
             param_hint="SPECS",
         )
     return f"fasta_sm.triton.zoo:spec_{spec}"
+
+
+def _check_writable(out_dir: Path) -> None:
+    """Make `out_dir` and write a file there, before anything is recorded: a read-only mount found after the
+    first kernel would cost its recording and every one after."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as exc:
+        raise click.BadParameter(f"{out_dir}: no table can be written there ({exc.strerror or exc})",
+                                 param_hint="--out") from None
 
 
 @click.command("record")
@@ -128,7 +141,7 @@ def record_command(
     from .compile_pool import CompilePool, check_settings
     from .fork_server import interpreting
     from .record import compiled_before, record, spread, triton_cache_dir, write_table
-    from .spec import load_spec
+    from .spec import load_spec, resolve_spec
 
     check_settings()
     if device == "cpu" and not interpreting():
@@ -136,6 +149,13 @@ def record_command(
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise click.BadParameter(f"{device}: torch sees no CUDA device here", param_hint="--device")
 
+    spec_params = _parse_params(params)
+    for name in specs:  # each recording costs GPU minutes: a typo in the last spec must not cost the ones before
+        try:
+            resolve_spec(_spec_path(name), **spec_params)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="SPECS") from None
+    _check_writable(Path(out_dir))
     command = shlex.join(["fasta-sm", *sys.argv[1:]])  # fasta-sm's own arguments, from `fasta-sm` or `-m` alike
     pool = CompilePool(workers)
     started = time.perf_counter()
@@ -147,7 +167,7 @@ def record_command(
             if deadline_s is not None and time.perf_counter() - started > deadline_s:
                 click.echo(f"deadline reached: {name} not recorded", err=True)
                 continue
-            spec = load_spec(_spec_path(name), **_parse_params(params))
+            spec = load_spec(_spec_path(name), **spec_params)
             target = Path(out_dir) / f"{spec.name}.json"
             if target.exists() and not force:  # a recording costs GPU minutes; a smoke run must not replace it
                 click.echo(f"error: {target} exists; pass --force to replace it", err=True)

@@ -44,6 +44,15 @@ class KernelSpec:
 
 def load_spec(spec: str, **params: Any) -> KernelSpec:
     """Resolve `module:function` and call the function with `params`."""
+    result = resolve_spec(spec, **params)(**params)
+    if not isinstance(result, KernelSpec):
+        raise ConfigError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
+    check_config_list(result.name, result.configs)  # a table may hold each config once
+    return result
+
+
+def resolve_spec(spec: str, **params: Any) -> Callable[..., Any]:
+    """The function `module:function` names, checked to take `params`, not yet called (it may allocate)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"spec {spec!r} must look like 'package.module:function'")
@@ -60,8 +69,4 @@ def load_spec(spec: str, **params: Any) -> KernelSpec:
         raise ConfigError(f"spec {spec!r} called with {params!r}: {exc}") from None
     except ValueError:  # a callable without a signature (a builtin): let the call say what is wrong
         pass
-    result = factory(**params)
-    if not isinstance(result, KernelSpec):
-        raise ConfigError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
-    check_config_list(result.name, result.configs)  # a table may hold each config once
-    return result
+    return factory

@@ -272,9 +272,10 @@ def test_import_and_help_load_neither_torch_nor_triton():
     assert out.strip() == "[]"
 
 
-def fasta_sm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def fasta_sm(*args: str, env: dict[str, str] | None = None,
+             timeout: float | None = None) -> subprocess.CompletedProcess:
     """The installed entry point, as a user runs it (into a pipe): errors handled by `run`, not by the test runner."""
-    return subprocess.run([sys.executable, "-c", "from fasta_sm.cli import run; run()", *args],
+    return subprocess.run([sys.executable, "-c", "from fasta_sm.cli import run; run()", *args], timeout=timeout,
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "", **(env or {})})
 
 
@@ -282,6 +283,53 @@ def refused(*args: str):
     result = CliRunner().invoke(main, list(args))
     assert result.exit_code == 2, result.output
     return result.output
+
+
+def test_a_seed_past_64_bits_is_a_usage_error(table_file, state_dir):
+    error = refused("tune", "--replay", str(table_file), "--state-dir", str(state_dir), "--seed", str(2**64))
+    assert "--seed" in error and not state_dir.exists()
+
+
+def test_bench_refuses_seeds_that_run_past_64_bits_before_any_run(table_file):
+    error = refused("bench", "--tables", str(table_file.parent), "--seed-start", str(2**64 - 1), "--seeds", "2")
+    assert "--seed-start" in error and "the largest seed" in error
+
+
+def test_bench_refuses_to_write_its_json_among_the_tables_the_next_bench_reads(table_file):
+    out = table_file.parent / "results.json"
+    error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "random",
+                    "--json", str(out))
+    assert "--json" in error and "tables folder" in error and not out.exists()
+
+
+def test_an_output_file_in_a_directory_this_process_cannot_write_is_refused_before_any_work(table_file, tmp_path,
+                                                                                           monkeypatch):
+    unwritable = tmp_path / "read-only"
+    unwritable.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != unwritable and real_access(path, mode))
+    result = CliRunner().invoke(main, ["bench", "--tables", str(table_file.parent), "--seeds", "1",
+                                       "--json", str(unwritable / "out.json")])
+    assert result.exit_code == 1 and f"directory {unwritable} is not writable" in result.output
+    assert "Per kernel" not in result.output
+
+
+def test_what_a_command_wrote_is_said_on_standard_error_so_its_output_stays_the_table(table_file, state_dir,
+                                                                                      tmp_path):
+    tune(table_file, state_dir)
+    csv_out = tmp_path / "report.csv"
+    done = fasta_sm("report", "--state-dir", str(state_dir), "--csv", str(csv_out))
+    assert done.returncode == 0 and f"wrote {csv_out}" not in done.stdout and f"wrote {csv_out}" in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_ls_answers_when_a_lock_file_is_a_named_pipe(table_file, state_dir):
+    tune(table_file, state_dir)
+    (lock,) = state_dir.glob("*.lock")
+    lock.unlink()
+    os.mkfifo(lock)
+    done = fasta_sm("ls", "--state-dir", str(state_dir), timeout=60)
+    assert done.returncode == 0 and "toy_mm" in done.stdout
 
 
 def test_bench_needs_at_least_one_seed(table_file):

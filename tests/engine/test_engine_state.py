@@ -434,6 +434,22 @@ def test_config_identity_distinguishes_values_launch_options_and_types(other):
     assert base != other and len({base, other}) == 2  # equality and hashing agree with the identity
 
 
+def test_a_config_may_have_zero_stages_as_tritons_amd_backend_takes():
+    assert Config({"BLOCK": 64}, num_warps=4, num_stages=0).label() == "BLOCK=64 w4 s0"
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"num_warps": 0}, "num_warps=0 must be a positive int"),
+    ({"num_stages": -1}, "num_stages=-1 must be an int ≥ 0"),
+    ({"num_warps": 2**31}, "num_warps=2147483648 must be a positive int below 2**31"),
+    ({"num_warps": None}, "num_warps=None must be a positive int"),
+    ({"kwargs": {"BLOCK": 2**64}}, "BLOCK=18446744073709551616 does not fit in 64 bits"),
+])
+def test_a_config_a_state_file_could_not_hold_is_refused_naming_the_value(changes, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        Config(**({"kwargs": {"BLOCK": 64}} | changes))
+
+
 def test_configs_hash_depends_on_list_order():
     a, b = Config({"X": 1}), Config({"X": 2})
     assert configs_hash([a, b]) != configs_hash([b, a])

@@ -127,6 +127,29 @@ def test_a_table_with_extra_fields_loads_unchanged(tmp_path, table_data):
     assert len(table.configs) == len(data["configs"])
 
 
+@pytest.mark.parametrize("timing", ["do_bench", None, ["median"]])
+def test_a_timing_field_of_another_recorders_kind_is_ignored_as_the_format_ignores_extra_fields(
+        timing, tmp_path, table_data):
+    data = copy.deepcopy(table_data) | {"timing": timing}
+    table = load_table(write_table(tmp_path / "other_timing.json", data))
+    assert not table.interpreted
+
+
+def test_a_file_nested_too_deep_for_the_json_reader_is_a_table_error_naming_it(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TableError, match=re.escape(f"{path}: not a JSON replay table (RecursionError")):
+        load_table(path)
+
+
+def test_a_table_whose_launch_option_no_state_file_could_hold_is_a_table_error(tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    data["configs"][0]["num_warps"] = 10**30
+    path = write_table(tmp_path / "huge.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[0]: ")):
+        load_table(path)
+
+
 def test_the_synthetic_table_has_failures_and_a_two_sample_spread(table):
     assert sum(e is not None for e in table.errors) >= 3
     assert all(len(s) == 2 and s[0] < s[1] for s, e in zip(table.samples_us, table.errors) if e is None)

@@ -128,7 +128,10 @@ def test_a_knob_out_of_its_range_is_refused_naming_it_and_its_value(knob, value,
     ("retime_z", float("nan"), "a finite number"),
     ("rounds", 2.5, "a whole number"),
     ("twin_deep", "no", "True or False"),
-], ids=["a string for an int", "a string for a float", "NaN", "a fraction for an int", "a string for a flag"])
+    ("r1_per_param", 1e308, "a finite number of magnitude at most 1e9"),
+    ("r1_min", 10**30, "a whole number of magnitude at most 1e9"),
+], ids=["a string for an int", "a string for a float", "NaN", "a fraction for an int", "a string for a flag",
+        "a float past any count", "an int past any count"])
 def test_a_knob_of_the_wrong_kind_is_refused_naming_it(knob, value, kind):
     with pytest.raises(PolicyError, match=rf"{knob}=.* must be {kind}"):
         make_policy("fasta", MATMUL.configs, {knob: value})

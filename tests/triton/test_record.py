@@ -200,7 +200,7 @@ def test_a_spec_with_a_config_twice_is_refused_before_anything_is_recorded():
 def test_the_recorder_module_run_as_a_script_shows_errors_as_fasta_sm_record_does(tmp_path):
     done = subprocess.run([sys.executable, "-m", "fasta_sm.triton.cli", "nosuch:spec", "--out", str(tmp_path),
                            "--device", DEVICE], capture_output=True, text=True)
-    assert done.returncode == 1 and "cannot import 'nosuch'" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "cannot import 'nosuch'" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_the_output_check_zeroes_an_accumulated_output_so_right_configs_pass():
@@ -326,7 +326,7 @@ def test_a_spec_parameter_its_inputs_cannot_take_is_one_line_naming_it(tmp_path)
 def test_the_recorder_module_takes_the_record_word_its_usage_line_shows(tmp_path):
     done = subprocess.run([sys.executable, "-m", "fasta_sm.triton.cli", "record", "nosuch:spec", "--out",
                            str(tmp_path), "--device", DEVICE], capture_output=True, text=True)
-    assert done.returncode == 1 and "cannot import 'nosuch'" in done.stderr
+    assert done.returncode == 2 and "cannot import 'nosuch'" in done.stderr
 
 
 def test_the_recorder_times_the_space_twice_the_second_time_in_reverse(monkeypatch):
@@ -343,3 +343,24 @@ def test_the_recorder_times_the_space_twice_the_second_time_in_reverse(monkeypat
     spec.configs = spread(spec.configs, 3)
     record(spec, device=DEVICE, warmup_ms=0, rep_ms=0, check=False)
     assert len(passes) == 2 and len(passes[0]) == 3 and passes[1] == passes[0][::-1]
+
+
+@pytest.mark.parametrize("bad", ["bogus", "no_such_module:spec", "fasta_sm.triton.zoo:no_such_spec"])
+def test_a_spec_that_cannot_be_resolved_is_refused_before_any_kernel_is_recorded(bad, tmp_path):
+    """A recording costs GPU minutes: a typo in the last spec must not come to light after the first ones."""
+    result = CliRunner().invoke(record_command, [
+        "row_sum", bad, "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ])
+    assert result.exit_code != 0 and bad.split(":")[-1] in result.output
+    assert "recording" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_an_out_dir_no_table_can_be_written_to_is_refused_before_any_kernel_is_recorded(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    result = CliRunner().invoke(record_command, [
+        "row_sum", "--out", str(tmp_path / "a_file" / "out"), "--param", "M=3", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ])
+    assert result.exit_code == 2 and "--out" in result.output and "no table can be written there" in result.output
+    assert "recording" not in result.output

@@ -159,8 +159,9 @@ class FastaParams:
             )
 
     def _check_kinds(self) -> None:
-        """Each knob of its declared kind (a float knob takes an int too), numbers finite: a string or NaN
-        would otherwise surface mid-tune, as a comparison that fails or never holds."""
+        """Each knob of its declared kind (a float knob takes an int too), numbers finite and below `_LARGEST`:
+        a string or NaN would otherwise surface mid-tune, as a comparison that fails or never holds, and a
+        huge count as an overflow in the budget's arithmetic."""
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool":
@@ -168,7 +169,7 @@ class FastaParams:
             elif f.type in ("int", "float"):
                 kinds = (numbers.Integral,) if f.type == "int" else (numbers.Real,)
                 fits = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_))
-                fits = fits and math.isfinite(value)
+                fits = fits and math.isfinite(value) and abs(value) <= _LARGEST
             elif f.type == "str":
                 fits = isinstance(value, str)
             else:  # the tuples: bases and cell_columns of str, expert_configs of int (checked below)
@@ -187,10 +188,13 @@ class FastaParams:
         return out
 
 
+_LARGEST = 1e9
+"""No knob needs a larger magnitude: counts are of configs or rounds, the rest shares and factors."""
+
 _KIND_NAMES = {
     "bool": "True or False",
-    "int": "a whole number",
-    "float": "a finite number",
+    "int": "a whole number of magnitude at most 1e9",
+    "float": "a finite number of magnitude at most 1e9",
     "str": "a string",
     "tuple[str, ...]": "a sequence of names",
     "tuple[int, ...]": "a sequence of config indices",
