@@ -32,7 +32,7 @@ from triton.runtime.jit import JITFunction, KernelInterface
 
 from ..config import Config
 from ..driver import integration_params, to_fasta_config, whole_number
-from ..errors import ConfigError, FastaError
+from ..errors import ConfigError, FastaError, add_note
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
@@ -40,8 +40,8 @@ from ..store import StateStore
 from ..tuner import TuneResult, tune
 from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
 from .compile_pool import check_settings, shared_pool
-from .fork_server import note_kernel_module, start_fork_server
-from .worker import kernel_path, unwrap_jit
+from .fork_server import interpreting, note_kernel_module, start_fork_server
+from .worker import config_failures, kernel_path, unwrap_jit
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
 
@@ -203,6 +203,7 @@ class Autotuner(KernelInterface):
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         nargs = {**dict(zip(self.arg_names, args)), **kwargs}
+        reused_from = None
         if len(self.configs) == 1:
             config = self.configs[0]
         else:
@@ -211,11 +212,31 @@ class Autotuner(KernelInterface):
             if config is None:
                 config = self._tune(key, args, kwargs, nargs)
                 self.cache[key] = config
+                result = self.results.get(key)  # none when the prune left a single config
+                if result is not None and result.reused:
+                    reused_from = key
         self.best_config = config
         self._refuse_conflicts(kwargs, [config])
         if config.pre_hook is not None:
             config.pre_hook({**nargs, **config.all_kwargs()})
-        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        if reused_from is None:
+            return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        try:
+            return self.fn.run(*args, **kwargs, **config.all_kwargs())
+        except config_failures(interpreting(self.fn)) as error:
+            self.cache.pop(reused_from, None)
+            add_note(error, self._stale_winner(reused_from, config))
+            raise
+
+    def _stale_winner(self, key: tuple, config: triton.Config) -> str:
+        """Why the winner an earlier process tuned fails here, and the two ways out."""
+        path = self.store().file_for(_key_string(self.kernel_name, key))
+        return (
+            f"fasta-sm: {self.kernel_name}: the winner {self._fasta(config).label()} comes from an earlier tune of "
+            f"the key {key} (state file {path}) and fails with these arguments: an argument that decides which "
+            "configs compile (a constexpr, a shape) is missing from `key`; add it, or delete that state file "
+            "to tune again"
+        )
 
     def _refuse_conflicts(self, kwargs: Mapping[str, Any], configs: Sequence[triton.Config]) -> None:
         """A tuned meta-parameter also passed at launch is an error before anything runs, as in Triton."""

@@ -407,7 +407,8 @@ def test_bench_json_writes_null_for_a_regret_no_run_could_measure(table_file, tm
     for row in table["configs"][1:]:
         row["duration_us"], row["error"] = [], "OutOfResources: shared memory"
     table_file.write_text(json.dumps(table))
-    out = tmp_path / "bench.json"
+    (tmp_path / "results").mkdir()
+    out = tmp_path / "results" / "bench.json"
     invoke("bench", "--tables", str(table_file.parent), "--seeds", "4", "--policies", "random", "--budget", "0.05",
            "--json", str(out))
     text = out.read_text()

@@ -690,3 +690,60 @@ def test_gpu_threads_launching_one_key_at_once_leave_the_result_of_the_tune_not_
         thread.join()
     (result,) = kernel.results.values()
     assert not result.reused
+
+
+@triton.jit
+def head_bound_kernel(x_ptr, out_ptr, n, HEAD_D: tl.constexpr, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK * HEAD_D <= 256)  # as a tile that no longer fits once HEAD_D grows
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+def later_configs_faster():
+    """A do_bench under which each config timed is faster than the one before: the last config wins."""
+    calls = []
+
+    def do_bench(fn, quantiles=None):
+        fn()
+        calls.append(None)
+        ms = 1.0 / len(calls)
+        return [ms, ms, ms] if quantiles else ms
+
+    return do_bench
+
+
+def test_a_reused_winner_that_fails_with_these_arguments_names_its_state_file_and_the_missing_key(tmp_path):
+    configs = [triton.Config({"BLOCK": b}, num_warps=1, num_stages=1) for b in (16, 32, 64)]
+
+    def decorated():  # each call stands for a new process: its own kernel object over one state dir
+        return fasta_sm.autotune(configs, key=["n"], policy="exhaustive", state_dir=str(tmp_path),
+                                 do_bench=later_configs_faster())(head_bound_kernel)
+
+    x = torch.arange(256, dtype=torch.float32, device=DEVICE)
+    out = torch.zeros_like(x)
+    first = decorated()
+    first[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, out, 256, HEAD_D=4)
+    assert first.best_config.kwargs == {"BLOCK": 64}
+    later = decorated()
+    with pytest.raises(Exception) as raised:
+        later[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, out, 256, HEAD_D=8)
+    (note,) = [n for n in notes_of(raised.value) if "earlier tune" in n]
+    (state_file,) = tmp_path.glob("*.fsm")
+    assert "BLOCK=64" in note and str(state_file) in note and "missing from `key`" in note
+
+
+def test_a_config_with_zero_stages_is_tuned_like_any_other(tmp_path):
+    """Triton's AMD backend takes num_stages=0; the configs of such kernels must decorate and tune."""
+    configs = [triton.Config({"BLOCK": b}, num_warps=1, num_stages=0) for b in (64, 128)]
+    kernel = fasta_sm.autotune(configs, key=["n"], policy="exhaustive", reset_to_zero=["out_ptr"],
+                               state_dir=str(tmp_path))(accumulate_kernel)
+    x, out = launch(kernel)
+    torch.testing.assert_close(out, 2.0 * x)
+    assert kernel.best_config.num_stages == 0
+
+
+def test_a_config_without_a_warp_count_is_an_error_naming_the_kernel():
+    configs = [triton.Config({"BLOCK": b}, num_warps=None) for b in (64, 128)]
+    with pytest.raises(fasta_sm.errors.ConfigError, match=r"accumulate_kernel\): .*num_warps=None"):
+        fasta_sm.autotune(configs, key=["n"])(accumulate_kernel)
