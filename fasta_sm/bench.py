@@ -123,6 +123,12 @@ def table_paths(tables_dir: str | Path) -> list[Path]:
     return paths
 
 
+def _row_labels(tables: Sequence[ReplayTable], paths: Sequence[Path]) -> list[str]:
+    """Each table's kernel name, with its file's name where two tables hold one kernel (two devices, say)."""
+    kernels = [t.kernel for t in tables]
+    return [f"{k} ({p.name})" if kernels.count(k) > 1 else k for k, p in zip(kernels, paths)]
+
+
 def bench(
     tables_dir: str | Path,
     policies: Sequence[str],
@@ -151,12 +157,14 @@ def bench(
         raise ValueError(EXHAUSTIVE_IN_BENCH)
     if params and "budget" in params:
         raise ValueError(BUDGET_IN_PARAMS)
-    tables = [load_table(p) for p in table_paths(tables_dir)]
+    paths = table_paths(tables_dir)
+    tables = [load_table(p) for p in paths]
+    labels = _row_labels(tables, paths)
     total = len(tables) * seeds * len(policies)
     done = 0
     kernels: list[dict[str, Any]] = []
     regrets: dict[str, list[float]] = {p: [] for p in policies}
-    for table in tables:
+    for table, label in zip(tables, labels):
         n = len(table.configs)
         exhaustive = table.exhaustive_cost_s
         runs: dict[str, list[Run]] = {p: [] for p in policies}
@@ -176,7 +184,7 @@ def bench(
                 if progress is not None:
                     progress(done, total, table.kernel, policy)
         for policy in policies:
-            row = {"kernel": table.kernel, "policy": policy, "N": n}
+            row = {"kernel": label, "policy": policy, "N": n}
             row.update(_summary(runs[policy], n, exhaustive))
             kernels.append(row)
             regrets[policy] += [r.regret_pct for r in runs[policy]]

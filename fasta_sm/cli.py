@@ -522,6 +522,11 @@ def graph(fmt: str, out: Path | None) -> None:
     """Draw the tuning machine: mermaid text always, PNG or SVG where graphviz is installed."""
     from .diagram import MissingGraphviz, draw_machine
 
+    drawn = out.suffix.lower().lstrip(".") if out is not None and out.suffix.lower() in (".png", ".svg") else None
+    if drawn is not None and drawn != fmt:
+        if click.get_current_context().get_parameter_source("fmt") is not ParameterSource.DEFAULT:
+            raise click.UsageError(f"--out {out} names a {drawn} file, but --format is {fmt}")
+        fmt = drawn  # `--out machine.png` means a PNG, not mermaid text in a file named .png
     if fmt != "mermaid" and out is None:
         raise click.UsageError(f"--format {fmt} needs --out FILE")
     _check_directory_of("--out", out)

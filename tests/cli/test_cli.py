@@ -238,6 +238,20 @@ def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_fil
     assert {r["file"] for r in rows} == {p.name for p in state_dir.glob("*.fsm")}
 
 
+def test_graph_out_named_png_draws_a_png_not_mermaid_text(tmp_path, monkeypatch):
+    from fasta_sm import diagram
+
+    drawn = []
+    monkeypatch.setattr(diagram, "draw_machine", lambda fmt, out: drawn.append(fmt) or str(out))
+    invoke("graph", "--out", str(tmp_path / "machine.png"))
+    assert drawn == ["png"]
+
+
+def test_graph_refuses_an_out_file_whose_name_says_another_format(tmp_path):
+    error = refused("graph", "--format", "svg", "--out", str(tmp_path / "machine.png"))
+    assert "names a png file" in error and not (tmp_path / "machine.png").exists()
+
+
 def test_graph_prints_mermaid_with_every_state():
     out = invoke("graph")
     assert "stateDiagram" in out and all(name in out for name in ("R1", "R2", "DONE"))
@@ -400,6 +414,17 @@ def test_bench_on_a_dir_without_tables_is_one_line_naming_it(tmp_path):
 def test_bench_refuses_exhaustive_as_a_policy_saying_why(table_file):
     result = CliRunner().invoke(main, ["bench", "--tables", str(table_file.parent), "--policies", "fasta,exhaustive"])
     assert result.exit_code == 2 and "yardstick" in result.output and "Traceback" not in result.output
+
+
+def test_bench_tells_two_tables_of_one_kernel_apart_by_file(table_file, tmp_path):
+    table = json.loads(table_file.read_text())
+    table["device"] = "another GPU"
+    (tmp_path / "other.json").write_text(json.dumps(table))
+    (tmp_path / "results").mkdir()
+    out = tmp_path / "results" / "bench.json"
+    invoke("bench", "--tables", str(tmp_path), "--seeds", "1", "--policies", "random", "--json", str(out))
+    rows = json.loads(out.read_text())["kernels"]
+    assert sorted(row["kernel"] for row in rows) == ["toy_mm (other.json)", f"toy_mm ({table_file.name})"]
 
 
 def test_bench_json_writes_null_for_a_regret_no_run_could_measure(table_file, tmp_path):
