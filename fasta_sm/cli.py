@@ -135,7 +135,8 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     try:  # a policy that cannot take the budget is refused before anything is written to the state dir
         make_policy(policy, replay.configs, params)
     except PolicyError as exc:
-        raise PolicyError(f"kernel {replay.kernel!r}: {exc}") from None
+        hint = "--budget" if budget is not None else "--policy"  # a usage error: the command line asked for it
+        raise click.BadParameter(f"kernel {replay.kernel!r}: {exc}", param_hint=hint) from None
     store = StateStore(_given_state_dir(state_dir))
     key = f"replay/{replay.kernel}/{replay.fingerprint}/{policy}/seed={seed}/budget={budget}/noise={noise}"
     n = len(replay.configs)

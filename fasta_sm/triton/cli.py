@@ -37,6 +37,8 @@ def _parse_params(items: tuple[str, ...]) -> dict[str, object]:
         name, sep, value = item.partition("=")
         if not sep:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--param")
+        if name in params:
+            raise click.BadParameter(f"{name} is given twice", param_hint="--param")
         try:
             params[name] = int(value)
         except ValueError:

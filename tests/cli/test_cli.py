@@ -633,7 +633,8 @@ def test_output_files_in_a_missing_directory_are_refused_before_any_work(tmp_pat
 def test_a_policy_given_parameters_it_does_not_take_says_which_it_takes(table_file, state_dir):
     done = fasta_sm("tune", "--replay", str(table_file), "--policy", "exhaustive", "--budget", "0.1",
                     "--state-dir", str(state_dir))
-    assert done.returncode == 1 and "policy 'exhaustive' takes no parameters" in done.stderr
+    assert done.returncode == 2 and "policy 'exhaustive' takes no parameters" in done.stderr
+    assert "--budget" in done.stderr and not state_dir.exists()
 
 
 def test_record_without_torch_is_a_one_line_error_saying_what_to_install(tmp_path):

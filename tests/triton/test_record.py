@@ -364,3 +364,10 @@ def test_an_out_dir_no_table_can_be_written_to_is_refused_before_any_kernel_is_r
     ])
     assert result.exit_code == 2 and "--out" in result.output and "no table can be written there" in result.output
     assert "recording" not in result.output
+
+
+def test_a_spec_param_given_twice_is_refused_not_taken_last(tmp_path):
+    result = CliRunner().invoke(record_command, [
+        "row_sum", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "M=4", "--device", DEVICE,
+    ])
+    assert result.exit_code == 2 and "M is given twice" in result.output and not (tmp_path / "out").exists()
