@@ -319,7 +319,10 @@ def test_record_refuses_to_replace_a_table_already_in_out_without_force(tmp_path
 
 
 def test_a_spec_parameter_its_inputs_cannot_take_is_one_line_naming_it(tmp_path):
-    error = str(record_row_sum(tmp_path, "--param", "M=bad").exception)
+    error = str(CliRunner().invoke(record_command, [
+        "row_sum", "--out", str(tmp_path), "--param", "M=bad", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ]).exception)
     assert "cannot make its inputs at {'M': 'bad'" in error and "\n" not in error
 
 
