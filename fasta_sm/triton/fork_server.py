@@ -23,8 +23,7 @@ import multiprocessing
 import os
 import types
 from collections.abc import Mapping
-from multiprocessing import forkserver, popen_forkserver
-from multiprocessing.context import ForkServerProcess
+from multiprocessing import forkserver
 from typing import Any
 
 from ..env import env_switch, parse_switch
@@ -123,28 +122,32 @@ class _ThroughOurServer:
         return getattr(forkserver, name)
 
 
-def _launching_through_our_server() -> types.FunctionType:
-    """multiprocessing's launch of a fork-server process, reading `forkserver` as `_ThroughOurServer`.
+@functools.cache
+def _popen_through_our_server() -> type:
+    """multiprocessing's fork-server Popen, its launch reading `forkserver` as `_ThroughOurServer`.
 
-    The launch asks the module-level server for each new process; only its
-    name lookup changes here, not its code, so it stays what the running
-    Python ships.
+    The launch asks the module-level server for each new process; only that
+    name lookup changes, not its code, so it stays what the running Python
+    ships. Built on first use: a platform without a fork server cannot
+    import `popen_forkserver`.
     """
+    from multiprocessing import popen_forkserver
+
     launch = popen_forkserver.Popen._launch
     names = dict(launch.__globals__, forkserver=_ThroughOurServer())
-    return types.FunctionType(launch.__code__, names, launch.__name__, launch.__defaults__, launch.__closure__)
+    through_our_server = types.FunctionType(launch.__code__, names, launch.__name__, launch.__defaults__,
+                                            launch.__closure__)
+    return type("WorkerPopen", (popen_forkserver.Popen,), {"_launch": through_our_server})
 
 
-class _WorkerPopen(popen_forkserver.Popen):
-    _launch = _launching_through_our_server()
+class _WorkerProcess(multiprocessing.process.BaseProcess):
+    """A process forked from the workers' fork server (multiprocessing's `ForkServerProcess`, another server)."""
 
-
-class _WorkerProcess(ForkServerProcess):
-    """A process forked from the workers' fork server."""
+    _start_method = "forkserver"
 
     @staticmethod
-    def _Popen(process_obj: Any) -> popen_forkserver.Popen:  # noqa: N802  multiprocessing's name
-        return _WorkerPopen(process_obj)
+    def _Popen(process_obj: Any) -> Any:  # noqa: N802  multiprocessing's name
+        return _popen_through_our_server()(process_obj)
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
