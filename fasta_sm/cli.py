@@ -33,11 +33,10 @@ from . import __version__
 from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, ReplayTable, load_table
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
-from .machine import SEED_MAX
 from .policies import make_policy, require_listed
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
-from .state import TuneState
+from .state import SEED_MAX, TuneState
 from .store import StateStore, default_state_dir
 from .triton.cli import record_command
 

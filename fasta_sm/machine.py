@@ -36,6 +36,7 @@ from .lookahead import likely_next
 from .protocols import Backend, CompileOutcome, Decision, Policy
 from .state import (
     PHASES,
+    SEED_MAX,
     RoundRecord,
     TuneState,
     decode_rng,
@@ -525,10 +526,6 @@ class Tune:
         self._decision = None
         log.warning("kernel %s: %s; state kept at the last checkpoint", restored.kernel, restored.last_error)
         self._checkpoint()
-
-
-SEED_MAX = 2**64 - 1
-"""The largest seed: numpy seeds a generator with up to 64 bits here, and a state file holds no more."""
 
 
 def check_seed(kernel: str, seed: int) -> int:

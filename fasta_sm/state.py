@@ -188,6 +188,10 @@ class TuneState:
         return f"{self.position()}, no config ran" if self.no_winner else self.position()
 
 
+SEED_MAX = 2**64 - 1
+"""The largest seed: a tune's seed is stored in its state file, which holds no int past 64 bits."""
+
+
 def encode_rng(rng: np.random.Generator) -> dict[str, Any]:
     """A Generator's state for msgpack: 128-bit integers go as decimal strings."""
     return _ints_to_str(rng.bit_generator.state)
