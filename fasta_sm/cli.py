@@ -181,7 +181,8 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     picked_true = float(replay.mean_us[result.best_index])
     summary = Table.grid(padding=(0, 2))
     recorded_on = replay.meta.get("device", "?")
-    summary.add_row("kernel", f"{replay.kernel}  (replayed from a table recorded on {recorded_on}, {n} configs)")
+    configs = f"{n} config" if n == 1 else f"{n} configs"
+    summary.add_row("kernel", f"{replay.kernel}  (replayed from a table recorded on {recorded_on}, {configs})")
     summary.add_row(
         "state",
         Text.assemble(
@@ -279,6 +280,8 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
     try:
         state = StateStore.read(path)
     except FileNotFoundError:
+        if given.is_dir():
+            raise click.ClickException(f"{key_or_file!r} is a directory, not a state file") from None
         if key_or_file.endswith(".fsm") or ("/" in key_or_file and given.parent.is_dir()):
             raise click.ClickException(f"no state file {key_or_file!r}") from None
         if not in_store:

@@ -198,6 +198,20 @@ def test_show_json_is_the_documented_format(table_file, state_dir):
     assert shown["position"]["phase"] == "DONE" and shown["stop_reason"]
 
 
+def test_show_of_a_directory_says_it_is_one(tmp_path):
+    (tmp_path / "x.fsm").mkdir()
+    result = CliRunner().invoke(main, ["show", str(tmp_path / "x.fsm"), "--state-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "is a directory, not a state file" in result.output
+
+
+def test_tune_of_a_one_config_table_says_one_config(table_file, state_dir):
+    table = json.loads(table_file.read_text())
+    table["configs"] = [row for row in table["configs"] if row["error"] is None][:1]
+    table_file.write_text(json.dumps(table))
+    out = invoke("tune", "--replay", str(table_file), "--policy", "exhaustive", "--state-dir", str(state_dir))
+    assert ", 1 config)" in out
+
+
 def test_show_unknown_key_is_a_clear_error(state_dir):
     result = CliRunner().invoke(main, ["show", "no-such-kernel", "--state-dir", str(state_dir)])
     assert result.exit_code != 0 and "no state file" in result.output
