@@ -31,6 +31,7 @@ from rich.text import Text
 
 from . import __version__
 from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, ReplayTable, load_table
+from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
 from .policies import make_policy, require_listed
@@ -134,8 +135,9 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     try:  # a policy that cannot take the budget is refused before anything is written to the state dir
         make_policy(policy, replay.configs, params)
     except PolicyError as exc:
-        hint = "--budget" if budget is not None else "--policy"  # a usage error: the command line asked for it
-        raise click.BadParameter(f"kernel {replay.kernel!r}: {exc}", param_hint=hint) from None
+        if budget is not None and _builds(policy, replay.configs):  # the command line's budget, a usage error
+            raise click.BadParameter(f"kernel {replay.kernel!r}: {exc}", param_hint="--budget") from None
+        raise PolicyError(f"kernel {replay.kernel!r}: {exc}") from None
     store = StateStore(_given_state_dir(state_dir))
     key = f"replay/{replay.kernel}/{replay.fingerprint}/{policy}/seed={seed}/budget={budget}/noise={noise}"
     n = len(replay.configs)
@@ -280,9 +282,9 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
     try:
         state = StateStore.read(path)
     except FileNotFoundError:
-        if given.is_dir():
-            raise click.ClickException(f"{key_or_file!r} is a directory, not a state file") from None
         if key_or_file.endswith(".fsm") or ("/" in key_or_file and given.parent.is_dir()):
+            if given.is_dir():
+                raise click.ClickException(f"{key_or_file!r} is a directory, not a state file") from None
             raise click.ClickException(f"no state file {key_or_file!r}") from None
         if not in_store:
             missing = f"no state file for the key {key_or_file!r} (no state dir {directory})"
@@ -481,15 +483,27 @@ def _predicted_at_pick(state: TuneState) -> dict[int, float]:
     return at_pick
 
 
+def _builds(policy: str, configs: list[Config]) -> bool:
+    """Whether `policy` builds over `configs` with no parameter of the command line (the environment's may fail)."""
+    try:
+        make_policy(policy, configs, {})
+    except PolicyError:
+        return False
+    return True
+
+
 def _check_directory_of(option: str, path: Path | None) -> None:
     """An output file's directory must exist, and be writable, before any work is done: a typo must not cost
     a whole run."""
     if path is None:
         return
-    parent = path.expanduser().absolute().parent
-    if not parent.is_dir():
+    target = path.expanduser().absolute()
+    if not target.parent.is_dir():
         raise click.ClickException(f"{option} {path}: no directory {path.parent}")
-    if not os.access(parent, os.W_OK):
+    if target.exists():  # a file there, /dev/stdout say, needs only its own permission
+        if not os.access(target, os.W_OK):
+            raise click.ClickException(f"{option} {path}: the file is not writable")
+    elif not os.access(target.parent, os.W_OK):
         raise click.ClickException(f"{option} {path}: the directory {path.parent} is not writable")
 
 

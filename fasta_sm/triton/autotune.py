@@ -225,6 +225,7 @@ class Autotuner(KernelInterface):
             return self.fn.run(*args, **kwargs, **config.all_kwargs())
         except config_failures(interpreting(self.fn)) as error:
             self.cache.pop(reused_from, None)
+            self.results.pop(reused_from, None)  # a later prune to one config must not pass for this reuse
             add_note(error, self._stale_winner(reused_from, config))
             raise
 

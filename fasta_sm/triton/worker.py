@@ -173,15 +173,16 @@ def triton_cache_dir() -> Path:
 
 
 def _use_cache_dir(path: str | None) -> None:
-    """Write compiled kernels to `path`, the cache the tuning process loads from (None: leave the worker's own)."""
-    if path is None:
-        return
+    """Write compiled kernels to `path`, the cache the tuning process loads from (None: the worker's own, as it
+    started, not the cache an earlier job named)."""
+    own = _given.setdefault("own_cache_dir", str(triton_cache_dir()))
+    target = own if path is None else path
     try:
         from triton import knobs
 
-        knobs.cache.dir = path
+        knobs.cache.dir = target
     except (ImportError, AttributeError):
-        os.environ["TRITON_CACHE_DIR"] = path
+        os.environ["TRITON_CACHE_DIR"] = target
 
 
 def do_nothing() -> None:
@@ -221,7 +222,8 @@ class CompileOnlyDriver:
 
 
 _given: dict[str, Any] = {}
-"""What earlier jobs set this worker's Triton up with: "target", "triton_key", "max_shared", "stage_check"."""
+"""What earlier jobs set this worker's Triton up with: "target", "triton_key", "max_shared", "stage_check", and
+"own_cache_dir", its cache before any job named one."""
 
 
 def _use_driver_for(target: Any) -> None:

@@ -204,6 +204,33 @@ def test_show_of_a_directory_says_it_is_one(tmp_path):
     assert result.exit_code == 1 and "is a directory, not a state file" in result.output
 
 
+def test_show_of_a_kernel_name_finds_its_tune_beside_a_folder_of_that_name(table_file, state_dir, tmp_path,
+                                                                            monkeypatch):
+    tune(table_file, state_dir)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "toy_mm").mkdir()
+    assert "toy_mm" in invoke("show", "toy_mm", "--state-dir", str(state_dir))
+
+
+def test_an_existing_writable_file_in_a_directory_this_process_cannot_write_is_taken(table_file, state_dir,
+                                                                                     tmp_path, monkeypatch):
+    """`--csv /dev/stdout` as a user who cannot write /dev: the file's permission is what counts."""
+    tune(table_file, state_dir)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "report.csv").write_text("")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != locked and real_access(path, mode))
+    invoke("report", "--state-dir", str(state_dir), "--csv", str(locked / "report.csv"))
+    assert "TOTAL replayed" in (locked / "report.csv").read_text()
+
+
+def test_a_policy_setting_the_environment_gets_wrong_is_not_blamed_on_the_command_line(table_file, state_dir):
+    done = fasta_sm("tune", "--replay", str(table_file), "--state-dir", str(state_dir), "--budget", "0.2",
+                    env={"FASTA_MAX_ROUNDS": "0"})
+    assert done.returncode == 1 and "FASTA_MAX_ROUNDS" in done.stderr and "Invalid value for" not in done.stderr
+
+
 def test_tune_of_a_one_config_table_says_one_config(table_file, state_dir):
     table = json.loads(table_file.read_text())
     table["configs"] = [row for row in table["configs"] if row["error"] is None][:1]

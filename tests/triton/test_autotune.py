@@ -713,7 +713,11 @@ def later_configs_faster():
     return do_bench
 
 
-def test_a_reused_winner_that_fails_with_these_arguments_names_its_state_file_and_the_missing_key(tmp_path):
+def test_a_reused_winner_that_fails_with_these_arguments_names_its_state_file_and_says_key_lacks_an_argument(
+        tmp_path):
+    from fasta_sm.triton.fork_server import interpreting
+    from fasta_sm.triton.worker import config_failures
+
     configs = [triton.Config({"BLOCK": b}, num_warps=1, num_stages=1) for b in (16, 32, 64)]
 
     def decorated():  # each call stands for a new process: its own kernel object over one state dir
@@ -726,7 +730,7 @@ def test_a_reused_winner_that_fails_with_these_arguments_names_its_state_file_an
     first[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, out, 256, HEAD_D=4)
     assert first.best_config.kwargs == {"BLOCK": 64}
     later = decorated()
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(config_failures(interpreting())) as raised:
         later[lambda meta: (triton.cdiv(256, meta["BLOCK"]),)](x, out, 256, HEAD_D=8)
     (note,) = [n for n in notes_of(raised.value) if "earlier tune" in n]
     (state_file,) = tmp_path.glob("*.fsm")
@@ -747,3 +751,29 @@ def test_a_config_without_a_warp_count_is_an_error_naming_the_kernel():
     configs = [triton.Config({"BLOCK": b}, num_warps=None) for b in (64, 128)]
     with pytest.raises(fasta_sm.errors.ConfigError, match=r"accumulate_kernel\): .*num_warps=None"):
         fasta_sm.autotune(configs, key=["n"])(accumulate_kernel)
+
+
+def test_after_a_stale_winner_failed_a_failure_of_a_config_pruned_to_alone_carries_no_stale_winner_note(tmp_path):
+    from fasta_sm.triton.fork_server import interpreting
+    from fasta_sm.triton.worker import config_failures
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=1, num_stages=1) for b in (16, 32, 64)]
+
+    def only_64_at_head_16(configs, named_args, **kwargs):  # an argument outside `key` decides the prune
+        return [c for c in configs if c.kwargs["BLOCK"] == 64] if kwargs.get("HEAD_D") == 16 else configs
+
+    def decorated():
+        return fasta_sm.autotune(configs, key=["n"], policy="exhaustive", state_dir=str(tmp_path),
+                                 prune_configs_by={"early_config_prune": only_64_at_head_16},
+                                 do_bench=later_configs_faster())(head_bound_kernel)
+
+    x = torch.arange(256, dtype=torch.float32, device=DEVICE)
+    out = torch.zeros_like(x)
+    launch_grid = lambda meta: (triton.cdiv(256, meta["BLOCK"]),)  # noqa: E731
+    decorated()[launch_grid](x, out, 256, HEAD_D=4)
+    later = decorated()
+    with pytest.raises(config_failures(interpreting())):
+        later[launch_grid](x, out, 256, HEAD_D=8)  # the reused BLOCK=64 fails: the stale-winner note
+    with pytest.raises(config_failures(interpreting())) as raised:
+        later[launch_grid](x, out, 256, HEAD_D=16)  # the prune leaves BLOCK=64 alone: nothing was reused
+    assert not [note for note in notes_of(raised.value) if "earlier tune" in note]

@@ -373,6 +373,19 @@ def test_a_worker_writes_to_the_triton_cache_the_job_names_not_the_one_it_starte
     assert error == f"RuntimeError: cache={tmp_path / 'now'}"
 
 
+def test_a_job_that_names_no_cache_writes_to_the_workers_own_not_the_one_an_earlier_job_named(tmp_path,
+                                                                                             monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "at_start"))
+    pool = CompilePool(1)
+    try:
+        pool.start()
+        pool.submit(CompileJob("worker_probe", "cache_probe", (), {}, cache_dir=str(tmp_path / "named"))).result(60)
+        error = pool.submit(CompileJob("worker_probe", "cache_probe", (), {})).result(60).error
+    finally:
+        pool.close()
+    assert error == f"RuntimeError: cache={tmp_path / 'at_start'}"
+
+
 def test_a_backends_jobs_name_the_triton_cache_this_process_loads_from(tmp_path, monkeypatch):
     from triton import knobs
     from triton.runtime.jit import JITFunction
