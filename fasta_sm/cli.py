@@ -766,7 +766,7 @@ def bench_command(
             progress.update(task, completed=done, total=total, description=f"{kernel} · {policy}")
 
         result = bench(
-            tables_dir or shipped_tables(),
+            folder,
             names,
             seeds,
             budget=budget,

@@ -219,14 +219,13 @@ class Autotuner(KernelInterface):
         self._refuse_conflicts(kwargs, [config])
         if config.pre_hook is not None:
             config.pre_hook({**nargs, **config.all_kwargs()})
-        if reused_from is None:
-            return self.fn.run(*args, **kwargs, **config.all_kwargs())
         try:
             return self.fn.run(*args, **kwargs, **config.all_kwargs())
-        except config_failures(interpreting(self.fn)) as error:
-            self.cache.pop(reused_from, None)
-            self.results.pop(reused_from, None)  # a later prune to one config must not pass for this reuse
-            add_note(error, self._stale_winner(reused_from, config))
+        except config_failures(interpreting(self.fn)) as error:  # the tuple is built only when a launch fails
+            if reused_from is not None:
+                self.cache.pop(reused_from, None)
+                self.results.pop(reused_from, None)  # a later prune to one config must not pass for this reuse
+                add_note(error, self._stale_winner(reused_from, config))
             raise
 
     def _stale_winner(self, key: tuple, config: triton.Config) -> str:
