@@ -700,17 +700,22 @@ def head_bound_kernel(x_ptr, out_ptr, n, HEAD_D: tl.constexpr, BLOCK: tl.constex
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
 
 
-def later_configs_faster():
-    """A do_bench under which each config timed is faster than the one before: the last config wins."""
-    calls = []
+def larger_blocks_faster() -> dict:
+    """Hooks under which a config's time is 1/BLOCK ms: the largest BLOCK wins, whatever order configs are timed in.
+
+    The live pool times each config as its compile finishes, so an order-based fake would not say which one wins.
+    """
+    launched = {}
+
+    def pre_hook(nargs, reset_only=False):
+        launched["BLOCK"] = nargs.get("BLOCK")
 
     def do_bench(fn, quantiles=None):
         fn()
-        calls.append(None)
-        ms = 1.0 / len(calls)
+        ms = 1.0 / launched["BLOCK"]
         return [ms, ms, ms] if quantiles else ms
 
-    return do_bench
+    return {"pre_hook": pre_hook, "do_bench": do_bench}
 
 
 def test_a_reused_winner_that_fails_with_these_arguments_names_its_state_file_and_says_key_lacks_an_argument(
@@ -722,7 +727,7 @@ def test_a_reused_winner_that_fails_with_these_arguments_names_its_state_file_an
 
     def decorated():  # each call stands for a new process: its own kernel object over one state dir
         return fasta_sm.autotune(configs, key=["n"], policy="exhaustive", state_dir=str(tmp_path),
-                                 do_bench=later_configs_faster())(head_bound_kernel)
+                                 **larger_blocks_faster())(head_bound_kernel)
 
     x = torch.arange(256, dtype=torch.float32, device=DEVICE)
     out = torch.zeros_like(x)
@@ -765,7 +770,7 @@ def test_after_a_stale_winner_failed_a_failure_of_a_config_pruned_to_alone_carri
     def decorated():
         return fasta_sm.autotune(configs, key=["n"], policy="exhaustive", state_dir=str(tmp_path),
                                  prune_configs_by={"early_config_prune": only_64_at_head_16},
-                                 do_bench=later_configs_faster())(head_bound_kernel)
+                                 **larger_blocks_faster())(head_bound_kernel)
 
     x = torch.arange(256, dtype=torch.float32, device=DEVICE)
     out = torch.zeros_like(x)
