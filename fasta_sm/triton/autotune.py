@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import triton
-from triton.runtime.jit import JITFunction, KernelInterface
+from triton.runtime.autotuner import Autotuner as TritonAutotuner
+from triton.runtime.jit import JITFunction
 
 from ..config import Config
 from ..driver import integration_params, to_fasta_config, whole_number
@@ -92,8 +93,16 @@ def _extras(config: triton.Config) -> tuple:
     return (config.pre_hook,)
 
 
-class Autotuner(KernelInterface):
-    """The object `@fasta_sm.autotune(...)` puts in place of the kernel; launch it as `kernel[grid](...)`."""
+class Autotuner(TritonAutotuner):
+    """The object `@fasta_sm.autotune(...)` puts in place of the kernel; launch it as `kernel[grid](...)`.
+
+    It is a `triton.runtime.autotuner.Autotuner` so that PyTorch takes it for one: `torch.compile` traces
+    its launches as a user-defined Triton kernel (Inductor compiles `fn` with `configs` and tunes them
+    itself), and `torch.library.wrap_triton` accepts it. Triton's `__init__` is not called, as its
+    arguments and what it sets up differ between Triton versions; this one sets the attributes PyTorch
+    reads (`fn`, `configs`, `keys`, `arg_names`, `reset_to_zero`, `restore_value`, the prune callbacks,
+    the timing knobs and whether hooks were given), under Triton's names.
+    """
 
     def __init__(
         self,
@@ -139,14 +148,18 @@ class Autotuner(KernelInterface):
         self.restore_value = _names(self.kernel_name, "restore_value", restore_value or [], self.arg_names)
         self.user_pre_hook = pre_hook
         self.post_hook = post_hook
+        self.user_defined_pre_hook = pre_hook is not None
+        self.user_defined_post_hook = post_hook is not None
+        self.num_warmups, self.num_reps, self.use_cuda_graph = warmup, rep, use_cuda_graph
+        self.cache_results = False
         self.warmup_ms = self._milliseconds("warmup", warmup, WARMUP_MS)
         self.rep_ms = self._milliseconds("rep", rep, REP_MS)
         if use_cuda_graph and do_bench is None:
             do_bench = _cuda_graph_bench(self.rep_ms)
-        self.do_bench = do_bench
+        self._do_bench = do_bench
         prune = dict(prune_configs_by or {})
         self.perf_model = prune.get("perf_model")
-        self.top_k = prune.get("top_k", 1.0)
+        self.configs_top_k = prune.get("top_k", 1.0)
         self.early_config_prune = prune.get("early_config_prune")
         self.policy = "fasta" if policy is None else policy
         try:  # refused here, where the decorator is written, not at the first launch
@@ -286,7 +299,7 @@ class Autotuner(KernelInterface):
             if not configs:
                 raise ValueError(f"{self.kernel_name}: early_config_prune returned no configs")
         if self.perf_model:
-            top_k = self.top_k
+            top_k = self.configs_top_k
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(configs) * top_k))
             if len(configs) > top_k:
@@ -314,7 +327,7 @@ class Autotuner(KernelInterface):
             pre_hook=self.user_pre_hook,
             post_hook=self.post_hook,
             config_pre_hooks={f.identity: c.pre_hook for f, c in zip(fasta_configs, candidates) if c.pre_hook},
-            do_bench=self.do_bench,
+            do_bench=self._do_bench,
             warmup_ms=self.warmup_ms,
             rep_ms=self.rep_ms,
         )
