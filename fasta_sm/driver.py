@@ -486,6 +486,36 @@ class FastaAutotunerMixin:
         else:
             self.configs = None
 
+    def recheck_autotune_cache(self, reload_kernel_from_src: Callable[[], Any]) -> None:
+        """An FX-graph-cache hit's check of the autotune cache, against the whole tuned space.
+
+        Inductor rechecks against the configs this autotuner had compiled when
+        it was cached (a tuned kernel's first round), but wrote the winner
+        under the hash of the space it was built with: the check would always
+        miss, and every warm process would build the round's launchers and
+        read the tune again. A hit keeps the winner alone and ends the tune.
+        """
+        if self._fasta_plan is None:
+            return super().recheck_autotune_cache(reload_kernel_from_src)
+        from torch._inductor.runtime.triton_heuristics import check_autotune_cache, triton_config_to_hashable
+
+        cached, _, self.autotune_cache_info = check_autotune_cache(
+            list(self._fasta_space), self.filename, self.inductor_meta
+        )
+        if len(cached) != 1:
+            return None
+        best = cached[0]
+        wanted = triton_config_to_hashable(best)
+        kept = [r for r in self.compile_results or () if triton_config_to_hashable(r.config) == wanted][:1]
+        if not kept:  # compiled later in the tune, or found by coordinate descent: compile it now
+            if getattr(self.fn, "fn", None) is None:
+                self.fn = reload_kernel_from_src().fn
+            kept = [self._precompile_config(best)]
+        kept[0].config.found_by_coordesc = getattr(best, "found_by_coordesc", False)
+        self.compile_results = kept
+        self._fasta_finished = True
+        return None
+
     def _dynamic_scale_rblock(self) -> None:
         """Off for tuned kernels: the space already spans R0_BLOCK, and its extra compile
         would add a config outside the tune."""

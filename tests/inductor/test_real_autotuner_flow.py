@@ -105,9 +105,9 @@ def faked(monkeypatch, tmp_path):
     fi.disable()
 
 
-def decorate(tmp_path, settings):
+def decorate(tmp_path, settings, autotune_local_cache=False):
     meta = {"kernel_name": "triton_red_fused_sum_0", "fasta_sm": settings.to_dict(),
-            "autotune_local_cache": False, "autotune_remote_cache": False}
+            "autotune_local_cache": autotune_local_cache, "autotune_remote_cache": False}
     triton_meta = {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32", "r0_numel": "i32"},
                    "device": CPU, "constants": {}, "configs": []}
     decorator = triton_heuristics.reduction(size_hints={"x": 4096, "r0_": 4096}, reduction_hint=0,
@@ -256,3 +256,33 @@ def test_a_worker_that_finds_the_tune_locked_compiles_each_of_inductors_configs_
     with pytest.raises(Exception, match="OutOfResources"):
         worker.precompile(warm_cache_only=True)
     assert set(Counter(tried).values()) == {2}  # once by fasta-sm, once by Inductor
+
+
+def test_a_warm_fx_graph_cache_finds_the_winner_in_inductors_autotune_cache_and_times_nothing(
+        tmp_path, faked, monkeypatch):
+    """On CUDA the FX graph cache keeps the autotuner as its worker compiled it (the first round); a later process
+    rechecks Inductor's autotune cache from it, which the winner was written to under the whole space's hash."""
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "is_statically_launchable", lambda self: True)
+
+    def with_local_cache():
+        return decorate(tmp_path, faked, autotune_local_cache=True)
+
+    worker = with_local_cache()
+    worker.precompile(warm_cache_only=True)
+    worker.prepare_for_pickle()
+    parent = pickle.loads(pickle.dumps(worker))
+    parent.restore_after_unpickle(old_values=None)
+    old_values = parent.prepare_for_pickle()
+    cached = pickle.dumps(parent)  # what the FX graph cache keeps: the round's compile results, no launchers
+    parent.restore_after_unpickle(old_values)
+    parent.precompile(warm_cache_only=False, reload_kernel=with_local_cache)
+    winner = to_fasta_config(parent.run("in", "out", 4096, 4096, stream=0))
+
+    later = pickle.loads(cached)
+    later.restore_after_unpickle(old_values=None)
+    CALLS.update(compile=0, bench=0)
+    later.recheck_autotune_cache(reload_kernel_from_src=with_local_cache)
+    later.precompile(warm_cache_only=False, reload_kernel=with_local_cache)
+    assert later.autotune_cache_info.get("autotune_cache_state") == "hit"
+    assert len(later.launchers) == 1 and to_fasta_config(later.run("in", "out", 4096, 4096, stream=0)) == winner
+    assert CALLS["bench"] == 0 and CALLS["compile"] <= 1
