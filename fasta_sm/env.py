@@ -15,6 +15,9 @@ from .errors import SettingError
 
 log = logging.getLogger("fasta_sm.env")
 
+INDUCTOR_SWITCH = "FASTA_SM_INDUCTOR"
+NPU_SWITCH = "FASTA_SM_NPU"
+
 YES = frozenset({"1", "true", "yes", "on"})
 NO = frozenset({"0", "false", "no", "off"})
 

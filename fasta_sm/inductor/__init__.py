@@ -25,7 +25,7 @@ from ..driver import (
     integration_params,
     whole_number,
 )
-from ..env import switch_or_off
+from ..env import INDUCTOR_SWITCH, switch_or_off
 from ..errors import MissingDependency
 from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
@@ -34,7 +34,7 @@ from ..store import StateStore
 
 log = logging.getLogger("fasta_sm.inductor")
 
-ENV_VAR = "FASTA_SM_INDUCTOR"
+ENV_VAR = INDUCTOR_SWITCH
 MAX_CONFIGS_ENV = "FASTA_SM_INDUCTOR_MAX_CONFIGS"
 CODEGEN_MODULE = "torch._inductor.codegen.triton"
 

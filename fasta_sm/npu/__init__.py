@@ -31,7 +31,7 @@ from ..driver import (
     integration_params,
     whole_number,
 )
-from ..env import switch_or_off
+from ..env import NPU_SWITCH, switch_or_off
 from ..errors import FastaError
 from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
@@ -40,7 +40,7 @@ from ..store import StateStore
 
 log = logging.getLogger("fasta_sm.npu")
 
-ENV_VAR = "FASTA_SM_NPU"
+ENV_VAR = NPU_SWITCH
 SETTINGS_ENV = "FASTA_SM_NPU_SETTINGS"
 NPU_SWITCH_ENV = "FASTAUTOTUNE"
 UB_BITS_ENV = "ENABLE_PRINT_UB_BITS"

@@ -227,6 +227,19 @@ def test_env_var_switches_it_on_when_inductor_codegen_loads(tmp_path):
     assert lines == ["False", "True"], out.stderr
 
 
+def test_import_torch_with_the_switches_off_loads_no_more_of_fasta_sm_than_its_switch_reader():
+    from importlib.metadata import entry_points
+
+    if not any(ep.value.startswith("fasta_sm.") for ep in entry_points(group="torch.backends")):
+        pytest.skip("fasta-sm's `torch.backends` entry points are not installed (pip install -e .)")
+    code = "import sys, torch\nprint(' '.join(sorted(m for m in sys.modules if m.startswith('fasta_sm'))))\n"
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTA_SM_INDUCTOR", "FASTA_SM_NPU")}
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert set(out.stdout.split()) == {"fasta_sm", "fasta_sm.autoload", "fasta_sm.config", "fasta_sm.env",
+                                       "fasta_sm.errors"}, out.stderr
+
+
 def test_fasta_under_inductor_starts_from_one_guided_round_and_live_retiming_and_the_user_overrides_it(tmp_path):
     from fasta_sm.policies.fasta.params import LIVE_DEFAULTS
 
