@@ -42,6 +42,7 @@ from .state import (
     decode_rng,
     encode_rng,
     pack_state,
+    storable_text,
     unpack_state,
 )
 
@@ -51,6 +52,10 @@ DEFAULT_CHUNK = 16
 DEFAULT_BENCHMARK_CHUNK = 4
 PREFETCH_MAX = 64
 """At most this many guesses (the lookahead's picks, then by prediction) are offered beyond the batch's own configs."""
+LONGEST_US = 1e12
+"""A duration past this (11.6 days) is a broken timer, not a kernel, and its means would overflow."""
+LONGEST_S = 1e9
+"""Compile or benchmark seconds past this (31 years) are a broken clock; their sum would overflow."""
 R1_GUESS_UNTIMED = 8
 """While R1 is timed, the first guided batch is guessed once at most this many of R1's configs are left to time."""
 
@@ -187,7 +192,7 @@ class Tune:
             policy_params=dict(policy_params or {}),
             seed=int(seed),
             backend=backend.describe(),
-            restarts=list(restarts),
+            restarts=[storable_text(note) for note in restarts],
             carried=dict(carried or {}),
         )
         tune = cls(state, backend, policy, checkpoint, chunk_size, benchmark_chunk)
@@ -222,11 +227,10 @@ class Tune:
 
     def advance(self) -> None:
         """Fire the trigger the state says is next; roll back on error."""
-        step = self.state.step
+        step, where = self.state.step, self.state.position()
         try:
             fired = getattr(self, step)()
         except Exception as exc:
-            where = self.state.position()
             self._rollback(exc)
             if not isinstance(exc, FastaError):  # fasta-sm's own errors name the kernel already
                 add_note(exc, f"fasta-sm: kernel {self.state.kernel!r} at {where}")
@@ -267,7 +271,7 @@ class Tune:
                 if outcome.error is None:
                     state.compiled[index] = seconds
                 else:
-                    state.failed[index] = str(outcome.error)
+                    state.failed[index] = storable_text(outcome.error)
                     log.info("kernel %s: config #%d failed to compile: %s", state.kernel, index, outcome.error)
             state.cost.compile_s += spent
             state.rounds[-1].compile_s += spent
@@ -388,7 +392,7 @@ class Tune:
             values = [_check_duration(state.kernel, state.configs[i], value) for i, value in zip(chunk, durations)]
             for position, (index, value) in enumerate(zip(chunk, values)):  # all checked: nothing half-recorded
                 if math.isinf(value):
-                    state.failed[index] = str(outcome.errors.get(position) or "failed at run time")
+                    state.failed[index] = storable_text(outcome.errors.get(position) or "failed at run time")
                     state.durations.pop(index, None)
                 else:
                     state.durations.setdefault(index, []).append(value)
@@ -511,7 +515,13 @@ class Tune:
     def _checkpoint(self) -> None:
         self._decision = None
         self.state.updated = time.time()
-        blob = pack_state(self.state)
+        try:
+            blob = pack_state(self.state)
+        except (TypeError, ValueError, OverflowError) as exc:  # what a backend or policy handed back
+            raise TuneFailed(
+                f"kernel {self.state.kernel!r}: the state at {self.state.position()} cannot be written: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         if self._on_checkpoint is not None:  # what a backend or policy handed back must not make the file unreadable
             _check_reads_back(self.state, blob, TuneFailed)
             self._on_checkpoint(self.state, blob)
@@ -520,7 +530,9 @@ class Tune:
     def _rollback(self, exc: BaseException) -> None:
         """Back to the last checkpoint, with the error recorded there too."""
         restored = unpack_state(self._last_blob, source=f"checkpoint of {self.state.kernel!r}")
-        restored.last_error = " ".join([f"{restored.position()}: {type(exc).__name__}: {exc}", *notes_of(exc)])
+        restored.last_error = storable_text(
+            " ".join([f"{restored.position()}: {type(exc).__name__}: {exc}", *notes_of(exc)])
+        )
         self._adopt(restored)
         shared_machine().set_state(restored.phase, model=self)
         self._decision = None
@@ -566,8 +578,10 @@ def _check_reason(state: TuneState, decision: Decision) -> None:
 
 def _check_seconds(kernel: str, what: str, value: float) -> float:
     number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    if not number or not math.isfinite(value) or value < 0:
-        raise BackendError(f"kernel {kernel!r}: backend reported {what} {value!r}; expected a finite number ≥ 0")
+    if not number or not math.isfinite(value) or not 0 <= value <= LONGEST_S:
+        raise BackendError(
+            f"kernel {kernel!r}: backend reported {what} {value!r}; expected a number from 0 to {LONGEST_S:g}"
+        )
     return float(value)
 
 
@@ -581,5 +595,9 @@ def _check_duration(kernel: str, config: Config, value: float) -> float:
     if math.isnan(value) or value <= 0:  # a kernel takes time: zero is a timer that saw nothing
         raise BackendError(
             f"kernel {kernel!r}: duration {value!r} µs for {config.label()} is invalid (NaN, zero or negative)"
+        )
+    if LONGEST_US < value < math.inf:  # inf is the protocol's "failed at run time"
+        raise BackendError(
+            f"kernel {kernel!r}: duration {value!r} µs for {config.label()} is invalid (over {LONGEST_US:g} µs)"
         )
     return value

@@ -192,6 +192,12 @@ SEED_MAX = 2**64 - 1
 """The largest seed: a tune's seed is stored in its state file, which holds no int past 64 bits."""
 
 
+def storable_text(text: Any) -> str:
+    """`text` as a state file can hold it: msgpack writes UTF-8, so bytes a message could not decode
+    (a compiler's output read with `surrogateescape`) are kept as backslash escapes."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def encode_rng(rng: np.random.Generator) -> dict[str, Any]:
     """A Generator's state for msgpack: 128-bit integers go as decimal strings."""
     return _ints_to_str(rng.bit_generator.state)

@@ -283,8 +283,15 @@ class StateStore:
     def discard_temp_files(self, key: str) -> None:
         """Remove temp files a killed writer left; only the lock holder may call this."""
         for leftover in self.path.glob(self.file_for(key).name + ".*.tmp"):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 leftover.unlink()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StateDirError(
+                    f"cannot remove {leftover.name}, left in state dir {self.path} by a killed writer: "
+                    f"{exc.strerror or exc}"
+                ) from None
 
     def supersede(self, key: str, why: str) -> Path:
         """Keep a valid but outdated state under a new name (for reading and carrying), so a new tune can start.

@@ -188,6 +188,22 @@ def test_temp_files_left_by_a_killed_writer_are_discarded_by_the_next_tune(table
     assert not leftover.exists()
 
 
+def test_a_leftover_temp_file_the_state_dir_will_not_let_go_of_is_a_state_dir_error_naming_both(
+        table, backend, store, monkeypatch):
+    leftover = store.path / (store.file_for(KEY).name + ".abc123.tmp")
+    leftover.write_bytes(b"half a state")
+    unlink = Path.unlink
+
+    def read_only_unlink(path, *args, **kwargs):  # a read-only mount: EROFS, not "no such file"
+        if path.suffix == ".tmp":
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", read_only_unlink)
+    with pytest.raises(StateDirError, match=rf"cannot remove {leftover.name}, left in state dir {store.path}"):
+        run_tune(table, backend, store)
+
+
 # --------------------------------------------------------------------------- reuse
 
 
@@ -425,6 +441,17 @@ def test_a_bad_state_file_is_quarantined_with_one_warning_and_the_tune_starts_af
     assert len(warnings) == 1, warnings
     assert str(path) in warnings[0] and str(moved[0]) in warnings[0]
     assert store.read(path).done  # the fresh tune's file is valid
+
+
+def test_a_bad_state_file_in_a_dir_whose_name_is_not_utf8_is_quarantined_and_the_record_says_so(
+        table, backend, tmp_path):
+    state_dir = tmp_path / os.fsdecode(b"states-\xff")  # bytes no UTF-8 decoder takes, as a Linux path may hold
+    store = StateStore(state_dir)
+    store.file_for(KEY).write_bytes(b"\xc1 garbage")
+    result = run_tune(table, backend, store)
+    assert result.state.done
+    (note,) = store.read(store.file_for(KEY)).restarts
+    assert note.startswith("previous state quarantined as ")
 
 
 def test_a_state_file_holding_another_key_is_quarantined(table, backend, store, tmp_path):

@@ -279,6 +279,7 @@ BAD_DURATIONS = {
     "NaN": (_set(2, math.nan), r"duration nan"),
     "negative": (_set(1, -3.5), r"duration -3\.5"),
     "zero": (_set(3, 0.0), r"duration 0\.0 µs .* \(NaN, zero or negative\)"),
+    "past any kernel": (_set(1, 1e308), r"duration 1e\+308 µs .* \(over 1e\+12 µs\)"),
     "too few": (lambda d: d[:-1], r"returned 3 durations for 4 configs"),
     "too many": (lambda d: d + [1.0], r"returned 5 durations for 4 configs"),
     "not a number": (_set(0, "fast"), r"duration 'fast'"),
@@ -763,7 +764,11 @@ class FailingAtRunTime(CountingBackend):
         return BenchmarkOutcome(durations_us=durations, seconds=outcome.seconds, errors=errors)
 
 
-@pytest.mark.parametrize(("reason", "kept"), [(None, "failed at run time"), (RuntimeError("lost"), "lost")])
+@pytest.mark.parametrize(("reason", "kept"), [
+    (None, "failed at run time"),
+    (RuntimeError("lost"), "lost"),
+    (b"ptxas \xff".decode("utf-8", "surrogateescape"), "ptxas \\udcff"),  # compiler bytes that were not UTF-8
+], ids=["none", "exception", "undecodable bytes"])
 def test_a_run_time_failure_reason_that_is_no_string_is_kept_as_text_in_a_file_that_reads_back(
     reason, kept, table, backend, store
 ):
@@ -785,6 +790,31 @@ def test_numpy_seconds_from_a_backend_are_taken_as_seconds(table, backend, store
 
     state = run_tune(table, NumpySeconds(backend), store).state
     assert state.done and type(state.cost.benchmark_s) is float
+
+
+def test_compile_seconds_past_any_clock_are_a_backend_error_naming_the_kernel(table, backend, store):
+    class CenturiesToCompile(CountingBackend):
+        def compile(self, configs):
+            return [CompileOutcome(o.error, 1e308) for o in self.inner.compile(configs)]
+
+    with pytest.raises(BackendError, match=r"kernel 'mm_synth': backend reported compile seconds 1e\+308"):
+        run_tune(table, CenturiesToCompile(backend), store)
+
+
+def test_a_policy_state_the_file_cannot_hold_is_a_tune_failure_naming_the_kernel(table, backend, store, monkeypatch):
+    from fasta_sm.policies.baseline import Exhaustive
+
+    refine = Exhaustive.refine
+
+    def refine_then_keep_an_array(self, observed, rng):
+        self.scores = np.arange(3)
+        return refine(self, observed, rng)
+
+    monkeypatch.setattr(Exhaustive, "refine", refine_then_keep_an_array)
+    monkeypatch.setattr(Exhaustive, "state_dict", lambda self: {"scores": getattr(self, "scores", [])})
+    with pytest.raises(TuneFailed, match=r"kernel 'mm_synth': the state at \w+ cannot be written: TypeError"):
+        run_tune(table, backend, store)
+    assert store.read(store.file_for(KEY)).position() == "R1 refine"  # kept at the last checkpoint
 
 
 def test_an_error_that_is_not_fasta_sms_carries_a_note_naming_the_kernel_and_position(table, backend, store):
