@@ -20,7 +20,7 @@ import numpy as np
 from .backends.replay import ReplayBackend, ReplayTable, load_table
 from .errors import TableError, TuneFailed
 from .machine import Tune
-from .policies import make_policy
+from .policies import make_policy, with_environment
 
 log = logging.getLogger("fasta_sm.bench")
 
@@ -58,7 +58,7 @@ def run_policy(
         kernel=table.kernel,
         configs=table.configs,
         backend=ReplayBackend(table, noise=True, seed=seed),
-        policy=make_policy(policy, table.configs, params),
+        policy=make_policy(policy, table.configs, with_environment(policy, params or {})),
         policy_params=dict(params or {}),
         seed=seed,
         chunk_size=n,

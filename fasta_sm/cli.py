@@ -34,7 +34,7 @@ from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, Repla
 from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
-from .policies import make_policy, require_listed
+from .policies import make_policy, require_listed, with_environment
 from .render import age_of, format_us, state_to_json
 from .report import tune_costs
 from .state import SEED_MAX, TuneState
@@ -133,7 +133,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     _note_defects(path, replay)
     params = {} if budget is None else {"budget": budget}
     try:  # a policy that cannot take the budget is refused before anything is written to the state dir
-        make_policy(policy, replay.configs, params)
+        make_policy(policy, replay.configs, with_environment(policy, params))
     except PolicyError as exc:
         if budget is not None and _builds(policy, replay.configs):  # the command line's budget, a usage error
             raise click.BadParameter(f"kernel {replay.kernel!r}: {exc}", param_hint="--budget") from None
@@ -486,7 +486,7 @@ def _predicted_at_pick(state: TuneState) -> dict[int, float]:
 def _builds(policy: str, configs: list[Config]) -> bool:
     """Whether `policy` builds over `configs` with no parameter of the command line (the environment's may fail)."""
     try:
-        make_policy(policy, configs, {})
+        make_policy(policy, configs, with_environment(policy, {}))
     except PolicyError:
         return False
     return True

@@ -249,10 +249,14 @@ def test_a_fasta_variable_set_to_its_default_keeps_the_tune(table, backend, stor
 
 
 def test_open_tune_takes_the_parameters_it_is_given_not_the_environment(table, backend, store, monkeypatch):
-    monkeypatch.setenv("FASTA_R1_PCT", "0.1")  # a compile worker's environment may differ from its parent's
+    monkeypatch.setenv("FASTA_SMALL_BUDGET", "0.9")  # a compile worker's environment may differ from its parent's
     with store.lock(KEY, table.kernel):
         opened = open_tune(store, KEY, table.kernel, table.configs, backend, policy="fasta", policy_params={})
-    assert opened.state.policy_params == {}
+        state = opened.drive()
+    monkeypatch.delenv("FASTA_SMALL_BUDGET")
+    assert state.policy_params == {}
+    default = run_tune(table, backend, StateStore(store.path / "other"), policy="fasta", policy_params={}).state
+    assert state.durations == default.durations  # measured as the tune's own (default) budget says
 
 
 def test_a_tune_under_the_same_environment_is_reused(table, backend, store, monkeypatch):

@@ -23,7 +23,7 @@ from fasta_sm.backends.replay import ReplayBackend, table_from_dict
 from fasta_sm.config import Config
 from fasta_sm.errors import ConfigError, PolicyError
 from fasta_sm.policies import make_policy
-from fasta_sm.policies.fasta import FastaPolicy
+from fasta_sm.policies.fasta import FastaParams, FastaPolicy
 from fasta_sm.policies.fasta.contract import InvalidObservations
 from fasta_sm.policies.fasta.features import extract_features
 from fasta_sm.policies.fasta.sampling import (
@@ -65,45 +65,61 @@ def test_unknown_parameter_is_an_error_naming_it():
 # --------------------------------------------------------------- parameters
 
 
+def from_environment(**given):
+    """The policy a tune opened in this environment builds: the FASTA_* knobs are read where the tune opens."""
+    from fasta_sm.policies import with_environment
+
+    return FastaPolicy(MATMUL.configs, **with_environment("fasta", given))
+
+
 def test_constructor_argument_beats_env_var(monkeypatch):
     monkeypatch.setenv("FASTA_R1_PCT", "0.2")
-    assert FastaPolicy(MATMUL.configs, r1_frac=0.1).params.r1_frac == 0.1
+    assert from_environment(r1_frac=0.1).params.r1_frac == 0.1
+    assert from_environment().params.r1_frac == 0.2
+
+
+def test_a_policy_built_from_its_parameters_does_not_read_the_environment(monkeypatch):
+    """A compile worker or a later process may see other FASTA_* values: the tune's own must decide."""
+    monkeypatch.setenv("FASTA_R1_PCT", "0.2")
+    assert FastaPolicy(MATMUL.configs).params.r1_frac == FastaParams().r1_frac
 
 
 def test_bad_env_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("FASTA_MAX_ROUNDS", "many")
     with pytest.raises(PolicyError, match="FASTA_MAX_ROUNDS"):
-        FastaPolicy(MATMUL.configs)
+        from_environment()
 
 
 def test_out_of_range_env_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("FASTA_R1_PCT", "30")
     with pytest.raises(PolicyError, match="FASTA_R1_PCT='30'"):
-        FastaPolicy(MATMUL.configs)
+        from_environment()
 
 
 @pytest.mark.parametrize("text, expected", [("1", True), ("off", False)])
 def test_config_optimizer_env_var_reads_as_a_flag(monkeypatch, text, expected):
     monkeypatch.setenv("FASTA_CONFIG_OPTIMIZER", text)
-    assert FastaPolicy(MATMUL.configs).params.optimize_configs is expected
+    assert from_environment().params.optimize_configs is expected
 
 
 def test_a_misspelt_config_optimizer_switch_gets_the_shared_switch_message_naming_it(monkeypatch):
+    from fasta_sm.policies import with_environment
+
     monkeypatch.setenv("FASTA_CONFIG_OPTIMIZER", "ture")
     says = r"\$FASTA_CONFIG_OPTIMIZER='ture' is neither a yes .* \(it sets optimize_configs\)"
     with pytest.raises(PolicyError, match=says):
-        FastaPolicy(MATMUL.configs)
+        with_environment("fasta", {})
 
 
 def test_every_documented_env_var_sets_its_parameter(monkeypatch):
-    from fasta_sm.policies.fasta.params import ENV_VARS, resolve_params
+    from fasta_sm.policies.fasta.params import ENV_VARS, environment_params
 
     values = {"FASTA_R1_PCT": ("0.1", 0.1), "FASTA_BASE_BUDGET": ("0.15", 0.15),
               "FASTA_SMALL_BUDGET": ("0.25", 0.25), "FASTA_LARGE_BUDGET": ("0.04", 0.04),
               "FASTA_COST_BUDGET": ("0.3", 0.3), "FASTA_MAX_ROUNDS": ("7", 7), "FASTA_RETIME_TOP": ("2", 2),
               "FASTA_CONFIG_OPTIMIZER": ("yes", True)}
     assert set(values) == set(ENV_VARS)
-    params = resolve_params({}, {var: text for var, (text, _) in values.items()})
+    params = FastaParams(**environment_params({var: text for var, (text, _) in values.items()}))
     assert {ENV_VARS[var]: getattr(params, ENV_VARS[var]) for var in values} == {
         ENV_VARS[var]: value for var, (_, value) in values.items()}
 

@@ -356,10 +356,16 @@ def environment_overrides(environ: Mapping[str, str] | None = None) -> dict[str,
     return {name: value for name, value in environment_params(environ).items() if getattr(defaults, name) != value}
 
 
-def resolve_params(overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> FastaParams:
-    """Defaults, then FASTA_* env vars, then per-tune keyword arguments."""
+def resolve_params(overrides: Mapping[str, Any]) -> FastaParams:
+    """Defaults, then per-tune keyword arguments.
+
+    The FASTA_* variables are not read here but once, where a tune is opened
+    (`environment_overrides`, through `fasta_sm.policies.with_environment`),
+    and kept in its `policy_params`: a policy built again from those, in a
+    worker or a later process with another environment, decides the same.
+    """
     types = {f.name: f.type for f in fields(FastaParams)}
-    values = environment_params(environ)
+    values: dict[str, Any] = {}
     for name, value in overrides.items():
         if name not in types:
             raise PolicyError(f"fasta: unknown parameter {name!r}; known: {', '.join(sorted(types))}")
