@@ -57,7 +57,10 @@ def _columns(configs: Sequence[Config]) -> dict[str, list[float | None]]:
             number = _numeric(value)
             if number is None:
                 continue
-            columns.setdefault(name, [None] * n)[index] = number
+            column = columns.get(name)
+            if column is None:  # built once per name: `setdefault` would build a list of n for every value
+                column = columns[name] = [None] * n
+            column[index] = number
     return columns
 
 
