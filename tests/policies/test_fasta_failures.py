@@ -59,3 +59,24 @@ def test_a_polish_before_any_guided_round_fits_one_of_the_bases_it_was_given(see
     polish = [r.reason for r in state.rounds if "polish" in r.reason]
     assert state.done and table.errors[state.best] is None
     assert polish and all("basis linear" in reason or "basis quad" in reason for reason in polish)
+
+
+def test_after_an_r1_that_all_failed_a_blind_round_takes_r1_min_and_leaves_the_rest_to_guided_rounds():
+    grid = [{"kwargs": {"BLOCK_M": m, "BLOCK_N": n}, "num_warps": w, "num_stages": s, "compile_s": 1.0}
+            for m in (16, 32, 64, 128) for n in (16, 32, 64, 128) for w in (2, 4, 8) for s in (2, 3, 4)]
+    all_run = table_from_dict({"kernel": "k", **SYNTHETIC, "configs": [
+        {**row, "duration_us": [1.0, 1.0], "error": None} for row in grid]}, "k")
+    policy = make_policy("fasta", all_run.configs, {})
+    r1 = set(policy.plan(np.random.default_rng(0)).batch)  # what the tune's R1 will be (seed 0)
+    rows = [{**row, "duration_us": [] if i in r1 else [10.0 + i % 17] * 2,
+             "error": "OutOfResources: shared memory" if i in r1 else None} for i, row in enumerate(grid)]
+    table = table_from_dict({"kernel": "r1_all_fails", **SYNTHETIC, "configs": rows}, "r1_all_fails")
+    tune = Tune.start("k", table.kernel, table.configs, ReplayBackend(table),
+                      make_policy("fasta", table.configs, {}), seed=0)
+    try:
+        state = tune.drive()
+    finally:
+        tune.close()
+    assert state.rounds[0].batch and set(state.rounds[0].batch) == r1
+    assert len(state.rounds[1].batch) == policy.params.r1_min and "sampling blind" in state.rounds[1].reason
+    assert any("R2_1" in r.reason for r in state.rounds[2:]), [r.reason for r in state.rounds]

@@ -201,12 +201,13 @@ class FastaPolicy:
         remaining = self.plan_budget.total - int(evaluated[self._active].sum())
         if not measured.any():
             # A tune that ends with no winner is worthless: past the budget, keep sampling
-            # (a few at a time) until one config runs or none is left, the configs the
-            # optimizer pruned included once every kept one has failed.
+            # (r1_min at a time, so that budget is left for guided rounds once one runs) until
+            # one config runs or none is left, the configs the optimizer pruned included once
+            # every kept one has failed.
             untried = candidates if candidates.size else np.flatnonzero(np.isnan(durations))
             if untried.size:
                 why = "every config so far failed" if candidates.size else "every kept config failed, pruned ones next"
-                batch = self._blind(untried, max(remaining, self.params.r1_min), rng)
+                batch = self._blind(untried, self.params.r1_min, rng)
                 return self._issue(batch, f"{why}: sampling blind")
             return self._stop("fasta: every config failed")
         if self.plan_budget.path == "coverage":
