@@ -571,23 +571,46 @@ def test_a_deep_copy_of_a_policy_resumed_under_other_params_shares_none_of_its_m
     assert msgpack.packb(resumed.state_dict()) == before
 
 
-def test_resume_through_the_engine_mid_r2_picks_what_an_uninterrupted_tune_picks(tmp_path):
+STOPS = {
+    "mid R2": lambda s: s.phase == "R2" and s.round == 2 and s.step == "benchmark",
+    "at the last guided round": lambda s: s.phase == "R2" and s.round == 5 and s.step == "benchmark",
+    "mid polish": lambda s: s.step == "benchmark" and s.rounds[-1].reason.startswith("fasta polish"),
+    "mid re-time": lambda s: s.step == "benchmark" and s.rounds[-1].retime,
+}
+KNOBS = {  # the defaults, and knobs whose memory (histograms, R1's cost, the peak) a resume must restore too
+    "defaults": {},
+    "histogram stop": {"min_rounds": 5, "l1_conv": 0.3},
+    "cost and peak": {"cost_budget": 0.6, "peak_share": 0.5},
+}
+"""With `min_rounds` 5 the histogram stop first looks at round 5, so a resume there needs the previous histogram."""
+
+
+@pytest.mark.parametrize(("stop", "knobs"), [
+    *((stop, "defaults") for stop in ("mid R2", "mid polish", "mid re-time")),
+    *((stop, "histogram stop") for stop in ("mid R2", "at the last guided round", "mid re-time")),
+    *((stop, "cost and peak") for stop in ("mid R2", "mid re-time")),
+])
+def test_resume_through_the_engine_picks_what_an_uninterrupted_tune_picks(stop, knobs, tmp_path):
     from fasta_sm.backends.replay import ReplayBackend
     from fasta_sm.store import StateStore
     from fasta_sm.tuner import open_tune, tune
 
-    configs = MATMUL.configs
-    whole = tune("k", "mm", configs, ReplayBackend(MATMUL, noise=True, seed=3), seed=3,
+    configs, params = MATMUL.configs, KNOBS[knobs]
+    whole = tune("k", "mm", configs, ReplayBackend(MATMUL, noise=True, seed=3), seed=3, policy_params=params,
                  store=StateStore(tmp_path / "whole"))
     store = StateStore(tmp_path / "split")
     with store.lock("k", "mm"):
-        first = open_tune(store, "k", "mm", configs, ReplayBackend(MATMUL, noise=True, seed=3), seed=3)
-        first.drive(until=lambda s: s.phase == "R2" and s.round == 2 and s.step == "benchmark")
+        first = open_tune(store, "k", "mm", configs, ReplayBackend(MATMUL, noise=True, seed=3), seed=3,
+                          policy_params=params)
+        stopped = first.drive(until=STOPS[stop])
         first.close()
-    resumed = tune("k", "mm", configs, ReplayBackend(MATMUL, noise=True, seed=3), seed=3, store=store)
+    assert not stopped.done, f"the tune should stop {stop}"
+    resumed = tune("k", "mm", configs, ReplayBackend(MATMUL, noise=True, seed=3), seed=3, policy_params=params,
+                   store=store)
     assert not resumed.reused
     assert resumed.best_index == whole.best_index
-    assert [r.batch for r in resumed.state.rounds] == [r.batch for r in whole.state.rounds]
+    assert [(r.batch, r.reason) for r in resumed.state.rounds] == [(r.batch, r.reason) for r in whole.state.rounds]
+    assert resumed.state.durations == whole.state.durations
 
 
 def test_state_round_trip_mid_polish_gives_the_same_next_decision():
