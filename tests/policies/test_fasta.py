@@ -131,7 +131,9 @@ def test_unknown_incumbent_basis_is_an_error_naming_it():
 
 @pytest.mark.parametrize("knob, value, bound", [
     ("cell_retry", -1, "must not be negative"), ("retime_resolution", -0.5, "must not be negative"),
-    ("transpose_centers", 0, "must be at least 1"),
+    ("transpose_centers", 0, "must be at least 1"), ("margin_conv", -1.5, "must not be negative"),
+    ("min_viable_np", -1.0, "must not be negative"), ("small_n", -5, "must not be negative"),
+    ("l1_conv", -0.1, "must not be negative"), ("trust_rho", 7.0, "must be a Spearman correlation"),
 ])
 def test_a_knob_out_of_its_range_is_refused_naming_it_and_its_value(knob, value, bound):
     with pytest.raises(PolicyError, match=rf"fasta: {knob}={value!r} {bound}"):

@@ -126,7 +126,9 @@ class FastaParams:
             if getattr(self, name) < 1:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
         for name in ("tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max", "cell_picks",
-                     "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution"):
+                     "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution", "retime_rounds",
+                     "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
+                     "margin_conv", "l1_conv"):
             if getattr(self, name) < 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must not be negative")
         if not 0.0 <= self.retime_cost <= 1.0:
@@ -139,6 +141,8 @@ class FastaParams:
             raise PolicyError(f"fasta: retime_decay={self.retime_decay!r} must be in (0, 1]")
         if self.retime_rank not in ("lower", "mean"):
             raise PolicyError(f"fasta: retime_rank={self.retime_rank!r} must be 'lower' or 'mean'")
+        if not -1.0 <= self.trust_rho <= 1.0:
+            raise PolicyError(f"fasta: trust_rho={self.trust_rho!r} must be a Spearman correlation, in [-1, 1]")
         if not 0.0 < self.cap_quantile <= 1.0:
             raise PolicyError(f"fasta: cap_quantile={self.cap_quantile!r} must be in (0, 1]")
         from .surrogates import BASIS_NAMES, IDENTIFIABILITY_GATED
