@@ -657,16 +657,16 @@ def test_smooth_bowl_is_solved_within_noise():
 
 
 def test_noisy_matmul_beats_random_search_at_the_same_budget():
-    """5 % timing noise, out-of-resource failures, 5 % budget. Measured over
-    seeds 0-29: fasta catch5 0.40, median regret 7.2 %; random search with
-    the same number of configs per seed: catch5 0.07, median regret 26.6 %."""
+    """5 % timing noise, out-of-resource failures, 5 % budget. Measured (2026-12-02) over seeds 0-29:
+    fasta catch5 0.67, median regret 0.0 % (over seeds 0-119 in windows of 30: catch5 0.43-0.67, median
+    0.0-7.2 %); random search with the same number of configs per seed: catch5 0.00, median regret 26.1 %."""
     table = landscapes.as_table(landscapes.matmul(8, size=500, noise=0.05))
     regrets, tried = _quality(table, range(30))
     random_regrets = []
     for seed, fraction in enumerate(tried):
         trace = drive(make_policy("random", table.configs, {"budget": float(fraction)}), table, seed)
         random_regrets.append(_regret_pct(table, trace))
-    assert np.mean(regrets <= 5.0) >= 0.3
+    assert np.mean(regrets <= 5.0) >= 0.5
     assert np.median(regrets) < np.median(random_regrets) - 10.0
 
 
