@@ -267,7 +267,11 @@ class Autotuner(TritonAutotuner):
         unset = [name for name in self._required if name not in nargs]
         nowhere = [name for name in unset if not any(name in config.kwargs for config in configs)]
         if nowhere:
-            raise TypeError(f"{self.kernel_name}: the launch leaves {', '.join(nowhere)} unset, and no config sets it")
+            strays = sorted({name for config in configs for name in config.kwargs} - set(self.arg_names))
+            hint = f" (the configs set {', '.join(strays)}, which the kernel does not take: misspelt?)" if strays else ""
+            raise TypeError(
+                f"{self.kernel_name}: the launch leaves {', '.join(nowhere)} unset, and no config sets it{hint}"
+            )
         for config in configs:
             missing = [name for name in unset if name not in config.kwargs]
             if missing:

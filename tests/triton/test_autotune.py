@@ -403,6 +403,13 @@ def test_a_config_that_leaves_a_parameter_unset_is_refused_at_the_first_launch_n
     assert not list(tmp_path.glob("*.fsm"))
 
 
+def test_a_kwarg_every_config_misspells_is_named_beside_the_argument_it_leaves_unset(tmp_path):
+    misspelt = [triton.Config({"BLOK": b}, num_warps=1, num_stages=1) for b in (256, 512)]
+    kernel = fasta_sm.autotune(misspelt, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+    with pytest.raises(TypeError, match=r"leaves BLOCK unset, and no config sets it \(the configs set BLOK, which"):
+        launch(kernel)
+
+
 def test_an_argument_the_launch_leaves_out_is_the_launchs_error_not_a_configs(tmp_path):
     kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
     x = torch.randn(256, device=DEVICE)
