@@ -931,6 +931,16 @@ def test_an_empty_replay_name_is_an_error_not_the_default_table(state_dir):
     assert not list(state_dir.glob("*.fsm"))
 
 
+def test_a_shipped_tables_file_name_finds_it_as_its_name_does(state_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no softmax_fp32.json here
+    assert "softmax_fp32" in invoke("tune", "--replay", "softmax_fp32.json", "--state-dir", str(state_dir))
+
+
+def test_a_replay_path_that_does_not_exist_lists_the_shipped_tables(state_dir, tmp_path):
+    done = fasta_sm("tune", "--replay", str(tmp_path / "nope.json"), "--state-dir", str(state_dir))
+    assert done.returncode == 1 and "not a file, nor one of add_gelu_bf16" in done.stderr
+
+
 def test_show_by_a_kernel_name_notes_an_unreadable_file_that_may_hold_another_tune_of_it(table_file, state_dir):
     tune(table_file, state_dir)
     (state_dir / "damaged.fsm").write_bytes(b"garbage")
