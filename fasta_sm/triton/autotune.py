@@ -163,6 +163,8 @@ class Autotuner(TritonAutotuner):
         self.early_config_prune = prune.get("early_config_prune")
         self.policy = "fasta" if policy is None else policy
         try:  # refused here, where the decorator is written, not at the first launch
+            if budget is not None and "budget" in (policy_params or {}):
+                raise ValueError(f"budget={budget!r} and policy_params['budget']={policy_params['budget']!r}: give one")
             self.policy_params = integration_params(self.policy, policy_params, LIVE_DEFAULTS)
             if budget is not None:
                 self.policy_params["budget"] = budget

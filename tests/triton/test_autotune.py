@@ -403,6 +403,11 @@ def test_a_config_that_leaves_a_parameter_unset_is_refused_at_the_first_launch_n
     assert not list(tmp_path.glob("*.fsm"))
 
 
+def test_a_budget_given_both_as_an_argument_and_in_policy_params_is_refused_naming_both():
+    with pytest.raises(ValueError, match=r"accumulate_kernel\): budget=0\.2 and policy_params\['budget'\]=0\.9"):
+        fasta_sm.autotune(CONFIGS, key=["n"], budget=0.2, policy_params={"budget": 0.9})(accumulate_kernel)
+
+
 def test_a_kwarg_every_config_misspells_is_named_beside_the_argument_it_leaves_unset(tmp_path):
     misspelt = [triton.Config({"BLOK": b}, num_warps=1, num_stages=1) for b in (256, 512)]
     kernel = fasta_sm.autotune(misspelt, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
