@@ -270,7 +270,9 @@ class Autotuner(TritonAutotuner):
         nowhere = [name for name in unset if not any(name in config.kwargs for config in configs)]
         if nowhere:
             strays = sorted({name for config in configs for name in config.kwargs} - set(self.arg_names))
-            hint = f" (the configs set {', '.join(strays)}, which the kernel does not take: misspelt?)" if strays else ""
+            hint = ""
+            if strays:
+                hint = f" (the configs set {', '.join(strays)}, which the kernel does not take: misspelt?)"
             raise TypeError(
                 f"{self.kernel_name}: the launch leaves {', '.join(nowhere)} unset, and no config sets it{hint}"
             )

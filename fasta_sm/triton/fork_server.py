@@ -27,6 +27,7 @@ from multiprocessing import forkserver
 from typing import Any
 
 from ..env import env_switch, parse_switch
+from ..errors import SettingError
 from .worker import WORKER_NAME, describe_error, warm_triton_key
 
 logger = logging.getLogger("fasta_sm.triton.fork_server")
@@ -85,7 +86,10 @@ def preload_modules() -> list[str]:
     if setting.strip().lower() in ("", "auto"):
         wanted = bool(_torch_on_import)
     else:
-        wanted = parse_switch("FASTA_WORKER_TORCH", setting)
+        try:
+            wanted = parse_switch("FASTA_WORKER_TORCH", setting)
+        except SettingError as error:
+            raise SettingError(f"{error}, nor auto (the default: torch if a kernel's module imports it)") from None
     return ["torch", *PRELOAD] if wanted else list(PRELOAD)
 
 

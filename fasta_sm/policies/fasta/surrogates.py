@@ -224,7 +224,8 @@ def fit_ridge(
     """A ridge model and its leave-one-out diagnostics, which come free from the hat matrix.
 
     The hat diagonal includes the intercept's 1/n, so the shortcut is exact
-    where 1 − Hᵢᵢ ≥ 0.01; past that it is floored there (docs/algorithm.md). Only the winner of a competition predicts the unmeasured rows, which
+    where 1 − Hᵢᵢ ≥ 0.01; past that it is floored there (docs/algorithm.md).
+    Only the winner of a competition predicts the unmeasured rows, which
     keeps a round cheap. `y_ranks` is `_centred_ranks(y)`, shared by the
     bases of one competition.
     """
