@@ -35,7 +35,7 @@ from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
 from .policies import make_policy, require_listed, with_environment
-from .render import age_of, format_us, state_to_json
+from .render import age_of, format_us, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, TuneState
 from .store import StateStore, default_state_dir
@@ -232,7 +232,7 @@ def list_states(state_dir: Path | None) -> None:
         table.add_row(
             path.name,
             state.kernel,
-            f"{state.policy} seed {state.seed}",
+            tune_label(state),
             state.status(),
             str(state.round),
             f"{state.measured_count()}/{state.n_configs}",

@@ -87,6 +87,17 @@ def state_to_json(state: TuneState) -> dict[str, Any]:
     }
 
 
+def tune_label(state: TuneState) -> str:
+    """Policy and seed, with what else tells two tunes of one kernel apart in a listing: an explicit budget,
+    a replay without noise."""
+    from .backends.replay import replays_means
+
+    label = f"{state.policy} seed {state.seed}"
+    if state.policy_params.get("budget") is not None:
+        label += f" budget {state.policy_params['budget']:g}"
+    return label + (" no noise" if replays_means(state.backend) else "")
+
+
 def human_age(seconds: float) -> str:
     """The age in its largest whole unit, rounded down: 3599 s is 59m, not 60m."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

@@ -15,6 +15,7 @@ from typing import Any
 
 from .backends.replay import is_replay
 from .errors import StateFileError
+from .render import tune_label
 from .state import TuneState
 from .store import StateStore
 
@@ -95,7 +96,7 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
             {
                 "file": path.name,
                 "kernel": state.kernel,
-                "policy": f"{state.policy} seed {state.seed}",
+                "policy": tune_label(state),
                 "position": state.position(),
                 "timings": state.evaluations(),
                 "configs": state.n_configs,

@@ -231,11 +231,17 @@ def _is_number(value: Any) -> bool:
 
 
 REPLAY = "replay"
+MEANS = "recorded means"
 
 
 def is_replay(backend: str) -> bool:
     """Whether a state's backend description is a replay's: its seconds were read from a table, not spent."""
     return backend.split(" ", 1)[0] == REPLAY
+
+
+def replays_means(backend: str) -> bool:
+    """Whether a state's backend description is a replay of the recorded means, without noise."""
+    return is_replay(backend) and backend.endswith(f", {MEANS})")
 
 
 class ReplayBackend:
@@ -247,7 +253,7 @@ class ReplayBackend:
         self.seed = seed
 
     def describe(self) -> str:
-        mode = f"noise seed {self.seed}" if self.noise else "recorded means"
+        mode = f"noise seed {self.seed}" if self.noise else MEANS
         return f"{REPLAY} {self.table.kernel} ({self.table.meta.get('device', 'unknown device')}, {mode})"
 
     def compile(self, configs: Sequence[Config]) -> list[CompileOutcome]:

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,16 @@ def test_ls_lists_one_line_per_state(table_file, state_dir):
     tune(table_file, state_dir, "--seed", "1")
     out = invoke("ls", "--state-dir", str(state_dir))
     assert out.count("toy_mm") == 2 and "DONE" in out
+
+
+def test_ls_tells_apart_tunes_of_one_kernel_that_differ_by_budget_or_noise(table_file, state_dir):
+    tune(table_file, state_dir)
+    tune(table_file, state_dir, "--no-noise")
+    invoke("tune", "--replay", str(table_file), "--policy", "random", "--budget", "0.25", "--state-dir", str(state_dir))
+    out = invoke("ls", "--state-dir", str(state_dir))
+    labels = re.findall(r"random seed 0 budget [\d.]+(?: no noise)?", out)
+    expected = ["random seed 0 budget 0.25", "random seed 0 budget 0.5", "random seed 0 budget 0.5 no noise"]
+    assert sorted(labels) == expected
 
 
 def test_ls_lists_an_entry_it_cannot_open_as_unreadable_and_the_others_as_usual(table_file, state_dir):
@@ -275,7 +286,7 @@ def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_fil
     out_csv = tmp_path / "report.csv"
     invoke("report", "--state-dir", str(state_dir), "--csv", str(out_csv))
     rows = [r for r in csv.DictReader(out_csv.open()) if r["kernel"] == "toy_mm"]
-    assert sorted(r["policy"] for r in rows) == ["random seed 0", "random seed 2"]
+    assert sorted(r["policy"] for r in rows) == ["random seed 0 budget 0.5", "random seed 2 budget 0.5"]
     assert {r["file"] for r in rows} == {p.name for p in state_dir.glob("*.fsm")}
 
 
