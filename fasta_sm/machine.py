@@ -531,7 +531,7 @@ class Tune:
         """Back to the last checkpoint, with the error recorded there too."""
         restored = unpack_state(self._last_blob, source=f"checkpoint of {self.state.kernel!r}")
         restored.last_error = storable_text(
-            " ".join([f"{restored.position()}: {type(exc).__name__}: {exc}", *notes_of(exc)])
+            "; ".join([f"{restored.position()}: {type(exc).__name__}: {exc}", *notes_of(exc)])
         )
         self._adopt(restored)
         shared_machine().set_state(restored.phase, model=self)

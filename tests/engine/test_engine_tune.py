@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
-from fasta_sm.errors import BackendError, ConfigError, PolicyError, TableError, TuneFailed
+from fasta_sm.errors import BackendError, ConfigError, PolicyError, TableError, TuneFailed, add_note
 from fasta_sm.lookahead import likely_next
 from fasta_sm.machine import Tune, shared_machine
 from fasta_sm.policies import make_policy
@@ -334,6 +334,19 @@ class ExplodingBackend:
         if self.calls == self.on_call:
             raise RuntimeError("device lost")
         return self.inner.benchmark(configs, repeat=repeat)
+
+
+def test_the_recorded_error_keeps_its_notes_apart_from_its_message(table, backend, store, monkeypatch):
+    def benchmark_with_a_note(self, configs, repeat=None):
+        error = RuntimeError("hook bug")
+        add_note(error, "fasta-sm: while timing config BLOCK=16")
+        raise error
+
+    monkeypatch.setattr(ExplodingBackend, "benchmark", benchmark_with_a_note)
+    with pytest.raises(RuntimeError, match="hook bug"):
+        run_tune(table, ExplodingBackend(backend, on_call=1), store)
+    kept = store.read(store.file_for(KEY))
+    assert kept.last_error == "R1 benchmark: RuntimeError: hook bug; fasta-sm: while timing config BLOCK=16"
 
 
 def test_a_handler_that_raises_leaves_the_state_at_the_last_checkpoint_with_the_error(table, backend, store):
