@@ -17,6 +17,8 @@ log = logging.getLogger("fasta_sm.env")
 
 INDUCTOR_SWITCH = "FASTA_SM_INDUCTOR"
 NPU_SWITCH = "FASTA_SM_NPU"
+COMPILE_POOL_SETTINGS = frozenset({"FASTA_COMPILE_WORKERS", "FASTA_PREWARM", "FASTA_WORKER_TORCH"})
+"""The live Triton compile pool's variables (fasta_sm.triton): FASTA_* names that are not policy knobs."""
 
 YES = frozenset({"1", "true", "yes", "on"})
 NO = frozenset({"0", "false", "no", "off"})

@@ -84,6 +84,18 @@ def test_a_policy_built_from_its_parameters_does_not_read_the_environment(monkey
     assert FastaPolicy(MATMUL.configs).params.r1_frac == FastaParams().r1_frac
 
 
+def test_a_fasta_variable_that_sets_nothing_is_warned_about_once_naming_it(monkeypatch, caplog):
+    from fasta_sm.policies.fasta.params import _warn_ignored
+
+    _warn_ignored.cache_clear()
+    monkeypatch.setenv("FASTA_HIGH_BUDGET", "0.4")  # the original FASTA's; fasta-sm routes budgets otherwise
+    monkeypatch.setenv("FASTA_PREWARM", "1")  # the compile pool's, not a policy knob: no warning
+    from_environment()
+    from_environment()
+    warned = [r.getMessage() for r in caplog.records if "sets nothing" in r.getMessage()]
+    assert len(warned) == 1 and "$FASTA_HIGH_BUDGET sets nothing" in warned[0] and "FASTA_R1_PCT" in warned[0]
+
+
 def test_bad_env_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("FASTA_MAX_ROUNDS", "many")
     with pytest.raises(PolicyError, match="FASTA_MAX_ROUNDS"):

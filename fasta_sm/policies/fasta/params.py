@@ -10,6 +10,8 @@ user would reasonably want to set globally.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import math
 import numbers
 import os
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ...env import parse_switch
+from ...env import COMPILE_POOL_SETTINGS, parse_switch
 from ...errors import PolicyError, SettingError
 
 
@@ -341,8 +343,17 @@ def _parse(field_type: Any, name: str, text: str, where: str) -> Any:
 
 
 def environment_params(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The knobs the FASTA_* environment variables set, parsed and checked; empty when none is set."""
+    """The knobs the FASTA_* environment variables set, parsed and checked; empty when none is set.
+
+    A FASTA_* name that sets nothing (a misspelling, or a variable of the
+    original FASTA such as FASTA_HIGH_BUDGET) is warned about once: read as
+    nothing, it would leave the user believing a knob was set.
+    """
     environ = os.environ if environ is None else environ
+    for name in sorted(environ):
+        if name.startswith("FASTA_") and not name.startswith("FASTA_SM_") and name not in ENV_VARS:
+            if name not in COMPILE_POOL_SETTINGS:
+                _warn_ignored(name)
     types = {f.name: f.type for f in fields(FastaParams)}
     values = {name: _parse(types[name], name, environ[var], var) for var, name in ENV_VARS.items() if var in environ}
     if values:
@@ -352,6 +363,15 @@ def environment_params(environ: Mapping[str, str] | None = None) -> dict[str, An
             settings = ", ".join(f"{var}={environ[var]!r}" for var in ENV_VARS if var in environ)
             raise PolicyError(f"{error} (set from the environment: {settings})") from None
     return values
+
+
+@functools.cache
+def _warn_ignored(name: str) -> None:
+    logging.getLogger("fasta_sm.policies.fasta").warning(
+        "$%s sets nothing and is ignored; the FASTA_* policy knobs are %s (docs/algorithm.md, Parameters)",
+        name,
+        ", ".join(ENV_VARS),
+    )
 
 
 def environment_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
