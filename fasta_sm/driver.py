@@ -190,13 +190,15 @@ def _opened(plan: TunePlan, backend: Any, lock_timeout_s: float | None) -> Itera
 def worker_phase(plan: TunePlan, backend: Any) -> TuneState:
     """Open or resume the tune and compile the current round; return the state reached.
 
-    Stops once the round's batch is compiled (or at DONE): benchmarking needs
-    the kernel's real arguments, which only the parent has.
+    Stops once a round is ready to time (or at DONE): benchmarking needs the
+    kernel's real arguments, which only the parent has. A tune killed after
+    a round was timed resumes with the refine step, which needs nothing but
+    the policy: the worker takes it, and compiles the round it decides.
     """
     with _opened(plan, backend, WORKER_LOCK_TIMEOUT_S) as opened:
         if isinstance(opened, TuneState):
             return opened
-        return opened.drive(until=lambda s: s.step != "compile")
+        return opened.drive(until=lambda s: s.step == "benchmark")
 
 
 def parent_phase(plan: TunePlan, backend: Any) -> TuneState:

@@ -141,3 +141,24 @@ def test_a_tune_over_any_generated_space_reaches_done_with_inductors_configs_mea
     assert 0 in state.durations or 0 in state.failed
     if 0 in state.durations:
         assert state.best_us <= state.mean_us(0)
+
+
+def test_a_worker_resuming_a_tune_killed_after_a_round_was_timed_refines_and_compiles_the_next_round(tmp_path):
+    from fasta_sm.backends.replay import ReplayBackend, load_table
+    from fasta_sm.data import table_path
+    from fasta_sm.driver import DriverSettings, TunePlan, wanted_after_worker, worker_phase
+    from fasta_sm.tuner import open_tune
+
+    table = load_table(table_path("softmax_fp32"))
+    plan = TunePlan(key="softmax", kernel="softmax_fp32", configs=table.configs, must=[0],
+                    settings=DriverSettings(state_dir=str(tmp_path)))
+    worker_phase(plan, ReplayBackend(table))
+    store, (policy, params) = plan.store(), plan.policy_args()
+    with store.lock(plan.key, plan.kernel):  # the parent times R1 and is killed before it refines
+        parent = open_tune(store, plan.key, plan.kernel, plan.configs, ReplayBackend(table), policy=policy,
+                           policy_params=params)
+        parent.drive(until=lambda s: s.step == "refine")
+        parent.close()
+    state = worker_phase(plan, ReplayBackend(table))
+    assert (state.phase, state.round, state.step) == ("R2", 1, "benchmark")
+    assert wanted_after_worker(state) and not set(wanted_after_worker(state)) & set(state.rounds[0].batch)
