@@ -233,6 +233,16 @@ def test_nan_for_a_config_of_the_last_batch_is_an_error():
         policy.refine(Observations(durations, observed.samples, observed.compile_s, observed.spent_s), rng)
 
 
+def test_a_measured_config_counted_as_timed_zero_times_names_it():
+    policy, sim, rng, decision = _after_r1()
+    observed = sim.observed()
+    measured = next(i for i in decision.batch if math.isfinite(observed.duration_us[i]))
+    samples = observed.samples.copy()
+    samples[measured] = 0
+    with pytest.raises(InvalidObservations, match=rf"observed.samples\[{measured}\] = 0, but config #{measured}"):
+        policy.refine(Observations(observed.duration_us, samples, observed.compile_s, observed.spent_s), rng)
+
+
 def test_zero_duration_is_rejected():
     policy, sim, rng, decision = _after_r1()
     observed = sim.observed()

@@ -38,6 +38,14 @@ def check_observations(observed: Observations, n: int, last_batch: Sequence[int]
             f"fasta: observed.duration_us[{i}] = {float(durations[i])!r} is not a positive duration "
             "(timings are microseconds > 0; +inf marks a failed config)"
         )
+    samples = np.asarray(observed.samples)
+    untimed = np.flatnonzero(np.isfinite(durations) & ~(samples >= 1))
+    if untimed.size:
+        i = int(untimed[0])
+        raise InvalidObservations(
+            f"fasta: observed.samples[{i}] = {samples[i].item()!r}, but config #{i} has a mean duration: "
+            "a measured config was timed at least once"
+        )
     dropped = [i for i in last_batch if np.isnan(durations[i])]
     if dropped:
         raise InvalidObservations(
