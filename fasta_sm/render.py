@@ -10,6 +10,7 @@ import math
 import time
 from typing import Any
 
+from .backends.replay import replays_means
 from .state import TuneState
 
 SHOW_FORMAT = "fasta-sm.show/1"
@@ -90,8 +91,6 @@ def state_to_json(state: TuneState) -> dict[str, Any]:
 def tune_label(state: TuneState) -> str:
     """Policy and seed, with what else tells two tunes of one kernel apart in a listing: an explicit budget,
     a replay without noise."""
-    from .backends.replay import replays_means
-
     label = f"{state.policy} seed {state.seed}"
     if state.policy_params.get("budget") is not None:
         label += f" budget {state.policy_params['budget']:g}"

@@ -350,10 +350,10 @@ def environment_params(environ: Mapping[str, str] | None = None) -> dict[str, An
     nothing, it would leave the user believing a knob was set.
     """
     environ = os.environ if environ is None else environ
+    known = {*ENV_VARS, *COMPILE_POOL_SETTINGS}
     for name in sorted(environ):
-        if name.startswith("FASTA_") and not name.startswith("FASTA_SM_") and name not in ENV_VARS:
-            if name not in COMPILE_POOL_SETTINGS:
-                _warn_ignored(name)
+        if name.startswith("FASTA_") and not name.startswith("FASTA_SM_") and name not in known:
+            _warn_ignored(name)
     types = {f.name: f.type for f in fields(FastaParams)}
     values = {name: _parse(types[name], name, environ[var], var) for var, name in ENV_VARS.items() if var in environ}
     if values:
