@@ -337,13 +337,19 @@ class StateStore:
     def resolve(self, key_or_file: str) -> Path:
         """A path to a state file from a path, a file name in the store (with or without its suffix), or a key."""
         candidate = Path(key_or_file).expanduser()
-        if candidate.is_file():
+        if _entry(candidate):
             return candidate
         for name in (key_or_file, key_or_file + STATE_SUFFIX):
             in_store = self.path / name
-            if in_store.is_file():
+            if _entry(in_store):
                 return in_store
         return self.file_for(key_or_file)
+
+
+def _entry(path: Path) -> bool:
+    """Whether `path` names something that may be a state file: a file, or what stands in one's place (a FIFO,
+    a socket), which reading then refuses by name; a directory is not one."""
+    return path.exists() and not path.is_dir()
 
 
 PROBE_GRACE_S = 0.05

@@ -942,6 +942,14 @@ def test_an_empty_replay_name_is_an_error_not_the_default_table(state_dir):
     assert not list(state_dir.glob("*.fsm"))
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_show_of_a_fifo_in_the_state_dir_says_it_is_not_a_regular_file_rather_than_absent(table_file, state_dir):
+    tune(table_file, state_dir)
+    os.mkfifo(state_dir / "fifo.fsm")
+    done = fasta_sm("show", "fifo.fsm", "--state-dir", str(state_dir))
+    assert done.returncode == 1 and "fifo.fsm: unreadable (not a regular file)" in done.stderr
+
+
 def test_a_shipped_tables_file_name_finds_it_as_its_name_does(state_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no softmax_fp32.json here
     assert "softmax_fp32" in invoke("tune", "--replay", "softmax_fp32.json", "--state-dir", str(state_dir))
