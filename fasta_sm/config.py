@@ -20,12 +20,12 @@ from .errors import ConfigError
 Scalar = int | float | bool | str
 
 
-_INT_RANGE = (-(2**63), 2**64)
-"""What msgpack, hence a state file, can hold of an int."""
+MSGPACK_INTS = (-(2**63), 2**64)
+"""The ints msgpack, hence a state file, can hold: from the first up to, not including, the second."""
 
 
 def _check_scalar(config: Config, name: str, value: Any) -> Scalar:
-    if isinstance(value, int) and not isinstance(value, bool) and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
+    if isinstance(value, int) and not isinstance(value, bool) and not MSGPACK_INTS[0] <= value < MSGPACK_INTS[1]:
         raise ConfigError(f"{config._where()}: {name}={value!r} does not fit in 64 bits")
     if isinstance(value, bool) or isinstance(value, (int, str)):
         return value

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.random  # noqa: F401  loaded on first use otherwise, a warm start's first read would import it
 
 from . import __version__
-from .config import Config, configs_hash
+from .config import MSGPACK_INTS, Config, configs_hash
 from .errors import StateFileError
 from .protocols import Observations
 
@@ -188,7 +188,7 @@ class TuneState:
         return f"{self.position()}, no config ran" if self.no_winner else self.position()
 
 
-SEED_MAX = 2**64 - 1
+SEED_MAX = MSGPACK_INTS[1] - 1
 """The largest seed: a tune's seed is stored in its state file, which holds no int past 64 bits."""
 
 

@@ -175,8 +175,9 @@ def triton_cache_dir() -> Path:
 def _use_cache_dir(path: str | None) -> None:
     """Write compiled kernels to `path`, the cache the tuning process loads from (None: the worker's own, as it
     started, not the cache an earlier job named)."""
-    own = _given.setdefault("own_cache_dir", str(triton_cache_dir()))
-    target = own if path is None else path
+    if "own_cache_dir" not in _given:  # read once: after the first job, Triton's cache setting is the job's
+        _given["own_cache_dir"] = str(triton_cache_dir())
+    target = _given["own_cache_dir"] if path is None else path
     try:
         from triton import knobs
 
