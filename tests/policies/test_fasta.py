@@ -600,19 +600,25 @@ STOPS = {
     "at the last guided round": lambda s: s.phase == "R2" and s.round == 5 and s.step == "benchmark",
     "mid polish": lambda s: s.step == "benchmark" and s.rounds[-1].reason.startswith("fasta polish"),
     "mid re-time": lambda s: s.step == "benchmark" and s.rounds[-1].retime,
+    "at the eighth re-time round": lambda s: s.step == "benchmark" and sum(r.retime for r in s.rounds) == 8,
 }
 KNOBS = {  # the defaults, and knobs whose memory (histograms, R1's cost, the peak) a resume must restore too
     "defaults": {},
     "histogram stop": {"min_rounds": 5, "l1_conv": 0.3},
     "cost and peak": {"cost_budget": 0.6, "peak_share": 0.5},
+    "cost stop and re-time cap": {"cost_budget": 0.05, "retime_cost": 0.02, "retime_z": 8},
 }
-"""With `min_rounds` 5 the histogram stop first looks at round 5, so a resume there needs the previous histogram."""
+"""With `min_rounds` 5 the histogram stop first looks at round 5, so a resume there needs the previous histogram.
+With the last set, on this table and seed, the cost stop ends the guided rounds (R1's cost decides when) and
+the re-time cap ends re-timing after 9 rounds, 20 without it (its counters decide when)."""
 
 
 @pytest.mark.parametrize(("stop", "knobs"), [
     *((stop, "defaults") for stop in ("mid R2", "mid polish", "mid re-time")),
     *((stop, "histogram stop") for stop in ("mid R2", "at the last guided round", "mid re-time")),
     *((stop, "cost and peak") for stop in ("mid R2", "mid re-time")),
+    *((stop, "cost stop and re-time cap")
+      for stop in ("mid R2", "at the last guided round", "at the eighth re-time round")),
 ])
 def test_resume_through_the_engine_picks_what_an_uninterrupted_tune_picks(stop, knobs, tmp_path):
     from fasta_sm.backends.replay import ReplayBackend
