@@ -428,7 +428,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     if not isinstance(data, dict):
         raise StateFileError(f"{source}: top level is {type(data).__name__}, expected a map")
     schema = data.get("schema")
-    if schema not in READABLE_SCHEMAS or isinstance(schema, bool):
+    if type(schema) is not int or schema not in READABLE_SCHEMAS:  # not 2.0 or True: the field is an int
         raise StateFileError(
             f"{source}: schema version {schema!r}; this fasta-sm ({__version__}) reads versions "
             f"{', '.join(map(str, READABLE_SCHEMAS))}"
@@ -513,10 +513,12 @@ def _check_types(data: dict, source: str) -> None:
     each("restarts entry", data.get("restarts", ()), (str,))
     for position, record in enumerate(data.get("rounds", ())):
         check(f"rounds[{position}]", record, (dict,))
+        _check_field_set(record, _ROUND_FIELDS, f"rounds[{position}]", source)
         for name, value in record.items():
             check(f"rounds[{position}].{name}", value, _ROUND_TYPES.get(name, (object,)))
         each(f"rounds[{position}].batch entry", record.get("batch", ()), (int,))
         each(f"rounds[{position}].predicted_us entry", record.get("predicted_us", ()), _NUMBER)
+    _check_field_set(data.get("cost", {}), _COST_FIELDS, "cost", source)
     for name, value in data.get("cost", {}).items():
         check(f"cost.{name}", value, _NUMBER)
     each("compiled value", data.get("compiled", {}).values(), _NUMBER)
@@ -547,6 +549,16 @@ def _check_plain(value: Any, where: str, source: str) -> None:
         raise StateFileError(f"{source}: {where} is {value!r}, not a finite number")
     elif value is not None and not isinstance(value, (bool, int, float, str)):
         raise StateFileError(f"{source}: {where} is {type(value).__name__}, not a parameter value")
+
+
+def _check_field_set(record: dict, names: tuple[str, ...], where: str, source: str) -> None:
+    """A round or the cost holds exactly its fields: a default for a lost one would pass for a measured 0."""
+    missing = [name for name in names if name not in record]
+    if missing:
+        raise StateFileError(f"{source}: {where} is missing {', '.join(missing)}")
+    unknown = sorted(map(str, set(record) - set(names)))
+    if unknown:
+        raise StateFileError(f"{source}: {where} has unknown field(s) {', '.join(unknown)}")
 
 
 def _check_index_keys(mapping: dict, name: str, source: str) -> None:
@@ -656,6 +668,8 @@ def _check_consistent(state: TuneState, source: str) -> None:
     _check_carried(state, source)
     if state.rng_state:
         decode_rng(state.rng_state)
+    elif state.rounds:  # the machine keeps the RNG with every decision; re-seeding would change the next ones
+        raise StateFileError(f"{source}: rng_state is empty after {len(state.rounds)} round(s)")
 
 
 def _check_best_is_fastest(state: TuneState, source: str) -> None:

@@ -51,8 +51,10 @@ def write_loop_child(state_dir: str, n_configs: int, progress_path: str, ready=N
     completed write the count goes to `progress_path` so the killer knows the
     newest state that must survive.
     """
+    import numpy as np
+
     from fasta_sm.config import Config
-    from fasta_sm.state import RoundRecord, TuneState, pack_state
+    from fasta_sm.state import RoundRecord, TuneState, encode_rng, pack_state
     from fasta_sm.store import StateStore
 
     if slow_writes_s:
@@ -63,7 +65,8 @@ def write_loop_child(state_dir: str, n_configs: int, progress_path: str, ready=N
                       durations={i: [100.0 + i] for i in range(n_configs)},
                       compiled={i: 0.5 for i in range(n_configs)}, best=0, best_us=100.0,
                       phase="R1", step="refine", pending=list(range(n_configs)), round_done=list(range(n_configs)),
-                      rounds=[RoundRecord(phase="R1", round=0, batch=list(range(n_configs)), reason="all")])
+                      rounds=[RoundRecord(phase="R1", round=0, batch=list(range(n_configs)), reason="all")],
+                      rng_state=encode_rng(np.random.default_rng(0)))
     try:  # carry on from the newest state that survived the last kill
         state.seed = store.read(store.file_for(KEY)).seed
     except FileNotFoundError:

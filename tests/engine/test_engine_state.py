@@ -140,7 +140,7 @@ def tune_states(draw) -> TuneState:
         durations=durations,
         policy_state=draw(st.dictionaries(text, msgpack_value, max_size=4)),
         rng_state=encode_rng(np.random.default_rng(draw(st.integers(0, 2**64))))
-        if draw(st.booleans()) else {},
+        if rounds or draw(st.booleans()) else {},  # empty only before the first decision
         best=best,
         best_us=None if best is None else means[best],
         predicted_us=draw(st.just([]) | st.lists(finite, min_size=n, max_size=n)),
@@ -214,7 +214,7 @@ def test_a_state_is_plain_msgpack_with_its_schema_version():
     assert data["key"] == "mm:fp16:1024"
 
 
-@pytest.mark.parametrize("schema", [SCHEMA_VERSION + 1, 0, None, "1"])
+@pytest.mark.parametrize("schema", [SCHEMA_VERSION + 1, 0, None, "1", 2.0, True])
 def test_loading_checks_the_schema_version(schema):
     data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
     if schema is None:
@@ -222,6 +222,26 @@ def test_loading_checks_the_schema_version(schema):
     else:
         data["schema"] = schema
     with pytest.raises(StateFileError, match=r"schema version .*reads versions 1, 2"):
+        unpack_state(seal(data), source="some/file.fsm")
+
+
+@pytest.mark.parametrize(("where", "drop", "says"), [
+    ("rounds", "started", "rounds[1] is missing started"),
+    ("rounds", "policy_s", "rounds[1] is missing policy_s"),
+    ("cost", "benchmark_s", "cost is missing benchmark_s"),
+])
+def test_a_round_or_the_cost_that_lost_a_field_is_refused_naming_it(where, drop, says):
+    """Every field is required at every level: a default would read a lost figure as a measured zero."""
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    del (data["rounds"][1] if where == "rounds" else data["cost"])[drop]
+    with pytest.raises(StateFileError, match=re.escape(f"some/file.fsm: {says}")):
+        unpack_state(seal(data), source="some/file.fsm")
+
+
+def test_a_round_with_a_field_this_version_does_not_know_is_refused_naming_it():
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    data["rounds"][0]["rule"] = "x"
+    with pytest.raises(StateFileError, match=re.escape("some/file.fsm: rounds[0] has unknown field(s) rule")):
         unpack_state(seal(data), source="some/file.fsm")
 
 
@@ -401,6 +421,7 @@ def test_a_load_error_names_its_source():
         ({"step": "refine"}, "at R2_1 refine config #4 of the batch was never timed"),
         ({"best": None, "best_us": None}, "2 configs measured but no best"),
         ({"carried": {5: {"compile_s": 0.5, "durations_us": [0.0]}}}, "carried[5] has invalid durations [0.0]"),
+        ({"rng_state": {}}, "rng_state is empty after 2 round(s)"),
         ({"updated": math.nan}, "updated is nan, not a time"),
         ({"created": math.inf}, "created is inf, not a time"),
         ({"rounds": [RoundRecord(phase="R1", round=0, batch=[0, 1, 2], reason="x", started=1.0, finished=math.nan)]},
