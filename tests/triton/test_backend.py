@@ -588,6 +588,27 @@ def test_a_pool_broken_between_two_batches_is_restarted_not_raised():
     assert all(error.startswith("AttributeError") for _, error, _ in results)
 
 
+def test_a_worker_that_dies_while_another_compiles_breaks_the_pool_at_once():
+    """The executor's manager thread watches every worker, the last one started too: a worker forked at a
+    submit, after that submit woke the thread, went unwatched until another job ended (CPython 3.11.7, 3.12,
+    3.13), so its jobs waited on the other worker's 30 s compile."""
+    from concurrent.futures import wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = CompilePool(2)
+    try:
+        running = [pool.submit(slow_jobs(30.0)[0])]
+        time.sleep(0.5)  # the manager thread waits on the workers it knows
+        running.append(pool.submit(slow_jobs(30.0)[0]))
+        time.sleep(0.5)
+        os.kill(list(pool._executor._processes)[-1], signal.SIGKILL)  # the worker started last
+        done, pending = wait(running, timeout=10)
+        assert not pending, "a dead worker's jobs were still pending 10 s after it died"
+        assert all(isinstance(future.exception(), BrokenProcessPool) for future in done)
+    finally:
+        pool.close()
+
+
 def test_a_prefetch_from_a_replaced_pool_is_redone_without_a_new_restart(caplog):
     pool = CompilePool(2)
     job = CompileJob("kernels", "no_such_kernel", (), {})
