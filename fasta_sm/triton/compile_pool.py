@@ -99,23 +99,26 @@ def _warn_torch_in_workers(module: str) -> None:
     )
 
 
-def _spawn_every_worker(executor: ProcessPoolExecutor) -> None:
-    """Fork all of `executor`'s workers now, before its first submit starts the thread that watches them.
+def _submit_watched(executor: ProcessPoolExecutor, job: CompileJob) -> Future:
+    """`executor.submit(compile_in_worker, job)`, with every worker it forks watched from the start.
 
-    Left to itself, the executor forks a worker at a submit that finds none
-    idle, after that submit has woken its manager thread, which may rebuild
-    the list of workers it waits on before the new one is in it (seen on
-    CPython 3.11.7, 3.12.1 and 3.13.0, not 3.10.13 or 3.11.2, whose manager
-    cleared that wake-up under the lock the submit holds). Such a
-    worker's death goes unseen until another job ends or is submitted: a
-    compile that kills it is noticed only then, its future pending meanwhile.
-    Forked before the manager thread starts (as the executor itself does
-    under `fork`), every worker is watched from the first wait. Where the
-    executor has no such method, it forks on demand, as before.
+    The executor forks a worker at a submit that finds none idle, after that
+    submit has woken its manager thread, which may rebuild the list of
+    workers it waits on before the new one is in it (seen on CPython 3.11.7,
+    3.12.1 and 3.13.0, not 3.10.13 or 3.11.2, whose manager cleared that
+    wake-up under the lock the submit holds). Such a worker's death would go
+    unseen until another job ended or was submitted, its jobs pending
+    meanwhile; waking the thread once more, after the new worker is listed,
+    has it watch that worker too. Forking every worker up front would do the
+    same but delays the pool's readiness by all the forks.
     """
-    launch = getattr(executor, "_launch_processes", None)
-    if launch is not None and getattr(executor, "_executor_manager_thread", None) is None:
-        launch()
+    workers = getattr(executor, "_processes", None)
+    before = len(workers) if workers is not None else 0
+    future = executor.submit(compile_in_worker, job)
+    wakeup = getattr(executor, "_executor_manager_thread_wakeup", None)
+    if workers is not None and len(workers) != before and wakeup is not None:
+        wakeup.wakeup()
+    return future
 
 
 class CompilePool:
@@ -146,19 +149,12 @@ class CompilePool:
                 context = worker_context()
                 self._alive = context.Pipe(duplex=False)
                 self._generation += 1
-                executor = ProcessPoolExecutor(
+                self._executor = ProcessPoolExecutor(
                     max_workers=self.workers,
                     mp_context=context,
                     initializer=init_worker,
                     initargs=(self._alive[0], dict(os.environ)),
                 )
-                try:
-                    _spawn_every_worker(executor)
-                except BaseException:
-                    executor.shutdown(wait=False, cancel_futures=True)
-                    self._close_pipe()
-                    raise
-                self._executor = executor
             return self._executor, self._generation
 
     def _reset(self) -> None:
@@ -173,7 +169,7 @@ class CompilePool:
             self._asked_at = self._failed_at = None
 
     def replace_executor(self) -> None:
-        """A fresh executor after a crash; its workers are forked already, so it counts as ready."""
+        """A fresh executor after a crash; its workers start on demand, so it counts as ready."""
         self._reset()
         self._get()
         self._ready.set()
@@ -231,7 +227,7 @@ class CompilePool:
         executor; `run` handles that as a crash.
         """
         executor, generation = self._get()
-        future = executor.submit(compile_in_worker, job)
+        future = _submit_watched(executor, job)
         future.fasta_generation = generation  # type: ignore[attr-defined]
         return future
 
@@ -245,7 +241,7 @@ class CompilePool:
         with self._lock:
             if not self._ready.is_set() or self._executor is None:
                 return None
-            future = self._executor.submit(compile_in_worker, job)
+            future = _submit_watched(self._executor, job)
             future.fasta_generation = self._generation  # type: ignore[attr-defined]
             return future
 
