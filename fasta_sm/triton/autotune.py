@@ -57,20 +57,26 @@ def to_triton_config(config: Config) -> triton.Config:
     )
 
 
-def _distinct(kernel: str, configs: list[triton.Config], decorated: bool = True) -> list[triton.Config]:
+def _distinct(
+    kernel: str,
+    configs: list[triton.Config],
+    decorated: bool = True,
+    as_fasta: Callable[[triton.Config], Config] = to_fasta_config,
+) -> list[triton.Config]:
     """`configs` with each config once: Triton would time a repeat again and keep one of the two.
 
     In the list a kernel is decorated with, two configs fasta-sm cannot tell
     apart (the same kwargs and launch options, `ir_override` among them) that
     differ by a `pre_hook` are an error: which of them won could not be told
     from the state file. Twins a prune makes at launch are silently one, the
-    first (`decorated=False`).
+    first (`decorated=False`). `as_fasta` converts a config (a tuner's cache
+    of them spares a launch the conversion).
     """
     first_of: dict[str, triton.Config] = {}
     kept = []
     for config in configs:
         try:
-            identity = to_fasta_config(config).identity
+            identity = as_fasta(config).identity
         except ConfigError as error:
             raise ConfigError(f"fasta_sm.autotune({kernel}): {error}") from None
         first = first_of.get(identity)
@@ -318,7 +324,8 @@ class Autotuner(TritonAutotuner):
     def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
         launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
         candidates = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
-        candidates = _distinct(self.kernel_name, candidates, decorated=False)  # a prune that clamps tiles makes twins
+        # a prune that clamps tiles makes twins
+        candidates = _distinct(self.kernel_name, candidates, decorated=False, as_fasta=self._fasta)
         if len(candidates) == 1:
             return candidates[0]
         self._refuse_conflicts(launch_kwargs, candidates)

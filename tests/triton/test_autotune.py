@@ -77,6 +77,24 @@ def test_a_new_process_view_reuses_the_done_tune_and_times_nothing(tuned_dir, mo
     assert result.reused and kernel.best_config == first.best_config
 
 
+def test_a_launch_that_reuses_a_done_tune_converts_none_of_the_decorated_configs_again(tuned_dir, monkeypatch):
+    """The decorator converted its configs once; a warm first launch (the ≤ 5 ms target) must not redo it."""
+    import fasta_sm.triton.autotune as decorator
+
+    state_dir, _, _, _ = tuned_dir
+    kernel = make_tuned(str(state_dir))
+    converted = []
+
+    def counted(config):
+        converted.append(config)
+        return to_fasta_config(config)
+
+    monkeypatch.setattr(decorator, "to_fasta_config", counted)
+    launch(kernel)
+    (result,) = kernel.results.values()
+    assert result.reused and converted == []
+
+
 def test_each_key_value_is_its_own_tune(tmp_path):
     kernel = make_tuned(str(tmp_path), policy="random", budget=0.1)
     for n in (100, 300):
