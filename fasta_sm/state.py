@@ -437,12 +437,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
         raise StateFileError(f"{source}: a schema {schema} file {'without' if schema >= 2 else 'with'} "
                              f"{CHECKSUM_FIELD}")
     data = {name: value for name, value in data.items() if name != CHECKSUM_FIELD}
-    missing = [name for name in _FIELD_NAMES if name not in data]
-    if missing:
-        raise StateFileError(f"{source}: missing field(s) {', '.join(missing)}")
-    unknown = sorted(set(data) - set(_FIELD_NAMES))
-    if unknown:
-        raise StateFileError(f"{source}: unknown field(s) {', '.join(map(str, unknown))}")
+    _check_field_set(data, _FIELD_NAMES, source)
     _check_types(data, source)
     data["configs"], list_hash = _decode_configs(data["configs"])
     if data["configs_hash"] != list_hash:  # checked before TuneState, which would fill in an empty hash
@@ -513,12 +508,12 @@ def _check_types(data: dict, source: str) -> None:
     each("restarts entry", data.get("restarts", ()), (str,))
     for position, record in enumerate(data.get("rounds", ())):
         check(f"rounds[{position}]", record, (dict,))
-        _check_field_set(record, _ROUND_FIELDS, f"rounds[{position}]", source)
+        _check_field_set(record, _ROUND_FIELDS, source, f"rounds[{position}]: ")
         for name, value in record.items():
             check(f"rounds[{position}].{name}", value, _ROUND_TYPES.get(name, (object,)))
         each(f"rounds[{position}].batch entry", record.get("batch", ()), (int,))
         each(f"rounds[{position}].predicted_us entry", record.get("predicted_us", ()), _NUMBER)
-    _check_field_set(data.get("cost", {}), _COST_FIELDS, "cost", source)
+    _check_field_set(data.get("cost", {}), _COST_FIELDS, source, "cost: ")
     for name, value in data.get("cost", {}).items():
         check(f"cost.{name}", value, _NUMBER)
     each("compiled value", data.get("compiled", {}).values(), _NUMBER)
@@ -551,14 +546,15 @@ def _check_plain(value: Any, where: str, source: str) -> None:
         raise StateFileError(f"{source}: {where} is {type(value).__name__}, not a parameter value")
 
 
-def _check_field_set(record: dict, names: tuple[str, ...], where: str, source: str) -> None:
-    """A round or the cost holds exactly its fields: a default for a lost one would pass for a measured 0."""
+def _check_field_set(record: dict, names: tuple[str, ...], source: str, where: str = "") -> None:
+    """The state, each round and the cost hold exactly their fields: a default for a lost one would hide a lost
+    RNG or policy state, or pass for a measured 0; a field this version does not know needs a newer schema."""
     missing = [name for name in names if name not in record]
     if missing:
-        raise StateFileError(f"{source}: {where} is missing {', '.join(missing)}")
+        raise StateFileError(f"{source}: {where}missing field(s) {', '.join(missing)}")
     unknown = sorted(map(str, set(record) - set(names)))
     if unknown:
-        raise StateFileError(f"{source}: {where} has unknown field(s) {', '.join(unknown)}")
+        raise StateFileError(f"{source}: {where}unknown field(s) {', '.join(unknown)}")
 
 
 def _check_index_keys(mapping: dict, name: str, source: str) -> None:

@@ -226,9 +226,9 @@ def test_loading_checks_the_schema_version(schema):
 
 
 @pytest.mark.parametrize(("where", "drop", "says"), [
-    ("rounds", "started", "rounds[1] is missing started"),
-    ("rounds", "policy_s", "rounds[1] is missing policy_s"),
-    ("cost", "benchmark_s", "cost is missing benchmark_s"),
+    ("rounds", "started", "rounds[1]: missing field(s) started"),
+    ("rounds", "policy_s", "rounds[1]: missing field(s) policy_s"),
+    ("cost", "benchmark_s", "cost: missing field(s) benchmark_s"),
 ])
 def test_a_round_or_the_cost_that_lost_a_field_is_refused_naming_it(where, drop, says):
     """Every field is required at every level: a default would read a lost figure as a measured zero."""
@@ -241,7 +241,7 @@ def test_a_round_or_the_cost_that_lost_a_field_is_refused_naming_it(where, drop,
 def test_a_round_with_a_field_this_version_does_not_know_is_refused_naming_it():
     data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
     data["rounds"][0]["rule"] = "x"
-    with pytest.raises(StateFileError, match=re.escape("some/file.fsm: rounds[0] has unknown field(s) rule")):
+    with pytest.raises(StateFileError, match=re.escape("some/file.fsm: rounds[0]: unknown field(s) rule")):
         unpack_state(seal(data), source="some/file.fsm")
 
 
