@@ -458,6 +458,29 @@ def test_a_bad_state_file_in_a_dir_whose_name_is_not_utf8_is_quarantined_and_the
     assert note.startswith("previous state quarantined as ")
 
 
+class _Trap:
+    """Unpickling this writes a marker file: proof that something unpickled a state file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "unpickled"))
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 5])
+def test_a_pickle_in_a_state_files_place_is_quarantined_and_never_unpickled(protocol, table, backend, store,
+                                                                           tmp_path):
+    """Protocols 0 and 1 are text that msgpack does not refuse at its first byte, as it does 2 and later."""
+    import pickle
+
+    marker = tmp_path / "marker"
+    store.file_for(KEY).write_bytes(pickle.dumps(_Trap(marker), protocol=protocol))
+    result = run_tune(table, backend, store)
+    assert result.state.done and not marker.exists()
+    assert len(list(store.path.glob("*.corrupt-*"))) == 1
+
+
 def test_a_state_file_holding_another_key_is_quarantined(table, backend, store, tmp_path):
     from fasta_sm.backends.replay import ReplayBackend
 

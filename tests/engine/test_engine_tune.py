@@ -777,6 +777,27 @@ class FailingAtRunTime(CountingBackend):
         return BenchmarkOutcome(durations_us=durations, seconds=outcome.seconds, errors=errors)
 
 
+class FailingWhenTimedAgain(CountingBackend):
+    """Every timing of a config timed before fails to run (a kernel that corrupts its own state, say)."""
+
+    def benchmark(self, configs, repeat=None):
+        outcome = super().benchmark(configs, repeat=repeat)
+        again = {position for position, times in enumerate(repeat or ()) if times > 0}
+        durations = [math.inf if position in again else d for position, d in enumerate(outcome.durations_us)]
+        return BenchmarkOutcome(durations_us=durations, seconds=outcome.seconds,
+                                errors={position: "crashed when timed again" for position in again})
+
+
+def test_a_config_that_fails_when_re_timed_is_recorded_failed_and_the_tune_still_finishes(table, backend, store):
+    failing = FailingWhenTimedAgain(backend)
+    result = run_tune(table, failing, store, policy="fasta", seed=0)
+    state = result.state
+    assert state.done
+    failed_again = {i for i, why in state.failed.items() if why == "crashed when timed again"}
+    assert failed_again, "the tune should re-time a config, and that timing fail"
+    assert not failed_again & set(state.durations) and state.best not in failed_again
+
+
 @pytest.mark.parametrize(("reason", "kept"), [
     (None, "failed at run time"),
     (RuntimeError("lost"), "lost"),

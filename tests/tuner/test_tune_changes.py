@@ -41,6 +41,16 @@ def test_a_grown_config_list_reuses_every_earlier_result(table_file, state_dir):
     assert "superseded" in second.state.restarts[0] and list(state_dir.glob("*.superseded-*"))
 
 
+def test_a_failure_carried_to_a_changed_config_list_keeps_its_error_text(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("k", "toy_mm", table.configs[6:], ReplayBackend(table), policy="exhaustive", store=store)
+    assert first.state.failed, "the table's last configs fail to compile"
+    second = tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
+    for index, why in first.state.failed.items():
+        assert second.state.failed[table.index_of(first.state.configs[index])] == why
+
+
 def test_a_changed_config_list_never_resumes_the_old_tune(table_file, state_dir):
     table = load_table(table_file)
     store = StateStore(state_dir)
