@@ -175,6 +175,30 @@ def test_a_write_that_fails_midway_keeps_the_old_file_and_leaves_no_temp_file(st
     assert store.read(store.file_for(old.key)).round == old.round
 
 
+def test_a_checkpoint_is_on_disk_under_its_temp_name_before_it_replaces_the_file_then_the_dir_is_synced(
+        store, monkeypatch):
+    """The order that makes a write survive a power cut: fsync the temp file, rename, fsync the directory."""
+    from test_engine_state import sample_state
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        info = os.fstat(fd)
+        events.append(("fsync", "dir" if stat.S_ISDIR(info.st_mode) else info.st_ino))
+        real_fsync(fd)
+
+    def replace(source, target):
+        events.append(("replace", os.stat(source).st_ino, os.fspath(source)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    save(store, sample_state())
+    (_, synced), (_, renamed, temp_name), last = events
+    assert synced == renamed and temp_name.endswith(".tmp") and last == ("fsync", "dir")
+
+
 def test_a_tune_leaves_only_its_state_file_and_lock(table, backend, store):
     run_tune(table, backend, store, chunk_size=4)
     names = sorted(p.name for p in store.path.iterdir())
