@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -603,6 +604,27 @@ def test_a_kernel_without_helpers_keeps_the_key_of_its_own_source():
     """State files written before helpers counted are still found."""
     source = getattr(accumulate_kernel, "src", None) or inspect.getsource(accumulate_kernel.fn)
     assert _source_hash(accumulate_kernel) == hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+HELPERS = types.SimpleNamespace(triple=triple_helper)
+
+
+@triton.jit
+def kernel_with_two_helpers(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, double_helper(x) + HELPERS.triple(x), mask=offs < n)
+
+
+def test_a_kernel_with_helpers_keys_its_source_then_each_helper_in_the_order_it_names_them():
+    """The key's text is fixed, so a release that reads the source faster still finds the state files
+    an earlier one wrote; a helper reached through an attribute (`HELPERS.triple`) counts as one named."""
+
+    def source(jit):
+        return getattr(jit, "src", None) or inspect.getsource(jit.fn)
+
+    texts = [source(kernel_with_two_helpers), source(double_helper), source(triple_helper)]
+    assert _source_hash(kernel_with_two_helpers) == hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]
 
 
 def make_scaled_kernel(scale):
