@@ -61,8 +61,8 @@ def to_triton_config(config: Config) -> triton.Config:
 def _distinct(
     kernel: str,
     configs: list[triton.Config],
+    as_fasta: Callable[[triton.Config], Config],
     decorated: bool = True,
-    as_fasta: Callable[[triton.Config], Config] = to_fasta_config,
 ) -> list[triton.Config]:
     """`configs` with each config once: Triton would time a repeat again and keep one of the two.
 
@@ -70,8 +70,9 @@ def _distinct(
     apart (the same kwargs and launch options, `ir_override` among them) that
     differ by a `pre_hook` are an error: which of them won could not be told
     from the state file. Twins a prune makes at launch are silently one, the
-    first (`decorated=False`). `as_fasta` converts a config (a tuner's cache
-    of them spares a launch the conversion).
+    first (`decorated=False`). `as_fasta` converts a config: the decorator's
+    conversions, kept, so that neither decorating nor a launch converts a
+    config twice.
     """
     first_of: dict[str, triton.Config] = {}
     kept = []
@@ -87,7 +88,7 @@ def _distinct(
         elif decorated and _extras(first) != _extras(config):
             raise ValueError(
                 f"fasta_sm.autotune({kernel}): two configs differ only by a pre_hook "
-                f"({to_fasta_config(config).label()}); fasta-sm keys a config by its kwargs and launch options"
+                f"({as_fasta(config).label()}); fasta-sm keys a config by its kwargs and launch options"
             )
     if decorated and len(kept) < len(configs):
         logger.warning("fasta_sm.autotune(%s): %d repeated configs dropped, each kept once", kernel,
@@ -142,13 +143,17 @@ class Autotuner(TritonAutotuner):
         self._required = [name for name, parameter in inspect.signature(base).parameters.items()
                           if parameter.default is inspect.Parameter.empty and name not in set_by_heuristics]
         self.kernel_name = f"{base.__module__}.{base.__qualname__}"
-        self.configs = _distinct(self.kernel_name, [c if isinstance(c, triton.Config) else to_triton_config(c)
-                                                    for c in configs])
-        if not self.configs:
-            raise ValueError(f"fasta_sm.autotune({self.kernel_name}): the config list is empty")
         # Converted, hashed and handed to the state reader once, here: a warm start must not
         # pay for it before its first launch.
-        self._as_fasta = {id(c): to_fasta_config(c) for c in self.configs}
+        converted: dict[int, Config] = {}
+        self.configs = _distinct(
+            self.kernel_name,
+            [c if isinstance(c, triton.Config) else to_triton_config(c) for c in configs],
+            as_fasta=lambda config: converted.setdefault(id(config), to_fasta_config(config)),
+        )
+        if not self.configs:
+            raise ValueError(f"fasta_sm.autotune({self.kernel_name}): the config list is empty")
+        self._as_fasta = {id(c): converted[id(c)] for c in self.configs}
         remember_configs(list(self._as_fasta.values()))
         self.keys = _names(self.kernel_name, "key", key, self.arg_names)
         self.reset_to_zero = _names(self.kernel_name, "reset_to_zero", reset_to_zero or [], self.arg_names)

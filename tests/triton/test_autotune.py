@@ -78,6 +78,22 @@ def test_a_new_process_view_reuses_the_done_tune_and_times_nothing(tuned_dir, mo
     assert result.reused and kernel.best_config == first.best_config
 
 
+def test_decorating_a_kernel_converts_each_config_once(tmp_path, monkeypatch):
+    """Checking for repeats and keeping the conversions for launches share one conversion per config."""
+    from fasta_sm.config import Config
+
+    built = []
+    check = Config.__post_init__
+
+    def counted(self):
+        built.append(self)
+        check(self)
+
+    monkeypatch.setattr(Config, "__post_init__", counted)
+    make_tuned(str(tmp_path))
+    assert len(built) == len(CONFIGS)
+
+
 def test_a_launch_that_reuses_a_done_tune_converts_none_of_the_decorated_configs_again(tuned_dir, monkeypatch):
     """The decorator converted its configs once; a warm first launch (the ≤ 5 ms target) must not redo it."""
     import fasta_sm.triton.autotune as decorator
