@@ -24,6 +24,7 @@ import numbers
 import os
 import textwrap
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -166,8 +167,14 @@ class Autotuner(TritonAutotuner):
         self.cache_results = False
         self.warmup_ms = self._milliseconds("warmup", warmup, WARMUP_MS)
         self.rep_ms = self._milliseconds("rep", rep, REP_MS)
-        if use_cuda_graph and do_bench is None:
-            do_bench = _cuda_graph_bench(self.rep_ms)
+        if warmup is not None or rep is not None or use_cuda_graph:  # as in Triton: they replace `do_bench`
+            warnings.warn(
+                "warmup, rep, and use_cuda_graph parameters are deprecated. See "
+                "https://github.com/triton-lang/triton/pull/4496 for details.",
+                DeprecationWarning,
+                stacklevel=3,  # the line that decorates the kernel
+            )
+            do_bench = _cuda_graph_bench(self.rep_ms) if use_cuda_graph else None
         self._do_bench = do_bench
         prune = dict(prune_configs_by or {})
         self.perf_model = prune.get("perf_model")

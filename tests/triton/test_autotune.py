@@ -555,6 +555,23 @@ def test_rep_and_warmup_reach_the_timing_of_each_config(tmp_path, monkeypatch):
     assert seen and set(seen) == {(3.0, 9.0)}
 
 
+def test_the_deprecated_timing_knobs_replace_a_do_bench_given_beside_them_as_in_triton(tmp_path):
+    calls = []
+
+    def counted(fn, quantiles=None):
+        calls.append(fn)
+        return once(fn, quantiles)
+
+    launch(small_tuned(tmp_path, do_bench=counted, warmup=1, rep=2))
+    assert calls == []
+
+
+def test_the_deprecated_timing_knobs_warn_where_the_kernel_is_decorated_as_in_triton(tmp_path):
+    with pytest.warns(DeprecationWarning, match="warmup, rep, and use_cuda_graph parameters are deprecated") as seen:
+        small_tuned(tmp_path, do_bench=None, rep=9)
+    assert {Path(w.filename).name for w in seen} == {"test_autotune.py"}
+
+
 def test_cache_results_is_accepted_and_the_tune_is_kept_either_way(tmp_path):
     launch(small_tuned(tmp_path, cache_results=False))
     assert len(StateStore(tmp_path).state_files()) == 1
