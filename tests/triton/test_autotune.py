@@ -529,6 +529,7 @@ def test_the_decorator_takes_triton_autotunes_arguments_in_its_order():
     assert ours[: len(theirs)] == theirs
 
 
+@pytest.mark.filterwarnings("ignore:warmup, rep, and use_cuda_graph:DeprecationWarning")
 def test_use_cuda_graph_times_each_config_with_do_bench_cudagraph_over_rep(tmp_path, monkeypatch):
     import triton.testing
 
@@ -545,6 +546,7 @@ def test_use_cuda_graph_times_each_config_with_do_bench_cudagraph_over_rep(tmp_p
     assert len(reps) == len(SMALL) and set(reps) == {7.0}
 
 
+@pytest.mark.filterwarnings("ignore:warmup, rep, and use_cuda_graph:DeprecationWarning")
 def test_rep_and_warmup_reach_the_timing_of_each_config(tmp_path, monkeypatch):
     from fasta_sm.triton import backend
 
@@ -555,6 +557,7 @@ def test_rep_and_warmup_reach_the_timing_of_each_config(tmp_path, monkeypatch):
     assert seen and set(seen) == {(3.0, 9.0)}
 
 
+@pytest.mark.filterwarnings("ignore:warmup, rep, and use_cuda_graph:DeprecationWarning")
 def test_the_deprecated_timing_knobs_replace_a_do_bench_given_beside_them_as_in_triton(tmp_path):
     calls = []
 
@@ -578,6 +581,7 @@ def test_cache_results_is_accepted_and_the_tune_is_kept_either_way(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:warmup, rep, and use_cuda_graph:DeprecationWarning")
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
 def test_gpu_use_cuda_graph_tunes_with_cuda_graph_timings_and_the_right_output(tmp_path):
     kernel = small_tuned(tmp_path, do_bench=None, use_cuda_graph=True, rep=20)
