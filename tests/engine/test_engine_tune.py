@@ -90,6 +90,15 @@ def test_a_failed_config_with_durations_is_a_table_error(tmp_path, table_data):
         load_table(path)
 
 
+def test_a_table_where_every_config_failed_is_a_table_error_naming_the_file(tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    for row in data["configs"]:
+        row["duration_us"], row["error"] = [], "OutOfResources: shared memory"
+    path = write_table(tmp_path / "all_failed.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: every config failed; the table has no best")):
+        load_table(path)
+
+
 @pytest.mark.parametrize("field", ["kwargs", "num_warps", "num_stages", "compile_s", "duration_us", "error"])
 def test_a_config_row_missing_a_field_is_a_table_error_naming_file_and_field(field, tmp_path, table_data):
     data = copy.deepcopy(table_data)
@@ -833,6 +842,52 @@ def test_compile_seconds_past_any_clock_are_a_backend_error_naming_the_kernel(ta
 
     with pytest.raises(BackendError, match=r"kernel 'mm_synth': backend reported compile seconds 1e\+308"):
         run_tune(table, CenturiesToCompile(backend), store)
+
+
+class SecondsOf(CountingBackend):
+    """Reports `compile_s` for every compile and `benchmark_s` for every benchmark, the timings as they are."""
+
+    def __init__(self, inner, compile_s=None, benchmark_s=None):
+        super().__init__(inner)
+        self.compile_s, self.benchmark_s = compile_s, benchmark_s
+
+    def compile(self, configs):
+        outcomes = self.inner.compile(configs)
+        if self.compile_s is None:
+            return outcomes
+        return [CompileOutcome(o.error, self.compile_s) for o in outcomes]
+
+    def benchmark(self, configs, repeat=None):
+        outcome = self.inner.benchmark(configs, repeat=repeat)
+        if self.benchmark_s is None:
+            return outcome
+        return BenchmarkOutcome(outcome.durations_us, self.benchmark_s, outcome.errors)
+
+
+@pytest.mark.parametrize(("what", "seconds"), [
+    ("compile seconds", {"compile_s": -0.5}),
+    ("benchmark seconds", {"benchmark_s": -0.5}),
+    ("benchmark seconds", {"benchmark_s": 2e9}),
+], ids=["negative compile", "negative benchmark", "benchmark past any clock"])
+def test_seconds_a_backend_reports_out_of_range_are_a_backend_error_naming_kernel_and_value(
+    what, seconds, table, backend, store
+):
+    value = next(iter(seconds.values()))
+    with pytest.raises(BackendError, match=rf"kernel 'mm_synth': backend reported {what} {re.escape(repr(value))}"):
+        run_tune(table, SecondsOf(backend, **seconds), store)
+    assert "BackendError" in store.read(store.file_for(KEY)).last_error
+
+
+def test_an_error_holding_bytes_that_are_not_utf8_is_kept_escaped_in_a_file_that_reads_back(
+    table, backend, store, monkeypatch
+):
+    def benchmark_with_compiler_bytes(self, configs, repeat=None):
+        raise RuntimeError(b"ptxas \xff".decode("utf-8", "surrogateescape"))
+
+    monkeypatch.setattr(ExplodingBackend, "benchmark", benchmark_with_compiler_bytes)
+    with pytest.raises(RuntimeError):
+        run_tune(table, ExplodingBackend(backend, on_call=1), store)
+    assert store.read(store.file_for(KEY)).last_error == "R1 benchmark: RuntimeError: ptxas \\udcff"
 
 
 def test_a_policy_state_the_file_cannot_hold_is_a_tune_failure_naming_the_kernel(table, backend, store, monkeypatch):
