@@ -303,6 +303,8 @@ class FastaAutotunerMixin:
     """Whether `configs` must stay set once compiled (torch_npu builds its candidate plan from it)."""
     _fasta_core_names: tuple[str, str] = ("sm", "SMs")
     """What the device's `multi_processor_count` counts, in the key and in words."""
+    _fasta_base_name: str = "Inductor"
+    """Whose configs the kernel falls back to, in the warning that says so."""
 
     def _fasta_turned_off(self) -> bool:
         """Whether this process turned the integration off after the kernel was built (in a compile worker
@@ -439,12 +441,13 @@ class FastaAutotunerMixin:
         return launcher
 
     def _fasta_give_up(self, why: BaseException) -> list[int]:
-        """Behave as the base autotuner from now on, over Inductor's own configs."""
+        """Behave as the base autotuner from now on, over its own configs (Inductor's or torch_npu's)."""
         log.warning(
-            "fasta_sm: kernel %s: %s: %s; using Inductor's own configs",
+            "fasta_sm: kernel %s: %s: %s; using %s's own configs",
             self._fasta_plan.kernel if self._fasta_plan else "?",
             type(why).__name__,
             why,
+            self._fasta_base_name,
         )
         must = self._fasta_plan.must if self._fasta_plan else []
         self._fasta_plan = None

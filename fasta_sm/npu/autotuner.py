@@ -34,6 +34,7 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
 
     _fasta_keep_configs = True
     _fasta_core_names = ("cores", "cores")
+    _fasta_base_name = "torch_npu"
     _fasta_settings: dict[str, Any] | None = None
     """The settings this kernel tunes with, read once by `__new__`."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 from types import SimpleNamespace
 
@@ -125,6 +126,21 @@ elif scenario == "install_fails":
     from torch_npu._inductor.runtime import fasta_autotune
 
     seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
+elif scenario == "tune_fails":
+    import logging
+
+    import fasta_sm.npu
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    fasta_sm.npu.enable(state_dir=state_dir)
+    shutil.rmtree(state_dir)
+    open(state_dir, "w").close()  # after enable() checked it: a file where the state dir was
+    quiet_device_guard()
+    kernel = build(configs())
+    kernel.precompile(warm_cache_only=True)
+    kernel.precompile()
+    seen["class"] = type(kernel).__name__
+    seen["ran"] = kernel.run(stream=0)[1]
 elif scenario == "unusable_settings":
     import logging
 

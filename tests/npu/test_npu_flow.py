@@ -108,6 +108,13 @@ def test_a_torch_npu_that_fails_to_load_its_backend_leaves_the_environment_as_it
 
 
 
+def test_a_tune_that_fails_warns_once_and_falls_back_to_torch_npus_own_configs(table_file, state_dir):
+    logs: list[str] = []
+    seen = scenario("tune_fails", table_file, state_dir, stderr=logs)
+    assert seen["class"] == "FastaNPUAutotuner" and seen["ran"]
+    assert logs[0].count("using torch_npu's own configs") == 1 and "Inductor" not in logs[0]
+
+
 @pytest.mark.parametrize("env", [{"FASTA_SM_NPU_SETTINGS": "null"}, {"FASTA_SM_NPU_SETTINGS": "{not json"},
                                  {"FASTA_SM_LOCK_TIMEOUT": "abc"}, {"FASTA_SM_NPU_SETTINGS": '{"policy": "nope"}'},
                                  {"FASTA_SM_NPU_SETTINGS": '{"seed": "x"}'}])
