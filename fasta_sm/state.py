@@ -326,12 +326,38 @@ def _decode_configs(raw: Any) -> tuple[list[Config], str]:
             raw = msgpack.unpackb(raw.blob, raw=False, strict_map_key=False, use_list=True)
             if not isinstance(raw, list):
                 raise TypeError(f"configs is {type(raw).__name__}, expected list")
+        for position, entry in enumerate(raw):
+            _check_config_entry(entry, position)
         configs = [Config.from_dict(c) for c in raw]
         hit = (configs, configs_hash(configs))
         if len(_decoded_configs) >= _CACHE_SIZE:
             _decoded_configs.clear()
         _decoded_configs[key] = hit
     return list(hit[0]), hit[1]
+
+
+_CONFIG_TYPES: dict[str, tuple[type, ...]] = {"kwargs": (dict,), "num_warps": (int,), "num_stages": (int,),
+                                               "options": (dict,)}
+
+
+def _check_config_entry(entry: Any, position: int) -> None:
+    """A config entry holds exactly its four fields, like the state around it: a field filled in by default
+    would pass a lost `num_stages` for 3, and one this version drops would be gone at the next checkpoint."""
+    if type(entry) is dict and entry.keys() == _CONFIG_TYPES.keys() and all(
+            type(entry[name]) is types[0] for name, types in _CONFIG_TYPES.items()):
+        return
+    where = f"configs[{position}]"
+    if not isinstance(entry, dict):
+        raise TypeError(f"{where} is {type(entry).__name__}, expected a map")
+    missing = [name for name in _CONFIG_TYPES if name not in entry]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
+    unknown = sorted(map(str, set(entry) - set(_CONFIG_TYPES)))
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    for name, types in _CONFIG_TYPES.items():
+        if type(entry[name]) not in types:  # exact: True is not a warp count
+            raise TypeError(f"{where}.{name} is {type(entry[name]).__name__}, expected {types[0].__name__}")
 
 
 def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:

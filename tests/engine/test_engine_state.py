@@ -245,6 +245,21 @@ def test_a_round_with_a_field_this_version_does_not_know_is_refused_naming_it():
         unpack_state(seal(data), source="some/file.fsm")
 
 
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda entry: entry.pop("num_stages"), "configs[1]: missing field(s) num_stages"),
+    (lambda entry: entry.pop("options"), "configs[1]: missing field(s) options"),
+    (lambda entry: entry.update(maxnreg=128), "configs[1]: unknown field(s) maxnreg"),
+    (lambda entry: entry.update(num_warps=True), "configs[1].num_warps is bool, expected int"),
+], ids=["lost-stages", "lost-options", "unknown-field", "bool-warps"])
+def test_a_config_entry_holds_exactly_its_four_fields(change, says):
+    """A lost num_stages is not read as 3, and a field this version does not know is not dropped at the next
+    checkpoint."""
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    change(data["configs"][1])
+    with pytest.raises(StateFileError, match=re.escape("some/file.fsm: malformed state") + ".*" + re.escape(says)):
+        unpack_state(seal(data), source="some/file.fsm")
+
+
 def test_a_bit_flipped_in_a_stored_timing_is_caught_by_the_checksum():
     blob = pack_state(sample_state())
     at = blob.index(b"\xcb" + struct.pack(">d", 10.5)) + 1  # config 0's timing
