@@ -57,6 +57,9 @@ class Config:
     options: Mapping[str, Scalar] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in ("kwargs", "options"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise ConfigError(f"config {name}={getattr(self, name)!r} must be a mapping of names to values")
         for name, value in self.kwargs.items():
             if not isinstance(name, str):
                 raise ConfigError(f"{self._where()}: kwarg name {name!r} is not a string")

@@ -72,7 +72,7 @@ def integration_params(
         raise ValueError(f"policy_params={params!r} must be a mapping of parameter names to values")
     plain = {}
     for name, value in (params or {}).items():
-        value = _python_scalar(value)
+        value = python_scalar(value)
         try:
             same = ast.literal_eval(repr(value)) == value
         except (ValueError, SyntaxError):
@@ -85,13 +85,13 @@ def integration_params(
 
 def whole_number(name: str, value: Any, least: int) -> int:
     """An integration setting that is written into kernel source: a plain int (numpy's too), at least `least`."""
-    value = _python_scalar(value)
+    value = python_scalar(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"{name}={value!r} must be a whole number ≥ {least}")
     return value
 
 
-def _python_scalar(value: Any) -> Any:
+def python_scalar(value: Any) -> Any:
     """A numpy number as the Python number it holds; anything else as it is."""
     return value.item() if hasattr(value, "item") and type(value).__module__ == "numpy" else value
 

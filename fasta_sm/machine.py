@@ -33,7 +33,7 @@ from transitions import Machine
 from .config import Config
 from .errors import BackendError, FastaError, PolicyError, TuneFailed, add_note, notes_of
 from .lookahead import likely_next
-from .protocols import Backend, CompileOutcome, Decision, Policy
+from .protocols import LONGEST_S, LONGEST_US, Backend, CompileOutcome, Decision, Policy
 from .state import (
     PHASES,
     SEED_MAX,
@@ -52,10 +52,6 @@ DEFAULT_CHUNK = 16
 DEFAULT_BENCHMARK_CHUNK = 4
 PREFETCH_MAX = 64
 """At most this many guesses (the lookahead's picks, then by prediction) are offered beyond the batch's own configs."""
-LONGEST_US = 1e12
-"""A duration past this (11.6 days) is a broken timer, not a kernel, and its means would overflow."""
-LONGEST_S = 1e9
-"""Compile or benchmark seconds past this (31 years) are a broken clock; their sum would overflow."""
 R1_GUESS_UNTIMED = 8
 """While R1 is timed, the first guided batch is guessed once at most this many of R1's configs are left to time."""
 

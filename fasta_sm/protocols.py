@@ -15,6 +15,11 @@ import numpy as np
 
 from .config import Config
 
+LONGEST_US = 1e12
+"""A duration past this (11.6 days) is a broken timer, not a kernel, and its means would overflow."""
+LONGEST_S = 1e9
+"""Compile or benchmark seconds past this (31 years) are a broken clock; their sum would overflow."""
+
 
 @dataclass(frozen=True)
 class CompileOutcome:

@@ -81,6 +81,8 @@ class StateStore:
     """A directory of state files, one per kernel key."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, lock_timeout_s: float | None = None) -> None:
+        if path is not None and os.fspath(path) == "":  # Path("") would be the working directory: an unset variable
+            raise StateDirError("state dir '' is empty: name a directory, or give None for the default")
         # absolute: a later chdir must not send checkpoints away from the lock
         self.path = Path(path).expanduser().absolute() if path is not None else default_state_dir()
         if lock_timeout_s is not None and not is_wait(lock_timeout_s):

@@ -11,13 +11,15 @@ the new tune carries its measurements.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+import numpy as np
 
-from .config import Config, check_config_list, configs_hash
+from .config import MSGPACK_INTS, Config, check_config_list, configs_hash
 from .errors import PolicyError, StateDirError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
@@ -79,9 +81,11 @@ def tune(
         raise ValueError(
             f"kernel {kernel!r}: lock_timeout_s={lock_timeout_s!r} must be ≥ 0 (or None: the store's timeout)"
         )
+    if store is not None and not isinstance(store, StateStore):
+        raise TypeError(f"kernel {kernel!r}: store={store!r} must be a StateStore (StateStore(path) for a directory)")
     store = store if store is not None else StateStore()
     wanted = configs_hash(configs)
-    policy_params = _with_environment(kernel, policy, policy_params or {})
+    policy_params = _with_environment(kernel, policy, storable_params(kernel, policy_params))
     done = _peek_done(store, key, wanted, policy, policy_params, seed)
     if done is not None:
         return TuneResult(done, reused=True)
@@ -131,7 +135,7 @@ def open_tune(
     wanted = configs_hash(configs)
     seed = check_seed(kernel, seed)
     _check_key(kernel, key)
-    params = dict(policy_params or {})
+    params = storable_params(kernel, policy_params)
 
     def fresh_policy() -> Policy:
         """The policy of a new tune, made before any old file is set aside: bad params must lose nothing."""
@@ -251,6 +255,39 @@ def carry_results(old: TuneState, configs: Sequence[Config]) -> dict[int, dict]:
         elif old_index in old.carried:  # carried into `old` from the list before it, not used yet
             carried[new_index] = dict(old.carried[old_index])
     return carried
+
+
+def storable_params(kernel: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`params` as a state file keeps them, or a PolicyError naming the kernel and the value that cannot be kept.
+
+    A numpy number or array becomes the Python value it holds and a tuple a
+    list; a set (no order), a non-finite float or an object is refused here,
+    before anything is tuned, not when the first checkpoint is written.
+    """
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise PolicyError(f"kernel {kernel!r}: policy_params={params!r} must be a mapping of parameter names to values")
+    return {name: _storable(kernel, f"policy_params[{name!r}]", value) for name, value in params.items()}
+
+
+def _storable(kernel: str, where: str, value: Any) -> Any:
+    if isinstance(value, (np.generic, np.ndarray)):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_storable(kernel, f"{where}[{position}]", item) for position, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        for name in value:
+            if not isinstance(name, str):
+                raise PolicyError(f"kernel {kernel!r}: {where} has key {name!r}, not a name")
+        return {name: _storable(kernel, f"{where}[{name!r}]", item) for name, item in value.items()}
+    fits = value is None or isinstance(value, (bool, str))
+    fits = fits or (isinstance(value, int) and MSGPACK_INTS[0] <= value < MSGPACK_INTS[1])
+    fits = fits or (isinstance(value, float) and math.isfinite(value))
+    if not fits:
+        raise PolicyError(f"kernel {kernel!r}: {where}={value!r} cannot be kept in a state file: give null, a bool, "
+                          "a finite number of 64 bits at most, a string, or a list or map of these")
+    return value
 
 
 def _with_environment(kernel: str, policy: str, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError, TableError
-from ..protocols import BenchmarkOutcome, CompileOutcome
+from ..protocols import LONGEST_S, LONGEST_US, BenchmarkOutcome, CompileOutcome
 
 BENCH_OVERHEAD_S = 0.125
 """Seconds one timing costs on a live device: `triton.testing.do_bench`'s default
@@ -30,7 +31,7 @@ BENCH_OVERHEAD_S = 0.125
 
 CACHE_HIT_S = 0.05
 """Compile seconds below which a recorded compile was a load from Triton's on-disk
-cache, not a compile: on the H200 tables real compiles take 0.07 s or more, and
+cache, not a compile: on the H200 tables real compiles take 0.0696 s or more, and
 the cache hits once recorded by mistake 0.006 s or less (docs/recording.md)."""
 
 DISTURBED_SPREAD = 0.5
@@ -146,15 +147,31 @@ def count_disturbed(samples_us: Iterable[Sequence[float]]) -> int:
 
 
 def load_table(path: str | Path) -> ReplayTable:
-    """Read a replay table strictly: every documented field, no duplicate configs."""
+    """Read a replay table strictly: every documented field, no duplicate configs, no key written twice."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_object_without_repeats)
+    except _RepeatedKey as exc:
+        raise TableError(f"{path}: key {exc.args[0]!r} appears twice in one object; JSON keeps only the last") from None
     except FileNotFoundError:
         raise TableError(f"{path}: no such replay table") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise TableError(f"{path}: not a JSON replay table ({type(exc).__name__}: {exc})") from None
     return table_from_dict(data, str(path))
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when it names a key twice: `json` would silently keep the last value."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _RepeatedKey(key)
+        data[key] = value
+    return data
 
 
 def table_from_dict(data: Any, source: str) -> ReplayTable:
@@ -189,12 +206,13 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
             raise TableError(f"{where} duplicates configs[{first}] ({config.label()})")
         config = _with_options(config, row.get("options"))
         seconds, durations, error = row["compile_s"], row["duration_us"], row["error"]
-        if not _is_number(seconds) or seconds < 0:
-            raise TableError(f"{where}: compile_s={seconds!r} must be a number ≥ 0")
+        if not _is_number(seconds) or not 0 <= seconds <= LONGEST_S:
+            raise TableError(f"{where}: compile_s={seconds!r} must be a number from 0 to {LONGEST_S:g}")
         if error is not None and not isinstance(error, str):
             raise TableError(f"{where}: error={error!r} must be a string or null")
-        if not isinstance(durations, list) or not all(_is_number(d) and d > 0 for d in durations):
-            raise TableError(f"{where}: duration_us={durations!r} must be a list of numbers > 0")
+        if not isinstance(durations, list) or not all(_is_number(d) and 0 < d <= LONGEST_US for d in durations):
+            raise TableError(f"{where}: duration_us={durations!r} must be a list of numbers from 0 (excluded) "
+                             f"to {LONGEST_US:g}")
         if error is None and not durations:
             raise TableError(f"{where}: no durations and no error")
         if error is not None and durations:
@@ -227,7 +245,10 @@ def _with_options(config: Config, options: Any) -> Config:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite JSON number: an integer too large for a float is not one (math.isfinite would overflow on it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
 
 
 REPLAY = "replay"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,8 +16,9 @@ from . import register
 
 
 def check_budget(budget: float, prefix: str = "") -> float:
-    """`budget` as a float when it is a fraction in (0, 1]; else a PolicyError naming it (True is not 1.0)."""
-    if isinstance(budget, bool) or not (isinstance(budget, (int, float)) and 0.0 < budget <= 1.0):
+    """`budget` as a float when it is a fraction in (0, 1], numpy's included; else a PolicyError naming it (True is
+    not 1.0)."""
+    if isinstance(budget, (bool, np.bool_)) or not (isinstance(budget, numbers.Real) and 0.0 < budget <= 1.0):
         raise PolicyError(f"{prefix}budget={budget!r} must be a fraction in (0, 1]")
     return float(budget)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -79,5 +80,5 @@ def _check_knobs(r1_frac: object, rounds: object, kappa: object) -> None:
         raise ValueError(f"r1_frac={r1_frac!r} must be a fraction in (0, 1]")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds={rounds!r} must be a whole number of at least 1")
-    if isinstance(kappa, bool) or not isinstance(kappa, (int, float)) or not math.isfinite(kappa) or kappa < 0:
+    if isinstance(kappa, bool) or not isinstance(kappa, (int, float)) or not 0 <= kappa <= sys.float_info.max:
         raise ValueError(f"kappa={kappa!r} must be a finite number, 0 or more")

@@ -34,7 +34,7 @@ from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.jit import JITFunction
 
 from ..config import Config
-from ..driver import integration_params, to_fasta_config, whole_number
+from ..driver import integration_params, python_scalar, to_fasta_config, whole_number
 from ..errors import ConfigError, FastaError, add_note
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
@@ -186,7 +186,9 @@ class Autotuner(TritonAutotuner):
                 raise ValueError(f"budget={budget!r} and policy_params['budget']={policy_params['budget']!r}: give one")
             self.policy_params = integration_params(self.policy, policy_params, LIVE_DEFAULTS)
             if budget is not None:
-                self.policy_params["budget"] = budget
+                self.policy_params["budget"] = python_scalar(budget)
+            if state_dir is not None and os.fspath(state_dir) == "":
+                raise ValueError("state_dir='' is empty: name a directory, or give None for the default")
             check_arguments(self.policy, self.policy_params)
             self.seed = whole_number("seed", seed, 0)
             check_settings()

@@ -44,7 +44,11 @@ class KernelSpec:
 
 def load_spec(spec: str, **params: Any) -> KernelSpec:
     """Resolve `module:function` and call the function with `params`."""
-    result = resolve_spec(spec, **params)(**params)
+    factory = resolve_spec(spec, **params)
+    try:
+        result = factory(**params)
+    except ConfigError as exc:  # the spec's own check of its parameters: say which spec was called with them
+        raise ConfigError(f"spec {spec!r} called with {params!r}: {exc}") from None
     if not isinstance(result, KernelSpec):
         raise ConfigError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
     check_config_list(result.name, result.configs)  # a table may hold each config once

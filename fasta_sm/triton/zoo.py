@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from ..config import Config
+from ..errors import ConfigError
 from .spec import KernelSpec
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -136,7 +137,7 @@ def _matmul_spec(name, M, N, K, dtype, activation, configs) -> KernelSpec:
         configs=configs,
         make_args=make_args,
         grid=grid,
-        shape={"M": M, "N": N, "K": K, "dtype": dtype, "activation": activation},
+        shape=_sized({"M": M, "N": N, "K": K, "dtype": dtype, "activation": activation}),
         reference=reference,
         output=2,
         kwargs={"ACTIVATION": activation},
@@ -148,6 +149,14 @@ def square_matmul_space(group_m: int = 8) -> list[Config]:
     """216 configs: BM 32–256 × BN 64–256 × BK 32–128 × warps 4/8 × stages 3–5."""
     axes = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [group_m]}
     return _space(axes, warps=[4, 8], stages=[3, 4, 5])
+
+
+def _sized(shape: dict[str, Any]) -> dict[str, Any]:
+    """`shape`, once each of its sizes is a whole number of at least 1: a zero-size problem times nothing."""
+    for name, value in shape.items():
+        if not isinstance(value, (str, bool)) and not (isinstance(value, int) and value >= 1):
+            raise ConfigError(f"shape {shape}: {name}={value!r} must be a whole number of at least 1")
+    return shape
 
 
 def _square_name(prefix: str, M: int, N: int, K: int) -> str:
@@ -219,7 +228,7 @@ def spec_row_sum(M: int = 16384, N: int = 8192, configs: list[Config] | None = N
         configs=space,
         make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["ROWS"]),),
-        shape={"M": M, "N": N, "dtype": "fp32"},
+        shape=_sized({"M": M, "N": N, "dtype": "fp32"}),
         reference=lambda args: args[0].double().sum(dim=1),
         output=1,
         tolerance=1e-5,
@@ -270,7 +279,7 @@ def spec_rmsnorm(M: int = 16384, N: int = 8192, configs: list[Config] | None = N
         configs=space,
         make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["ROWS"]),),
-        shape={"M": M, "N": N, "dtype": "bf16"},
+        shape=_sized({"M": M, "N": N, "dtype": "bf16"}),
         reference=reference,
         output=2,
         tolerance=1e-2,
@@ -316,7 +325,7 @@ def spec_softmax(M: int = 8192, N: int = 8192, configs: list[Config] | None = No
         configs=space,
         make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["ROWS"]),),
-        shape={"M": M, "N": N, "dtype": "fp32"},
+        shape=_sized({"M": M, "N": N, "dtype": "fp32"}),
         reference=lambda args: torch.softmax(args[0].double(), dim=1),
         output=1,
         tolerance=1e-5,
@@ -391,7 +400,7 @@ def spec_attention(
         configs=space,
         make_args=make_args,
         grid=lambda meta: (meta["N_CTX"] // meta["BLOCK_M"], Z * H),
-        shape={"Z": Z, "H": H, "N_CTX": N_CTX, "HEAD_DIM": HEAD_DIM, "dtype": dtype, "causal": False},
+        shape=_sized({"Z": Z, "H": H, "N_CTX": N_CTX, "HEAD_DIM": HEAD_DIM, "dtype": dtype, "causal": False}),
         reference=reference,
         output=3,
         kwargs={"HEAD_DIM": HEAD_DIM},
@@ -439,7 +448,7 @@ def spec_add_gelu(M: int = 16384, N: int = 8192, configs: list[Config] | None = 
         configs=space,
         make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["BLOCK_M"]), triton.cdiv(meta["N"], meta["BLOCK_N"])),
-        shape={"M": M, "N": N, "dtype": "bf16"},
+        shape=_sized({"M": M, "N": N, "dtype": "bf16"}),
         reference=lambda args: torch.nn.functional.gelu(args[0].float() + args[1].float(), approximate="tanh"),
         output=2,
         tolerance=1e-2,
@@ -485,7 +494,7 @@ def spec_transpose(M: int = 8192, N: int = 8192, configs: list[Config] | None = 
         configs=space,
         make_args=make_args,
         grid=lambda meta: (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]),),
-        shape={"M": M, "N": N, "dtype": "fp32"},
+        shape=_sized({"M": M, "N": N, "dtype": "fp32"}),
         reference=lambda args: args[0].t(),
         output=1,
         tolerance=0.0,

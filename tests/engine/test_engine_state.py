@@ -486,6 +486,14 @@ def test_a_config_a_state_file_could_not_hold_is_refused_naming_the_value(change
         Config(**({"kwargs": {"BLOCK": 64}} | changes))
 
 
+@pytest.mark.parametrize("changes", [{"kwargs": None}, {"kwargs": [("BLOCK", 64)]}, {"options": None}],
+                         ids=["no kwargs", "kwargs as pairs", "no options"])
+def test_kwargs_or_options_that_are_no_mapping_are_a_config_error_naming_them(changes):
+    name, value = next(iter(changes.items()))
+    with pytest.raises(ConfigError, match=re.escape(f"config {name}={value!r} must be a mapping")):
+        Config(**({"kwargs": {"BLOCK": 64}} | changes))
+
+
 def test_configs_hash_depends_on_list_order():
     a, b = Config({"X": 1}), Config({"X": 2})
     assert configs_hash([a, b]) != configs_hash([b, a])

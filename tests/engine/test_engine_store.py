@@ -81,6 +81,13 @@ def test_a_state_dir_that_cannot_be_created_is_a_clear_error(tmp_path):
         StateStore(blocker / "states")
 
 
+def test_an_empty_state_dir_name_is_refused_not_taken_as_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StateDirError, match="state dir '' is empty"):
+        StateStore("")
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_state_dir_path_that_is_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

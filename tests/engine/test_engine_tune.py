@@ -127,6 +127,39 @@ def test_a_kernel_time_that_is_not_positive_is_a_table_error_naming_file_and_row
         load_table(path)
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    ("duration_us", [2e12]),
+    ("duration_us", [10**400]),
+    ("compile_s", 2e9),
+    ("compile_s", 10**400),
+], ids=["duration-past-the-engines-limit", "duration-past-a-float", "compile-past-the-engines-limit",
+        "compile-past-a-float"])
+def test_a_time_the_engine_would_refuse_mid_tune_is_a_table_error_at_load(field, value, tmp_path, table_data):
+    """Refused where the file is named, not rounds later as a backend error that stops every run of a bench."""
+    data = copy.deepcopy(table_data)
+    row = next(i for i, r in enumerate(data["configs"]) if r["error"] is None)
+    data["configs"][row][field] = value
+    path = write_table(tmp_path / "huge_time.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[{row}]: {field}=")):
+        load_table(path)
+
+
+@pytest.mark.parametrize("where", ["row", "top"])
+def test_a_key_written_twice_in_a_table_is_a_table_error_naming_file_and_key(where, tmp_path, table_data):
+    """JSON keeps the last of two equal keys: the first timings would vanish without a word."""
+    text = json.dumps(table_data)
+    if where == "row":
+        text = text.replace('"duration_us": ', '"duration_us": [1.0], "duration_us": ', 1)
+        key = "duration_us"
+    else:
+        text = text.replace('"kernel": ', '"kernel": "other", "kernel": ', 1)
+        key = "kernel"
+    path = tmp_path / "twice.json"
+    path.write_text(text)
+    with pytest.raises(TableError, match=re.escape(f"{path}: key {key!r} appears twice")):
+        load_table(path)
+
+
 def test_a_table_with_extra_fields_loads_unchanged(tmp_path, table_data):
     data = copy.deepcopy(table_data)
     data["recorder"] = "v2"
@@ -183,6 +216,32 @@ def test_an_empty_config_list_is_a_config_error_naming_the_kernel(backend, store
 def test_bad_policy_parameters_are_a_policy_error_naming_the_kernel(backend, store, table):
     with pytest.raises(PolicyError, match="kernel 'mymatmul': fasta: r1_frac=2.0"):
         tune("k", "mymatmul", table.configs, backend, policy="fasta", policy_params={"r1_frac": 2.0}, store=store)
+
+
+def test_numpy_values_in_policy_params_are_kept_as_the_python_values_they_hold(backend, store, table):
+    result = run_tune(table, backend, store, policy="fasta",
+                      policy_params={"budget": np.float64(0.5), "expert_configs": np.array([0, 1])})
+    assert result.state.policy_params == {"budget": 0.5, "expert_configs": [0, 1]}
+    assert type(result.state.policy_params["budget"]) is float
+
+
+@pytest.mark.parametrize(("params", "says"), [
+    ({"bases": {"rbf"}}, "policy_params['bases']={'rbf'} cannot be kept in a state file"),
+    ({"retime_tol": math.nan}, "policy_params['retime_tol']=nan cannot be kept in a state file"),
+    ({"r1_min": 2**64}, "policy_params['r1_min']=18446744073709551616 cannot be kept in a state file"),
+    ([("rounds", 3)], "policy_params=[('rounds', 3)] must be a mapping"),
+], ids=["a set", "NaN", "past 64 bits", "pairs"])
+def test_policy_params_no_state_file_could_keep_are_a_policy_error_before_anything_runs(
+        params, says, backend, store, table):
+    counting = CountingBackend(backend)
+    with pytest.raises(PolicyError, match=re.escape(f"kernel {table.kernel!r}: {says}")):
+        run_tune(table, counting, store, policy="fasta", policy_params=params)
+    assert counting.compiled == [] and not list(store.path.glob("*.fsm"))
+
+
+def test_a_directory_given_as_the_store_is_a_type_error_naming_the_kernel(backend, table, tmp_path):
+    with pytest.raises(TypeError, match=re.escape(f"kernel {table.kernel!r}: store='{tmp_path}' must be a StateStore")):
+        run_tune(table, backend, str(tmp_path))
 
 
 def test_a_config_list_with_a_config_twice_is_a_config_error(backend, store, table):

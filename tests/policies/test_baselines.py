@@ -121,7 +121,7 @@ def test_bench_refuses_a_budget_among_the_params(tmp_path):
         bench(tmp_path, ["fasta"], seeds=1, params={"budget": 0.1})
 
 
-@pytest.mark.parametrize("knob", [{"rounds": 0}, {"kappa": None}, {"r1_frac": 5}])
+@pytest.mark.parametrize("knob", [{"rounds": 0}, {"kappa": None}, {"r1_frac": 5}, {"kappa": 10**400}])
 def test_trees_refuses_a_knob_that_would_break_its_search(knob):
     with pytest.raises(PolicyError, match=next(iter(knob))):
         make_policy("trees", MATMUL.configs, knob)

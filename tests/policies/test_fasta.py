@@ -160,8 +160,9 @@ def test_a_knob_out_of_its_range_is_refused_naming_it_and_its_value(knob, value,
     ("twin_deep", "no", "True or False"),
     ("r1_per_param", 1e308, "a finite number of magnitude at most 1e9"),
     ("r1_min", 10**30, "a whole number of magnitude at most 1e9"),
+    ("r1_min", 10**400, "a whole number of magnitude at most 1e9"),
 ], ids=["a string for an int", "a string for a float", "NaN", "a fraction for an int", "a string for a flag",
-        "a float past any count", "an int past any count"])
+        "a float past any count", "an int past any count", "an int past any float"])
 def test_a_knob_of_the_wrong_kind_is_refused_naming_it(knob, value, kind):
     with pytest.raises(PolicyError, match=rf"{knob}=.* must be {kind}"):
         make_policy("fasta", MATMUL.configs, {knob: value})
@@ -183,6 +184,12 @@ def test_algorithm_doc_lists_every_parameter_with_its_current_default():
 
     doc = (Path(__file__).parents[2] / "docs" / "algorithm.md").read_text()
     assert parameter_table() in doc
+
+
+@pytest.mark.parametrize("budget", [np.float32(0.5), np.int64(1)], ids=["float32", "int64"])
+def test_a_numpy_budget_is_taken_as_the_fraction_it_holds(budget):
+    plain = FastaPolicy(MATMUL.configs, budget=float(budget))
+    assert FastaPolicy(MATMUL.configs, budget=budget).state_dict() == plain.state_dict()
 
 
 def test_out_of_range_budget_is_rejected():

@@ -412,6 +412,16 @@ def test_numpy_numbers_in_policy_params_are_kept_as_the_python_numbers_a_state_f
     assert type(kernel.policy_params["retime_rounds"]) is int
 
 
+def test_a_numpy_budget_is_kept_as_the_python_number_a_state_file_can_hold(tmp_path):
+    kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), budget=np.float32(0.5))(accumulate_kernel)
+    assert kernel.policy_params["budget"] == 0.5 and type(kernel.policy_params["budget"]) is float
+
+
+def test_an_empty_state_dir_is_refused_when_the_kernel_is_decorated():
+    with pytest.raises(ValueError, match=r"accumulate_kernel\): state_dir='' is empty"):
+        fasta_sm.autotune(SMALL, key=["n"], state_dir="")(accumulate_kernel)
+
+
 def test_policy_none_means_the_default_policy(tmp_path):
     kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), policy=None)(accumulate_kernel)
     assert kernel.policy == "fasta"

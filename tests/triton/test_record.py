@@ -49,6 +49,17 @@ def test_a_kernel_at_another_shape_than_the_data_sets_gets_a_table_of_its_own():
     assert zoo.spec_mm_skinny_bf16(M=32, N=4096, K=14336).name == "mm_skinny_bf16_m32_4096x14336"
 
 
+@pytest.mark.parametrize(("spec", "sizes", "says"), [
+    (zoo.spec_row_sum, {"M": 0}, "M=0"),
+    (zoo.spec_mm_fp16, {"K": -4}, "K=-4"),
+    (zoo.spec_attention, {"N_CTX": 2.5}, "N_CTX=2.5"),
+], ids=["empty", "negative", "fractional"])
+def test_a_zoo_kernel_at_a_size_that_is_no_size_is_refused_naming_it(spec, sizes, says):
+    """A zero-size problem would record a table of timings of nothing."""
+    with pytest.raises(ConfigError, match=f"{says} must be a whole number of at least 1"):
+        spec(**sizes)
+
+
 def test_spread_keeps_an_evenly_spaced_subset():
     configs = zoo.spec_transpose().configs
     assert spread(configs, 5)[0] == configs[0] and len(spread(configs, 5)) == 5
@@ -136,7 +147,8 @@ def test_a_kernel_new_to_the_cache_is_recorded_without_the_warm_cache_warning(tm
         ("fasta_sm.triton.zoo:nofunc", [], "has no function 'nofunc'"),
         ("mm_fp16", ["--param", "X=1"], "'X'"),
         ("softmax", ["--param", "M=abc"], "softmax_fp32_abcx8192: cannot make its inputs at"),
-        ("softmax", ["--param", "M=-4"], "softmax_fp32_-4x8192: cannot make its inputs at"),
+        ("softmax", ["--param", "M=-4"], "spec_softmax' called with {'M': -4}: shape {'M': -4, 'N': 8192, 'dtype': "
+                                         "'fp32'}: M=-4 must be a whole number of at least 1"),
     ],
 )
 def test_record_with_a_bad_spec_is_a_clear_error_naming_it(spec, params, says, tmp_path):

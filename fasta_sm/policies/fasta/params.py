@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 import numbers
 import os
 from collections.abc import Mapping
@@ -175,7 +174,7 @@ class FastaParams:
             elif f.type in ("int", "float"):
                 kinds = (numbers.Integral,) if f.type == "int" else (numbers.Real,)
                 fits = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_))
-                fits = fits and math.isfinite(value) and abs(value) <= _LARGEST
+                fits = fits and abs(value) <= _LARGEST  # False for NaN and inf; no float() to overflow on a huge int
             elif f.type == "str":
                 fits = isinstance(value, str)
             else:  # the tuples: bases and cell_columns of str, expert_configs of int (checked below)
