@@ -77,6 +77,11 @@ if hasattr(os, "register_at_fork"):  # a forked child tunes nothing yet, whateve
     os.register_at_fork(after_in_child=_HELD.clear)
 
 
+def _check_can_open(path: str) -> None:
+    """Raise the OSError that opening (creating) the lock file at `path` meets, if any."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+
+
 class StateStore:
     """A directory of state files, one per kernel key."""
 
@@ -120,6 +125,7 @@ class StateStore:
             try:
                 lock.acquire(timeout=0)
             except filelock.Timeout:
+                _check_can_open(held_key)  # filelock reads a lock file it cannot create as one held: no one holds it
                 if timeout <= 0:  # `ls` probing the lock holds it for microseconds: that is no tune
                     lock.acquire(timeout=PROBE_GRACE_S, poll_interval=PROBE_GRACE_S / 20)
                 else:

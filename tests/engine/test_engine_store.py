@@ -565,6 +565,16 @@ def test_lock_wait_is_bounded_by_the_configured_timeout(how, table, backend, sta
     assert "0.75 s" in str(caught.value)
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc: a directory no file can be made in")
+def test_a_lock_file_the_state_dir_cannot_hold_is_a_state_dir_error_at_once_not_a_wait_for_a_holder():
+    """filelock reads an open that fails as a lock held elsewhere: without the check this waits out the timeout and
+    blames another process."""
+    store = StateStore("/proc/self", lock_timeout_s=30)
+    with pytest.raises(StateDirError, match=r"kernel 'k': cannot create lock /proc/self/.*No such file"):
+        with store.lock("k", "k"):
+            pass
+
+
 def test_a_tune_that_must_wait_for_the_lock_says_so_before_waiting(table, backend, state_dir, caplog):
     store = StateStore(state_dir, lock_timeout_s=0.2)
     with holding_lock(store.lock_path_for(KEY)), caplog.at_level("INFO", logger="fasta_sm.store"):
