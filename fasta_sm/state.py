@@ -311,7 +311,7 @@ def remember_configs(configs: Sequence[Config]) -> None:
     _decoded_configs[key] = (list(configs), configs_hash(configs))
 
 
-def _decode_configs(raw: Any) -> tuple[list[Config], str]:
+def _decode_configs(raw: Any, source: str) -> tuple[list[Config], str]:
     """Config objects and their hash for a raw config list, decoded once per distinct list.
 
     Building a Config and its identity costs microseconds each; a process that
@@ -327,7 +327,7 @@ def _decode_configs(raw: Any) -> tuple[list[Config], str]:
             if not isinstance(raw, list):
                 raise TypeError(f"configs is {type(raw).__name__}, expected list")
         for position, entry in enumerate(raw):
-            _check_config_entry(entry, position)
+            _check_config_entry(entry, position, source)
         configs = [Config.from_dict(c) for c in raw]
         hit = (configs, configs_hash(configs))
         if len(_decoded_configs) >= _CACHE_SIZE:
@@ -340,7 +340,7 @@ _CONFIG_TYPES: dict[str, tuple[type, ...]] = {"kwargs": (dict,), "num_warps": (i
                                                "options": (dict,)}
 
 
-def _check_config_entry(entry: Any, position: int) -> None:
+def _check_config_entry(entry: Any, position: int, source: str) -> None:
     """A config entry holds exactly its four fields, like the state around it: a field filled in by default
     would pass a lost `num_stages` for 3, and one this version drops would be gone at the next checkpoint."""
     if type(entry) is dict and entry.keys() == _CONFIG_TYPES.keys() and all(
@@ -348,16 +348,12 @@ def _check_config_entry(entry: Any, position: int) -> None:
         return
     where = f"configs[{position}]"
     if not isinstance(entry, dict):
-        raise TypeError(f"{where} is {type(entry).__name__}, expected a map")
-    missing = [name for name in _CONFIG_TYPES if name not in entry]
-    if missing:
-        raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
-    unknown = sorted(map(str, set(entry) - set(_CONFIG_TYPES)))
-    if unknown:
-        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+        raise StateFileError(f"{source}: {where} is {type(entry).__name__}, expected a map")
+    _check_field_set(entry, tuple(_CONFIG_TYPES), source, f"{where}: ")
     for name, types in _CONFIG_TYPES.items():
         if type(entry[name]) not in types:  # exact: True is not a warp count
-            raise TypeError(f"{where}.{name} is {type(entry[name]).__name__}, expected {types[0].__name__}")
+            raise StateFileError(f"{source}: {where}.{name} is {type(entry[name]).__name__}, "
+                                 f"expected {types[0].__name__}")
 
 
 def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
@@ -465,7 +461,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     data = {name: value for name, value in data.items() if name != CHECKSUM_FIELD}
     _check_field_set(data, _FIELD_NAMES, source)
     _check_types(data, source)
-    data["configs"], list_hash = _decode_configs(data["configs"])
+    data["configs"], list_hash = _decode_configs(data["configs"], source)
     if data["configs_hash"] != list_hash:  # checked before TuneState, which would fill in an empty hash
         raise StateFileError(f"{source}: configs_hash does not match the config list")
     data["rounds"] = [RoundRecord(**r) for r in data["rounds"]]
@@ -573,7 +569,7 @@ def _check_plain(value: Any, where: str, source: str) -> None:
 
 
 def _check_field_set(record: dict, names: tuple[str, ...], source: str, where: str = "") -> None:
-    """The state, each round and the cost hold exactly their fields: a default for a lost one would hide a lost
+    """The state, each config, round and the cost hold exactly their fields: a default for a lost one would hide a lost
     RNG or policy state, or pass for a measured 0; a field this version does not know needs a newer schema."""
     missing = [name for name in names if name not in record]
     if missing:
