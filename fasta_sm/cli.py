@@ -45,16 +45,25 @@ console = Console(markup=False)
 """No markup: kernel names, errors and file names are data, and `[...]` in them must print as it is."""
 notes = Console(stderr=True, markup=False, soft_wrap=True)
 """Where a command says what it wrote, so that its standard output stays what it prints (JSON, say)."""
+class NamedPath(click.Path):
+    """A path option that refuses an empty name, which pathlib reads as the working directory."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value:
+            self.fail("is empty (an unset shell variable?): name a path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 state_dir_option = click.option(
     "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NamedPath(file_okay=False, path_type=Path),
     default=None,
     help="State directory (default: $FASTA_SM_STATE_DIR, else the per-user cache dir).",
 )
 tables_dir_option = click.option(
     "--tables",
     "tables_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NamedPath(file_okay=False, path_type=Path),
     default=None,
     help="Directory of replay tables (default: the shipped H200 tables).",
 )
@@ -86,7 +95,7 @@ class _StderrHandler(logging.StreamHandler):
 @click.option(
     "--state-dir",
     "root_state_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NamedPath(file_okay=False, path_type=Path),
     default=None,
     help="State directory for the command that follows, unless it names its own.",
 )
@@ -260,7 +269,7 @@ def list_states(state_dir: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The stable JSON form (docs/state-format.md).")
 @click.option(
     "--plot",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NamedPath(dir_okay=False, path_type=Path),
     default=None,
     help="Draw measured vs predicted durations per round to a PNG or SVG.",
 )
@@ -531,7 +540,7 @@ def _existing_store(state_dir: Path | None) -> StateStore:
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "png", "svg"]), default="mermaid", show_default=True)
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NamedPath(dir_okay=False, path_type=Path),
     default=None,
     help="Write here instead of standard output (required for png/svg).",
 )
@@ -561,7 +570,7 @@ def graph(fmt: str, out: Path | None) -> None:
 @click.option(
     "--csv",
     "csv_out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NamedPath(dir_okay=False, path_type=Path),
     default=None,
     help="Also write the table as CSV.",
 )
@@ -709,7 +718,7 @@ def _cell(value: object) -> str:
 @click.option(
     "--json",
     "json_out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NamedPath(dir_okay=False, path_type=Path),
     default=None,
     help="Write the results as JSON (format in docs/cli.md).",
 )

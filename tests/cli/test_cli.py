@@ -45,6 +45,18 @@ def test_tune_counts_configs_and_rounds_as_ls_does(table_file, state_dir):
     assert f": {ran} ran, " in out and f"to R2_{round_number})" in out
 
 
+@pytest.mark.parametrize("args", [
+    ("tune", "--state-dir", ""),
+    ("--state-dir", "", "ls"),
+    ("bench", "--tables", ""),
+], ids=["tune", "before the command", "bench tables"])
+def test_an_empty_directory_name_is_refused_not_read_as_the_working_directory(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 2 and "is empty (an unset shell variable?)" in result.output
+    assert not list(tmp_path.iterdir())
+
+
 def test_second_tune_reuses_the_done_state(table_file, state_dir):
     tune(table_file, state_dir)
     assert "reused" in tune(table_file, state_dir)
