@@ -31,6 +31,7 @@ from rich.text import Text
 
 from . import __version__
 from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, ReplayTable, load_table
+from .cli_paths import NamedPath
 from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
@@ -45,15 +46,6 @@ console = Console(markup=False)
 """No markup: kernel names, errors and file names are data, and `[...]` in them must print as it is."""
 notes = Console(stderr=True, markup=False, soft_wrap=True)
 """Where a command says what it wrote, so that its standard output stays what it prints (JSON, say)."""
-class NamedPath(click.Path):
-    """A path option that refuses an empty name, which pathlib reads as the working directory."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not value:
-            self.fail("is empty (an unset shell variable?): name a path", param, ctx)
-        return super().convert(value, param, ctx)
-
-
 state_dir_option = click.option(
     "--state-dir",
     type=NamedPath(file_okay=False, path_type=Path),

@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from ..backends.replay import DISTURBED_SPREAD, count_disturbed, timed_by_interpreter
+from ..cli_paths import NamedPath
 from ..errors import ConfigError, MissingDependency, TableError
 
 
@@ -75,7 +76,7 @@ def _check_writable(out_dir: Path) -> None:
 @click.command("record")
 @click.argument("specs", nargs=-1, required=True)
 @click.option(
-    "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for <kernel>.json tables."
+    "--out", "out_dir", required=True, type=NamedPath(file_okay=False), help="Directory for <kernel>.json tables."
 )
 @click.option("--param", "params", multiple=True, help="NAME=VALUE passed to every spec function (e.g. M=2048).")
 @click.option("--device", default="cuda", show_default=True, help="Device the inputs live on.")

@@ -160,6 +160,12 @@ def test_record_with_a_bad_spec_is_a_clear_error_naming_it(spec, params, says, t
     assert done.returncode in (1, 2) and says in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+def test_record_refuses_an_empty_out_rather_than_writing_into_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(record_command, ["row_sum", "--out", "", "--device", DEVICE, "--limit", "1"])
+    assert result.exit_code == 2 and "'--out': is empty" in result.output and not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--warmup-ms", "inf"), ("--warmup-ms", "-5"), ("--rep-ms", "nan"), ("--rep-ms", "-1"), ("--workers", "0"),
