@@ -250,8 +250,7 @@ def test_polish_tries_the_best_configs_transposed_tile_first():
     transposed = _index(configs, 128, 64, 64, 8, 2)
     assert _polish_pick(configs, best) == [transposed]
     assert _polish_pick(configs, best, polish_transpose=False) != [transposed]
-    resumed = resumed_from_before("polish_transpose", configs)
-    assert resumed.params.polish_transpose is False and resumed._tile_pair is None
+    assert resumed_from_before("polish_transpose", configs).params.polish_transpose is False
 
 
 def test_polish_transposes_the_second_fastest_tile_when_the_best_is_square():
@@ -289,6 +288,14 @@ def test_polish_tries_the_best_tile_scaled_up_before_the_transposed_tiles():
     (pick,) = _polish_pick(configs, square_best)
     assert pick in scaled_up
     assert _polish_pick(configs, square_best, polish_scale_up=False) == [_index(configs, 128, 64, 32, 8, 2)]
+
+
+def test_the_scaled_up_tile_is_tried_with_the_transposed_tiles_turned_off():
+    configs, _ = _space()
+    square_best = {(64, 64, 64, 4, 2): 4.0, (64, 128, 32, 8, 2): 5.0}
+    scaled_up = {_index(configs, 128, 64, 64, 8, 2), _index(configs, 64, 128, 64, 8, 2)}
+    (pick,) = _polish_pick(configs, square_best, polish_transpose=False)
+    assert pick in scaled_up
 
 
 def test_a_state_from_before_the_scaled_up_tile_resumes_without_it():

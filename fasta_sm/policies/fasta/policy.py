@@ -143,7 +143,7 @@ class FastaPolicy:
             warps = self._space.raw[:, self._warps] if self._warps is not None else 1.0
             self._tile_load = self._cell_area / warps
         self._tile_pair = None
-        if params.polish_transpose and {"kwargs.BLOCK_M", "kwargs.BLOCK_N"} <= set(self._space.names):
+        if {"kwargs.BLOCK_M", "kwargs.BLOCK_N"} <= set(self._space.names):
             self._tile_pair = (self._space.names.index("kwargs.BLOCK_M"), self._space.names.index("kwargs.BLOCK_N"))
         self._twin_stages = None
         if params.twin_deep and "num_stages" in self._space.names:
@@ -435,7 +435,7 @@ class FastaPolicy:
             )
             if larger.size:
                 return f"config #{int(order[0])}'s tile scaled up with its warps", larger
-        if self._tile_pair is not None:
+        if params.polish_transpose and self._tile_pair is not None:
             for center in order[: params.transpose_centers]:
                 swapped = transposed_tile(self._space.raw, *self._tile_pair, int(center), runs)
                 if swapped.size:
