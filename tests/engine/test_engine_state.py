@@ -422,6 +422,8 @@ def test_a_load_error_names_its_source():
     [
         ({"predicted_us": [1.0, 2.0]}, "predicted_us has 2 values for 6 configs"),
         ({"rounds": [RoundRecord(phase="R1", round=0, batch=[0, 99], reason="x")]}, "rounds[0].batch"),
+        ({"rounds": [RoundRecord(phase="R1", round=0, batch=[0, 6], reason="x")]},
+         "rounds[0].batch holds an index outside 0..5"),
         ({"rounds": [RoundRecord(phase="R1", round=0, batch=[0, 1], reason="x", predicted_us=[1.0])]},
          "rounds[0] predicts 1 values for 2 configs"),
         ({"compiled": {0: math.nan}}, "compiled holds"),
@@ -492,6 +494,12 @@ def test_kwargs_or_options_that_are_no_mapping_are_a_config_error_naming_them(ch
     name, value = next(iter(changes.items()))
     with pytest.raises(ConfigError, match=re.escape(f"config {name}={value!r} must be a mapping")):
         Config(**({"kwargs": {"BLOCK": 64}} | changes))
+
+
+def test_bytes_after_a_whole_state_are_refused():
+    """The checksum covers the map, not what follows it: a file with bytes appended is damaged all the same."""
+    with pytest.raises(StateFileError, match="some/file.fsm: not a msgpack state file .*1 bytes of extra data"):
+        unpack_state(pack_state(sample_state()) + b"\xc0", source="some/file.fsm")
 
 
 def test_configs_hash_depends_on_list_order():

@@ -798,6 +798,21 @@ def test_a_tune_whose_lock_file_is_deleted_while_held_stops_before_its_next_chec
     assert run_tune(table, CountingBackend(backend), store).state.done  # a new lock file, and the tune goes on
 
 
+def test_a_tune_whose_lock_file_is_replaced_while_held_stops_before_its_next_checkpoint(table, backend, store):
+    """A new file under the lock's name is a lock another process can take: the inode, not the name, is held."""
+    lock_path = store.lock_path_for(KEY)
+
+    def replace_the_lock(state):
+        if len(state.durations) >= 4 and not lock_path.with_suffix(".new").exists():
+            fresh = lock_path.with_suffix(".new")
+            fresh.touch()
+            os.link(fresh, lock_path.with_suffix(".swap"))
+            os.replace(lock_path.with_suffix(".swap"), lock_path)
+
+    with pytest.raises(StateDirError, match=re.escape(f"its lock file {lock_path} was deleted or replaced")):
+        run_tune(table, backend, store, chunk_size=4, on_step=replace_the_lock)
+
+
 def test_a_tune_that_will_not_wait_is_not_refused_for_the_instant_ls_probes_its_lock(store):
     import threading
 

@@ -127,6 +127,19 @@ def test_a_kernel_time_that_is_not_positive_is_a_table_error_naming_file_and_row
         load_table(path)
 
 
+@pytest.mark.parametrize(("change", "says"), [
+    ({"compile_s": -1.0}, "compile_s=-1.0"),
+    ({"duration_us": []}, "no durations and no error"),
+], ids=["negative compile", "no timing and no error"])
+def test_a_row_no_tune_could_replay_is_a_table_error_naming_file_and_row(change, says, tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    row = next(i for i, r in enumerate(data["configs"]) if r["error"] is None)
+    data["configs"][row].update(change)
+    path = write_table(tmp_path / "bad_row.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[{row}]: {says}")):
+        load_table(path)
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("duration_us", [2e12]),
     ("duration_us", [10**400]),
@@ -237,6 +250,18 @@ def test_policy_params_no_state_file_could_keep_are_a_policy_error_before_anythi
     with pytest.raises(PolicyError, match=re.escape(f"kernel {table.kernel!r}: {says}")):
         run_tune(table, counting, store, policy="fasta", policy_params=params)
     assert counting.compiled == [] and not list(store.path.glob("*.fsm"))
+
+
+def test_a_nested_policy_param_keyed_by_no_name_is_a_policy_error_before_anything_runs(backend, store, table):
+    with pytest.raises(PolicyError, match=re.escape("policy_params['weights'] has key 1, not a name")):
+        run_tune(table, backend, store, policy="fasta", policy_params={"weights": {1: 2}})
+    assert not store.file_for(KEY).exists()
+
+
+def test_a_finished_tune_asked_for_with_another_policy_is_tuned_again(backend, store, table):
+    run_tune(table, backend, store, policy="exhaustive")
+    again = run_tune(table, backend, store, policy="random")
+    assert not again.reused and again.state.policy == "random"
 
 
 def test_a_directory_given_as_the_store_is_a_type_error_naming_the_kernel(backend, table, tmp_path):
@@ -978,6 +1003,19 @@ def one_guided_round(monkeypatch, decision):
     answers = [decision, Decision(batch=[], reason="stop")]
     monkeypatch.setattr(Exhaustive, "plan", lambda self, rng: Decision(batch=[1, 3, 4, 5], reason="four"))
     monkeypatch.setattr(Exhaustive, "refine", lambda self, observed, rng: answers.pop(0))
+
+
+def test_a_measured_config_proposed_again_without_a_retime_is_a_policy_error(table, backend, store, monkeypatch):
+    """The engine's own guard that no config is measured twice: a policy that forgets gets told, not obeyed."""
+    one_guided_round(monkeypatch, Decision(batch=[1], reason="again"))
+    with pytest.raises(PolicyError, match="proposed config #1 again without asking to re-time it"):
+        run_tune(table, backend, store)
+
+
+def test_a_retime_of_a_config_never_measured_is_a_policy_error(table, backend, store, monkeypatch):
+    one_guided_round(monkeypatch, Decision(batch=[6], reason="again", retime=True))
+    with pytest.raises(PolicyError, match="asked to re-time config #6, which was never measured"):
+        run_tune(table, backend, store)
 
 
 @pytest.mark.parametrize("index", [6.7, True, np.bool_(True), "6"])
