@@ -336,24 +336,22 @@ def _decode_configs(raw: Any, source: str) -> tuple[list[Config], str]:
     return list(hit[0]), hit[1]
 
 
-_CONFIG_TYPES: dict[str, tuple[type, ...]] = {"kwargs": (dict,), "num_warps": (int,), "num_stages": (int,),
-                                               "options": (dict,)}
+_CONFIG_TYPES: dict[str, type] = {"kwargs": dict, "num_warps": int, "num_stages": int, "options": dict}
 
 
 def _check_config_entry(entry: Any, position: int, source: str) -> None:
     """A config entry holds exactly its four fields, like the state around it: a field filled in by default
     would pass a lost `num_stages` for 3, and one this version drops would be gone at the next checkpoint."""
     if type(entry) is dict and entry.keys() == _CONFIG_TYPES.keys() and all(
-            type(entry[name]) is types[0] for name, types in _CONFIG_TYPES.items()):
+            type(entry[name]) is kind for name, kind in _CONFIG_TYPES.items()):
         return
     where = f"configs[{position}]"
     if not isinstance(entry, dict):
         raise StateFileError(f"{source}: {where} is {type(entry).__name__}, expected a map")
     _check_field_set(entry, tuple(_CONFIG_TYPES), source, f"{where}: ")
-    for name, types in _CONFIG_TYPES.items():
-        if type(entry[name]) not in types:  # exact: True is not a warp count
-            raise StateFileError(f"{source}: {where}.{name} is {type(entry[name]).__name__}, "
-                                 f"expected {types[0].__name__}")
+    for name, kind in _CONFIG_TYPES.items():
+        if type(entry[name]) is not kind:  # exact: True is not a warp count
+            raise StateFileError(f"{source}: {where}.{name} is {type(entry[name]).__name__}, expected {kind.__name__}")
 
 
 def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
