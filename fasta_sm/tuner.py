@@ -268,7 +268,7 @@ def storable_params(kernel: str, params: Mapping[str, Any] | None) -> dict[str, 
         return {}
     if not isinstance(params, Mapping):
         raise PolicyError(f"kernel {kernel!r}: policy_params={params!r} must be a mapping of parameter names to values")
-    return {name: _storable(kernel, f"policy_params[{name!r}]", value) for name, value in params.items()}
+    return _storable(kernel, "policy_params", params)
 
 
 def _storable(kernel: str, where: str, value: Any) -> Any:

@@ -252,9 +252,11 @@ def test_policy_params_no_state_file_could_keep_are_a_policy_error_before_anythi
     assert counting.compiled == [] and not list(store.path.glob("*.fsm"))
 
 
-def test_a_nested_policy_param_keyed_by_no_name_is_a_policy_error_before_anything_runs(backend, store, table):
-    with pytest.raises(PolicyError, match=re.escape("policy_params['weights'] has key 1, not a name")):
-        run_tune(table, backend, store, policy="fasta", policy_params={"weights": {1: 2}})
+@pytest.mark.parametrize(("params", "where"), [({"weights": {1: 2}}, "policy_params['weights']"),
+                                               ({1: 2}, "policy_params")], ids=["nested", "top level"])
+def test_a_policy_param_keyed_by_no_name_is_a_policy_error_before_anything_runs(params, where, backend, store, table):
+    with pytest.raises(PolicyError, match=re.escape(f"{where} has key 1, not a name")):
+        run_tune(table, backend, store, policy="fasta", policy_params=params)
     assert not store.file_for(KEY).exists()
 
 
