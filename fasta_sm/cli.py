@@ -38,7 +38,7 @@ from .errors import FastaError, PolicyError, StateFileError, TableError
 from .policies import make_policy, require_listed, with_environment
 from .render import age_of, format_us, state_to_json, tune_label
 from .report import tune_costs
-from .state import SEED_MAX, TuneState
+from .state import SEED_MAX, RoundRecord, TuneState
 from .store import StateStore, default_state_dir
 from .triton.cli import record_command
 
@@ -398,15 +398,22 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
     _print_table(head)
 
     rounds = Table("round", "batch", "why", "compile s", "bench s", "policy ms", title="Rounds")
-    for record in state.rounds:
-        name = record.name
+    for group in _round_groups(state.rounds):
+        first, last = group[0], group[-1]
+        if not first.retime:
+            name, batch, why = first.name, str(len(first.batch)), first.reason
+        else:
+            span = first.name if len(group) == 1 else f"{first.name}–{last.name}"
+            name = span + (" (re-time)" if len(group) == 1 else f" (re-time ×{len(group)})")
+            batch = str(len(first.batch)) + ("" if len(group) == 1 else " each")
+            why = f"{first.reason}: {_indices(sorted(first.batch))}"
         rounds.add_row(
-            name + (" (re-time)" if record.retime else ""),
-            str(len(record.batch)),
-            record.reason,
-            f"{record.compile_s:.2f}",
-            f"{record.benchmark_s:.2f}",
-            f"{record.policy_s * 1000:.2f}",
+            name,
+            batch,
+            why,
+            f"{sum(r.compile_s for r in group):.2f}",
+            f"{sum(r.benchmark_s for r in group):.2f}",
+            f"{sum(r.policy_s for r in group) * 1000:.2f}",
         )
     _print_table(rounds)
 
@@ -438,6 +445,20 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         for index in sorted(state.failed):
             failed.add_row(str(index), state.configs[index].label(), state.failed[index])
         _print_table(failed)
+
+
+def _round_groups(records: list[RoundRecord]) -> list[list[RoundRecord]]:
+    """Rounds as `show` lists them: a run of re-time rounds that time the same configs for the same reason is one
+    row (a tune may re-time its two or three contenders a dozen times), every other round a row of its own."""
+    groups: list[list[RoundRecord]] = []
+    for record in records:
+        previous = groups[-1][-1] if groups else None
+        if (previous is not None and record.retime and previous.retime and record.reason == previous.reason
+                and sorted(record.batch) == sorted(previous.batch)):
+            groups[-1].append(record)
+        else:
+            groups.append([record])
+    return groups
 
 
 def _indices(indices: list[int]) -> str:

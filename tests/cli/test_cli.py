@@ -594,6 +594,28 @@ def test_show_gives_the_prediction_made_when_a_config_was_picked_beside_the_fina
     assert "pred @ pick" in out and "176.27 µs" in out and "225.01 µs" in out
 
 
+def _round_row(out: str, name: str) -> list[str]:
+    """The cells of the Rounds row of `show` that starts with round `name`."""
+    row = next(line for line in out.splitlines() if line.startswith(f"│ {name}"))
+    return [cell.strip() for cell in row.strip("│ ").split("│")]
+
+
+def test_show_names_the_configs_each_re_time_round_timed_again(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = invoke("show", str(CORPUS / "v1-done-retime-contenders.fsm"))
+    assert _round_row(out, "R2_10")[:3] == ["R2_10 (re-time)", "2",
+                                            "fasta: budget spent; re-timing the 2 near-best: #185, #189"]
+
+
+def test_show_folds_re_time_rounds_that_timed_the_same_configs_into_one_row_with_their_costs_summed(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = invoke("show", str(CORPUS / "v1-done-retime-contenders.fsm"))
+    cells = _round_row(out, "R2_18")
+    assert cells[:3] == ["R2_18–R2_19 (re-time ×2)", "3 each",
+                         "fasta: budget spent; re-timing the 3 near-best: #149, #185, #190"]
+    assert cells[4] == "0.75" and "│ R2_19" not in out
+
+
 def test_show_needs_a_positive_top():
     assert "--top" in refused("show", str(CORPUS / "v1-handler-error.fsm"), "--top", "0")
 
