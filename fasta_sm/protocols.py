@@ -110,3 +110,15 @@ class Policy(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` returned."""
+
+
+@runtime_checkable
+class TakesPrior(Protocol):
+    """A policy that can start from configs earlier tunes of the same kernel found fast.
+
+    The tuner calls `use_prior` on a new tune's policy before it plans R1,
+    with indices into the tune's config list, fastest first.
+    """
+
+    def use_prior(self, indices: Sequence[int]) -> None:
+        """Take these configs into account when planning R1."""

@@ -373,6 +373,28 @@ def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
         raise StateFileError(f"{source}: malformed state ({type(exc).__name__}: {exc})") from None
 
 
+def peek_kernel(blob: bytes) -> str | None:
+    """The kernel a state's bytes name, read from its leading fields without decoding the rest.
+
+    `pack_state` writes `key` and `kernel` first, so this costs microseconds
+    where `unpack_state` costs a millisecond: enough to tell a state dir's
+    tunes of one kernel from the others. None for bytes that do not start
+    like a state (the full decode is what judges a file).
+    """
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(blob)
+    try:
+        for _ in range(min(unpacker.read_map_header(), 4)):
+            name = unpacker.unpack()
+            if name == "kernel":
+                kernel = unpacker.unpack()
+                return kernel if isinstance(kernel, str) else None
+            unpacker.skip()
+    except Exception:  # noqa: BLE001  msgpack raises many types on bytes that are not a map
+        return None
+    return None
+
+
 def _types(values: Any) -> set[type]:
     return set(map(type, values))
 

@@ -26,7 +26,7 @@ import filelock
 import platformdirs
 
 from .errors import LockTimeout, SettingError, StateDirError, StateFileError, TuneFailed
-from .state import TuneState, unpack_state
+from .state import TuneState, peek_kernel, unpack_state
 
 try:
     import fcntl
@@ -232,6 +232,15 @@ class StateStore:
                 ) from None
             raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
         return unpack_state(blob, source=str(path))
+
+    @staticmethod
+    def read_kernel(path: Path) -> str | None:
+        """The kernel the state file at `path` names, from its first bytes' fields (None if it cannot be read or does
+        not start like a state): a quick look, which neither judges nor moves the file."""
+        try:
+            return peek_kernel(_read_regular(path))
+        except OSError:
+            return None
 
     def quarantine(self, path: Path, why: str, notes: list[str] | None = None) -> Path:
         """Move a bad file aside, warn once naming both paths, and return the new path.

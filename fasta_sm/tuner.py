@@ -23,7 +23,8 @@ from .config import MSGPACK_INTS, Config, check_config_list, configs_hash
 from .errors import PolicyError, StateDirError, StateFileError
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
-from .protocols import Backend, Policy
+from .prior import earlier_winners, prior_enabled
+from .protocols import Backend, Policy, TakesPrior
 from .state import TuneState
 from .store import StateStore, is_wait
 
@@ -68,11 +69,14 @@ def tune(
     chunk_size: int = DEFAULT_CHUNK,
     benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
     on_step: StepCallback | None = None,
+    prior: bool = True,
 ) -> TuneResult:
     """Tune `kernel` (durably, under `key`) and return its winner.
 
     `policy_params` are completed with the knobs the environment sets
-    (`with_environment`), and the tune keeps them as its settings.
+    (`with_environment`), and the tune keeps them as its settings. A new
+    tune starts from what the store's finished tunes of `kernel` found fast
+    (fasta_sm.prior) unless `prior` is False or `FASTA_SM_PRIOR` says no.
     """
     configs = check_config_list(kernel, configs)
     seed = check_seed(kernel, seed)
@@ -102,6 +106,7 @@ def tune(
             chunk_size=chunk_size,
             benchmark_chunk=benchmark_chunk,
             on_step=on_step,
+            prior=prior,
         )
         if isinstance(tune_, TuneState):
             return TuneResult(tune_, reused=True)
@@ -124,13 +129,15 @@ def open_tune(
     chunk_size: int = DEFAULT_CHUNK,
     benchmark_chunk: int = DEFAULT_BENCHMARK_CHUNK,
     on_step: StepCallback | None = None,
+    prior: bool = True,
 ) -> Tune | TuneState:
     """The tune to drive for `key` (resumed or new), or its DONE state, to reuse as it is.
 
     The caller must hold the key's lock. `policy_params` are taken as they
     are: an integration settles them once (`integration_params`, the
     environment's knobs included), so that the processes that open one
-    tune agree on them.
+    tune agree on them. A new tune's policy is offered the configs earlier
+    tunes of `kernel` found fast (`prior`, as in `tune`).
     """
     wanted = configs_hash(configs)
     seed = check_seed(kernel, seed)
@@ -183,12 +190,19 @@ def open_tune(
             fresh = fresh_policy()
             why = f"its policy cannot resume from it ({type(exc).__name__}: {exc})"
             carried = _supersede(store, key, state, configs, why, notes)
+    chosen = fresh if fresh is not None else fresh_policy()
+    if prior and isinstance(chosen, TakesPrior) and prior_enabled():
+        earlier = earlier_winners(store, key, kernel, configs)
+        if earlier:
+            log.info("kernel %s: earlier tunes of it found %d configs fast; R1 may start from them", kernel,
+                     len(earlier))
+            chosen.use_prior(earlier)
     return Tune.start(
         key,
         kernel,
         configs,
         backend,
-        fresh if fresh is not None else fresh_policy(),
+        chosen,
         policy_params=params,
         seed=seed,
         checkpoint=checkpoint,

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import FastaError
-from ..protocols import Decision, Observations
+from ..protocols import Decision, Observations, TakesPrior
 from . import make_policy, register, with_environment
 
 
@@ -51,6 +51,11 @@ class MustMeasure:
 
     def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
         return self.inner.refine(observed, rng)
+
+    def use_prior(self, indices: Sequence[int]) -> None:
+        """Hand an earlier tune's fast configs to the inner policy, if it takes them."""
+        if isinstance(self.inner, TakesPrior):
+            self.inner.use_prior(indices)
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()

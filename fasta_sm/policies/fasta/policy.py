@@ -99,6 +99,15 @@ class FastaPolicy:
         self._r1_cost: list[float] | None = None
         self._stop_reason = ""
         self._history: list[dict[str, Any]] = []
+        self._prior: list[int] = []
+
+    def use_prior(self, indices: Sequence[int]) -> None:
+        """Start R1 from configs that earlier tunes of this kernel found fast (see `plan`)."""
+        n = len(self._configs)
+        bad = [i for i in indices if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n]
+        if bad:
+            raise PolicyError(f"fasta: prior config {bad[0]!r} is not an index in 0..{n - 1}")
+        self._prior = list(dict.fromkeys(int(i) for i in indices))
 
     @classmethod
     def check_arguments(cls, arguments: Mapping[str, Any]) -> None:
@@ -167,19 +176,33 @@ class FastaPolicy:
     # ------------------------------------------------------------------ R1
 
     def plan(self, rng: np.random.Generator) -> Decision:
+        """R1: a stratified sample (model path) or a uniform one (coverage path).
+
+        Configs that earlier tunes of the kernel found fast (`use_prior`), at
+        most half of R1, take the place of as many sampled ones: a kernel's
+        fast configs at one shape are often fast at the next, and the rest
+        of R1 still spans the space for the model.
+        """
         active = np.flatnonzero(self._active)
         size = self.plan_budget.r1
+        prior = [i for i in self._prior if self._active[i]][: size // 2]
+        if prior:
+            active = _without(active, np.array(prior, dtype=np.int64), len(self._configs))
         if self.plan_budget.path == "model":
-            picks = stratified_sample(self._space.levels[active], size, rng)
-            batch = sorted(int(active[i]) for i in picks)
+            picks = stratified_sample(self._space.levels[active], size - len(prior), rng)
+            sampled = [int(active[i]) for i in picks]
         else:
-            batch = sorted(int(i) for i in rng.choice(active, size=min(size, active.size), replace=False))
+            sampled = [int(i) for i in rng.choice(active, size=min(size - len(prior), active.size), replace=False)]
+        batch = sorted(sampled + prior)
         self._phase = "r1"
         self._last_batch = batch
+        earlier = f"; {len(prior)} that earlier tunes of the kernel found fast: " + ", ".join(
+            f"#{i}" for i in sorted(prior)) if prior else ""
         return Decision(
             batch=batch,
             reason=f"fasta R1: {len(batch)} of {len(self._configs)} configs "
-            f"({self.plan_budget.path} path, budget {self.plan_budget.total}, class {self.plan_budget.budget_class})",
+            f"({self.plan_budget.path} path, budget {self.plan_budget.total}, class {self.plan_budget.budget_class})"
+            + earlier,
         )
 
     # ------------------------------------------------------------------ R2

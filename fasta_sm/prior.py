@@ -1,0 +1,100 @@
+"""What earlier tunes of a kernel found fast, for a new tune of it to start from.
+
+A kernel is tuned once per key value (a shape, a dtype): each is its own
+tune, but the fast configs of one shape are often fast at the next. When a
+tune starts, the tuner hands its policy the fastest configs of the finished
+tunes of the same kernel in the same state dir, and a policy that takes them
+(`TakesPrior`) puts them in R1. They are read once: R1 is in the tune's first
+checkpoint, so a resumed tune never asks again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Config
+from .env import env_switch
+from .errors import FastaError
+from .store import StateStore
+
+log = logging.getLogger("fasta_sm.prior")
+
+PER_TUNE = 3
+"""How many of each earlier tune's fastest configs are offered."""
+
+PRIOR_SWITCH = "FASTA_SM_PRIOR"
+"""Set to a no (0, false, no, off) to start every tune from its own sample alone."""
+
+
+@dataclass(frozen=True)
+class _Finished:
+    key: str
+    fastest: tuple[str, ...]  # config identities, fastest mean first
+
+
+@dataclass
+class _Entry:
+    stamp: tuple[int, int, int]  # the file's mtime, size and inode when read
+    kernel: str | None
+    decoded: bool = False
+    finished: _Finished | None = None
+
+
+_entries: dict[Path, _Entry] = {}
+"""Per state file: the kernel it names and, once a tune of that kernel asked, its finished tune (or None). A file is
+read once per process while it stays as it is, and decoded whole only for the kernel being tuned."""
+
+
+def earlier_winners(store: StateStore, key: str, kernel: str, configs: Sequence[Config]) -> list[int]:
+    """Indices in `configs` of the fastest configs of `kernel`'s finished tunes under other keys.
+
+    The most recently written tunes come first, and each tune's fastest
+    before any tune's second: the policy may take only the first few. A file
+    that cannot be read is passed over (it is another tune's to set aside).
+    """
+    index = {config.identity: i for i, config in enumerate(configs)}
+    found: list[tuple[int, _Finished]] = []
+    for path in store.state_files():
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        finished = _finished(path, (stat.st_mtime_ns, stat.st_size, stat.st_ino), kernel)
+        if finished is not None and finished.key != key:
+            found.append((stat.st_mtime_ns, finished))
+    found.sort(key=lambda item: item[0], reverse=True)
+    picks: dict[int, None] = {}
+    for rank in range(PER_TUNE):
+        for _, finished in found:
+            if rank < len(finished.fastest) and finished.fastest[rank] in index:
+                picks.setdefault(index[finished.fastest[rank]])
+    return list(picks)
+
+
+def _finished(path: Path, stamp: tuple[int, int, int], kernel: str) -> _Finished | None:
+    """The finished tune of `kernel` in `path` (None if it holds another kernel's, an unfinished or an unreadable
+    one)."""
+    entry = _entries.get(path)
+    if entry is None or entry.stamp != stamp:
+        entry = _entries[path] = _Entry(stamp, StateStore.read_kernel(path))
+    if entry.kernel != kernel:
+        return None
+    if not entry.decoded:
+        entry.decoded = True
+        try:
+            state = StateStore.read(path)
+        except (OSError, FastaError) as exc:
+            log.debug("prior: passing over %s (%s)", path, exc)
+            return None
+        if state.done and state.best is not None and state.kernel == kernel:
+            fastest = sorted(state.durations, key=lambda i: (state.mean_us(i), i))[:PER_TUNE]
+            entry.finished = _Finished(state.key, tuple(state.configs[i].identity for i in fastest))
+    return entry.finished
+
+
+def prior_enabled() -> bool:
+    """Whether new tunes start from earlier tunes' winners (`FASTA_SM_PRIOR`, on unless set to a no)."""
+    return env_switch(PRIOR_SWITCH, default=True)

@@ -1,0 +1,161 @@
+"""A new tune starts from what the finished tunes of its kernel found fast (fasta_sm.prior)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fasta_sm.backends.replay import ReplayBackend, load_table
+from fasta_sm.errors import SettingError
+from fasta_sm.prior import PER_TUNE, earlier_winners
+from fasta_sm.state import unpack_state
+from fasta_sm.store import StateStore
+from fasta_sm.tuner import open_tune, tune
+
+CORPUS = Path(__file__).resolve().parents[2] / "states"
+
+
+def _fastest(result, count=PER_TUNE):
+    state = result.state
+    return sorted(state.durations, key=lambda i: (state.mean_us(i), i))[:count]
+
+
+def _r1(result):
+    return result.state.rounds[0]
+
+
+def test_a_new_tune_takes_the_fastest_configs_of_its_kernels_finished_tune_into_r1(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    second = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    assert set(_fastest(first)) <= set(_r1(second).batch)
+    named = ", ".join(f"#{i}" for i in sorted(_fastest(first)))
+    assert _r1(second).reason.endswith(f"{PER_TUNE} that earlier tunes of the kernel found fast: {named}")
+
+
+def test_the_prior_takes_the_place_of_sampled_configs_so_r1_keeps_its_size(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    alone = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), store=StateStore(state_dir / "alone"))
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    second = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    assert len(_r1(second).batch) == len(_r1(alone).batch)
+
+
+def test_earlier_winners_lists_each_tunes_fastest_before_any_tunes_second_newest_tune_first(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    older = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table, noise=True, seed=1), store=store)
+    newer = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table, noise=True, seed=2), seed=2, store=store,
+                 prior=False)
+    expected = list(dict.fromkeys(i for pair in zip(_fastest(newer), _fastest(older)) for i in pair))
+    assert earlier_winners(store, "shape-c", "toy_mm", table.configs) == expected
+
+
+def test_a_tune_is_never_its_own_prior(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    assert earlier_winners(store, "shape-a", "toy_mm", table.configs) == []
+
+
+def test_finished_tunes_of_another_kernel_are_no_prior(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "other_kernel", table.configs, ReplayBackend(table), store=store)
+    second = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    assert "earlier tunes" not in _r1(second).reason
+
+
+def test_an_unfinished_tune_is_no_prior(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    with store.lock("shape-a", "toy_mm"):
+        stopped = open_tune(store, "shape-a", "toy_mm", table.configs, ReplayBackend(table))
+        stopped.drive(until=lambda s: s.phase == "R2")
+        stopped.close()
+    assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == []
+
+
+def test_the_prior_is_mapped_by_config_so_another_config_list_of_the_kernel_still_informs(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    reordered = list(reversed(table.configs))
+    offered = earlier_winners(store, "shape-b", "toy_mm", reordered)
+    assert [reordered[i] for i in offered] == [table.configs[i] for i in _fastest(first)]
+
+
+def test_a_tune_resumed_after_another_tune_of_its_kernel_finished_keeps_the_r1_it_planned(table_file, state_dir):
+    table = load_table(table_file)
+    uninterrupted = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), store=StateStore(state_dir / "u"))
+    store = StateStore(state_dir)
+    with store.lock("shape-b", "toy_mm"):
+        stopped = open_tune(store, "shape-b", "toy_mm", table.configs, ReplayBackend(table))
+        stopped.drive(until=lambda s: s.phase == "R2")
+        stopped.close()
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    resumed = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    assert [(r.batch, r.reason) for r in resumed.state.rounds] == [
+        (r.batch, r.reason) for r in uninterrupted.state.rounds]
+
+
+def test_prior_false_starts_from_the_tunes_own_sample(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    second = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), store=store, prior=False)
+    assert "earlier tunes" not in _r1(second).reason
+
+
+def test_the_switch_set_to_a_no_starts_every_tune_from_its_own_sample(table_file, state_dir, monkeypatch):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    monkeypatch.setenv("FASTA_SM_PRIOR", "off")
+    second = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    assert "earlier tunes" not in _r1(second).reason
+
+
+def test_a_misspelt_switch_is_an_error_naming_it(table_file, state_dir, monkeypatch):
+    table = load_table(table_file)
+    monkeypatch.setenv("FASTA_SM_PRIOR", "of")
+    with pytest.raises(SettingError, match=r"\$FASTA_SM_PRIOR='of'"):
+        tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=StateStore(state_dir))
+
+
+def test_an_unreadable_state_file_is_passed_over_and_left_where_it_is(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    garbage = state_dir / "0123456789abcdef0123456789abcdef.fsm"
+    garbage.write_bytes(b"not a state")
+    assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
+    assert garbage.read_bytes() == b"not a state"
+
+
+def test_policies_that_take_no_prior_plan_as_they_always_did(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    alone = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), policy="random",
+                 store=StateStore(state_dir / "alone"))
+    second = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), policy="random", store=store)
+    assert _r1(second).batch == _r1(alone).batch
+
+
+def test_every_corpus_state_names_its_kernel_in_the_fields_a_quick_look_reads():
+    corpus = sorted(CORPUS.glob("*.fsm"))
+    assert corpus
+    for path in corpus:
+        assert StateStore.read_kernel(path) == unpack_state(path.read_bytes()).kernel, path.name
+
+
+@pytest.mark.parametrize("blob", [b"", b"not a state", b"\x93\x01\x02\x03", b"\x82\xa3key\xa1k\xa6kernel\x07"],
+                         ids=["empty", "text", "a list", "a kernel that is a number"])
+def test_a_quick_look_at_bytes_that_are_no_state_finds_no_kernel(blob, tmp_path):
+    path = tmp_path / "x.fsm"
+    path.write_bytes(blob)
+    assert StateStore.read_kernel(path) is None
