@@ -384,7 +384,7 @@ def peek_kernel(blob: bytes) -> str | None:
     unpacker = msgpack.Unpacker(raw=False)
     unpacker.feed(blob)
     try:
-        for _ in range(min(unpacker.read_map_header(), 4)):
+        for _ in range(unpacker.read_map_header()):
             name = unpacker.unpack()
             if name == "kernel":
                 kernel = unpacker.unpack()
