@@ -121,6 +121,17 @@ def test_each_key_value_is_its_own_tune(tmp_path):
     assert len(StateStore(tmp_path).state_files()) == 2
 
 
+def test_a_new_key_values_tune_starts_from_what_the_kernels_finished_tune_found_fast(tmp_path):
+    kernel = make_tuned(str(tmp_path))
+    for n in (1000, 3000):
+        x, out = launch(kernel, n)
+        torch.testing.assert_close(out, 2.0 * x)
+    first, second = (result.state for result in kernel.results.values())
+    fastest = sorted(first.durations, key=lambda i: (first.mean_us(i), i))[:3]
+    assert set(fastest) <= set(second.rounds[0].batch)
+    assert "that earlier tunes of the kernel found fast" in second.rounds[0].reason
+
+
 def test_prune_configs_by_narrows_the_tuned_list(tmp_path):
     def early(configs, nargs, **kwargs):
         return [c for c in configs if c.kwargs["BLOCK"] >= 256]
