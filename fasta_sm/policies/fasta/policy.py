@@ -179,13 +179,13 @@ class FastaPolicy:
         """R1: a stratified sample (model path) or a uniform one (coverage path).
 
         Configs that earlier tunes of the kernel found fast (`use_prior`), at
-        most half of R1, take the place of as many sampled ones: a kernel's
+        most a third of R1, take the place of as many sampled ones: a kernel's
         fast configs at one shape are often fast at the next, and the rest
         of R1 still spans the space for the model.
         """
         active = np.flatnonzero(self._active)
         size = self.plan_budget.r1
-        prior = [i for i in self._prior if self._active[i]][: size // 2]
+        prior = [i for i in self._prior if self._active[i]][: size // 3]
         if prior:
             active = _without(active, np.array(prior, dtype=np.int64), len(self._configs))
         if self.plan_budget.path == "model":
