@@ -32,6 +32,7 @@ PRIOR_SWITCH = "FASTA_SM_PRIOR"
 @dataclass(frozen=True)
 class _Finished:
     key: str
+    backend: str
     fastest: tuple[str, ...]  # config identities, fastest mean first
 
 
@@ -48,12 +49,16 @@ _entries: dict[Path, _Entry] = {}
 read once per process while it stays as it is, and decoded whole only for the kernel being tuned."""
 
 
-def earlier_winners(store: StateStore, key: str, kernel: str, configs: Sequence[Config]) -> list[int]:
+def earlier_winners(
+    store: StateStore, key: str, kernel: str, configs: Sequence[Config], backend: str | None = None
+) -> list[int]:
     """Indices in `configs` of the fastest configs of `kernel`'s finished tunes under other keys.
 
-    The most recently written tunes come first, and each tune's fastest
-    before any tune's second: the policy may take only the first few. A file
-    that cannot be read is passed over (it is another tune's to set aside).
+    Tunes measured the way `backend` describes (the same device and Triton,
+    for a live tune) come first, then the most recently written; each tune's
+    fastest before any tune's second: the policy may take only the first
+    few. A file that cannot be read is passed over (it is another tune's to
+    set aside).
     """
     index = {config.identity: i for i, config in enumerate(configs)}
     found: list[tuple[int, _Finished]] = []
@@ -65,7 +70,7 @@ def earlier_winners(store: StateStore, key: str, kernel: str, configs: Sequence[
         finished = _finished(path, (stat.st_mtime_ns, stat.st_size, stat.st_ino), kernel)
         if finished is not None and finished.key != key:
             found.append((stat.st_mtime_ns, finished))
-    found.sort(key=lambda item: item[0], reverse=True)
+    found.sort(key=lambda item: (item[1].backend == backend, item[0]), reverse=True)
     picks: dict[int, None] = {}
     for rank in range(PER_TUNE):
         for _, finished in found:
@@ -91,7 +96,7 @@ def _finished(path: Path, stamp: tuple[int, int, int], kernel: str) -> _Finished
             return None
         if state.done and state.best is not None and state.kernel == kernel:
             fastest = sorted(state.durations, key=lambda i: (state.mean_us(i), i))[:PER_TUNE]
-            entry.finished = _Finished(state.key, tuple(state.configs[i].identity for i in fastest))
+            entry.finished = _Finished(state.key, state.backend, tuple(state.configs[i].identity for i in fastest))
     return entry.finished
 
 

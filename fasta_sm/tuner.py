@@ -192,7 +192,7 @@ def open_tune(
             carried = _supersede(store, key, state, configs, why, notes)
     chosen = fresh if fresh is not None else fresh_policy()
     if prior and isinstance(chosen, TakesPrior) and prior_enabled():
-        earlier = earlier_winners(store, key, kernel, configs)
+        earlier = earlier_winners(store, key, kernel, configs, backend.describe())
         if earlier:
             log.info("kernel %s: earlier tunes of it found %d configs fast; R1 may start from them", kernel,
                      len(earlier))

@@ -44,14 +44,34 @@ def test_the_prior_takes_the_place_of_sampled_configs_so_r1_keeps_its_size(table
     assert len(_r1(second).batch) == len(_r1(alone).batch)
 
 
+def _two_finished_tunes(table, store, backend_of_older):
+    """An older tune over the whole list and a newer one over its last half: their fastest configs differ."""
+    older = tune("shape-a", "toy_mm", table.configs, backend_of_older, store=store)
+    half = table.configs[len(table.configs) // 2:]
+    newer = tune("shape-b", "toy_mm", half, ReplayBackend(table, noise=True, seed=2), seed=2, store=store,
+                 prior=False)
+    in_list = [table.configs.index(newer.state.configs[i]) for i in _fastest(newer)]
+    assert not set(in_list) & set(_fastest(older)), "the two tunes should share no fast config"
+    return _fastest(older), in_list
+
+
+def _interleaved(first, second):
+    return [i for pair in zip(first, second) for i in pair]
+
+
 def test_earlier_winners_lists_each_tunes_fastest_before_any_tunes_second_newest_tune_first(table_file, state_dir):
     table = load_table(table_file)
     store = StateStore(state_dir)
-    older = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table, noise=True, seed=1), store=store)
-    newer = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table, noise=True, seed=2), seed=2, store=store,
-                 prior=False)
-    expected = list(dict.fromkeys(i for pair in zip(_fastest(newer), _fastest(older)) for i in pair))
-    assert earlier_winners(store, "shape-c", "toy_mm", table.configs) == expected
+    older, newer = _two_finished_tunes(table, store, ReplayBackend(table, noise=True, seed=1))
+    assert earlier_winners(store, "shape-c", "toy_mm", table.configs) == _interleaved(newer, older)
+
+
+def test_tunes_measured_as_the_new_one_is_come_before_newer_tunes_measured_otherwise(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    same = ReplayBackend(table, noise=True, seed=1)
+    older, newer = _two_finished_tunes(table, store, same)
+    assert earlier_winners(store, "shape-c", "toy_mm", table.configs, same.describe()) == _interleaved(older, newer)
 
 
 def test_a_tune_is_never_its_own_prior(table_file, state_dir):
