@@ -103,7 +103,9 @@ class DriverSettings:
     `max_configs` caps the generated space (Inductor's own configs always stay);
     `state_dir` None means the store's default (resolved where the tune runs);
     `compile_threads` compiles a round's configs in parallel threads (Triton
-    releases the GIL in LLVM and ptxas, which is most of a compile).
+    releases the GIL in LLVM and ptxas, which is most of a compile); `prior`
+    starts a new tune from what the kernel's finished tunes found fast
+    (`FASTA_SM_PRIOR`, read where the settings are made, as the knobs are).
     """
 
     policy: str = "fasta"
@@ -114,6 +116,7 @@ class DriverSettings:
     chunk_size: int = DEFAULT_CHUNK
     lock_timeout_s: float | None = None
     compile_threads: int = 8
+    prior: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -134,6 +137,8 @@ class DriverSettings:
         check_arguments(self.policy, self.policy_params)
         for name, least in (("seed", 0), ("max_configs", 1), ("chunk_size", 1), ("compile_threads", 1)):
             whole_number(name, getattr(self, name), least)
+        if not isinstance(self.prior, bool):
+            raise ValueError(f"prior={self.prior!r} must be True or False")
         if self.lock_timeout_s is not None and not is_wait(self.lock_timeout_s):
             raise ValueError(f"lock_timeout_s={self.lock_timeout_s!r} must be a number of seconds ≥ 0")
         return self
@@ -179,6 +184,7 @@ def _opened(plan: TunePlan, backend: Any, lock_timeout_s: float | None) -> Itera
             policy_params=params,
             seed=plan.settings.seed,
             chunk_size=plan.settings.chunk_size,
+            prior=plan.settings.prior,
         )
         try:
             yield opened
@@ -344,9 +350,15 @@ class FastaAutotunerMixin:
         )
 
     def _fasta_describe(self) -> str:
+        """How this tune measures: the device and the Triton that compiles (tunes measured alike lead the prior)."""
+        import triton
+
         props = self.device_props
         _, long = self._fasta_core_names
-        return f"{type(self).__name__} on {props.type} cc{props.cc} ({props.multi_processor_count} {long})"
+        return (
+            f"{type(self).__name__} on {props.type} cc{props.cc} ({props.multi_processor_count} {long}), "
+            f"triton {triton.__version__}"
+        )
 
     def _fasta_device_guard(self) -> Any:
         from torch._dynamo.device_interface import DeviceGuard

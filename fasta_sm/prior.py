@@ -11,19 +11,20 @@ checkpoint, so a resumed tune never asks again.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Config
 from .env import env_switch
-from .errors import FastaError
+from .errors import StateFileError
 from .store import StateStore
 
 log = logging.getLogger("fasta_sm.prior")
 
 PER_TUNE = 3
-"""How many of each earlier tune's fastest configs are offered."""
+"""How many of each earlier tune's fastest configs (of those the new tune's list holds) are offered."""
 
 PRIOR_SWITCH = "FASTA_SM_PRIOR"
 """Set to a no (0, false, no, off) to start every tune from its own sample alone."""
@@ -33,7 +34,7 @@ PRIOR_SWITCH = "FASTA_SM_PRIOR"
 class _Finished:
     key: str
     backend: str
-    fastest: tuple[str, ...]  # config identities, fastest mean first
+    fastest: tuple[str, ...]  # the identities of every config it timed, fastest mean first
 
 
 @dataclass
@@ -48,55 +49,66 @@ _entries: dict[Path, _Entry] = {}
 """Per state file: the kernel it names and, once a tune of that kernel asked, its finished tune (or None). A file is
 read once per process while it stays as it is, and decoded whole only for the kernel being tuned."""
 
+_entries_lock = threading.Lock()
+"""Threads that start tunes at once (Inductor's compile threads) share `_entries`: one reads a file, the others wait
+for what it found rather than see it half-read."""
+
 
 def earlier_winners(
     store: StateStore, key: str, kernel: str, configs: Sequence[Config], backend: str | None = None
 ) -> list[int]:
     """Indices in `configs` of the fastest configs of `kernel`'s finished tunes under other keys.
 
-    Tunes measured the way `backend` describes (the same device and Triton,
-    for a live tune) come first, then the most recently written; each tune's
+    Each tune offers its `PER_TUNE` fastest among the configs `configs`
+    holds. Tunes measured the way `backend` describes (the same device, for
+    a live tune) come first, then the most recently written; each tune's
     fastest before any tune's second: the policy may take only the first
     few. A file that cannot be read is passed over (it is another tune's to
-    set aside).
+    set aside), and read again next time where the failure may pass.
     """
     index = {config.identity: i for i, config in enumerate(configs)}
     found: list[tuple[int, _Finished]] = []
-    for path in store.state_files():
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        finished = _finished(path, (stat.st_mtime_ns, stat.st_size, stat.st_ino), kernel)
-        if finished is not None and finished.key != key:
-            found.append((stat.st_mtime_ns, finished))
+    with _entries_lock:
+        for path in store.state_files():
+            try:
+                stat = path.stat()
+                finished = _finished(path, (stat.st_mtime_ns, stat.st_size, stat.st_ino), kernel)
+            except OSError as exc:
+                log.debug("prior: passing over %s for now (%s)", path, exc)
+                continue
+            if finished is not None and finished.key != key:
+                found.append((stat.st_mtime_ns, finished))
     found.sort(key=lambda item: (item[1].backend == backend, item[0]), reverse=True)
+    offered = [[index[i] for i in finished.fastest if i in index][:PER_TUNE] for _, finished in found]
     picks: dict[int, None] = {}
     for rank in range(PER_TUNE):
-        for _, finished in found:
-            if rank < len(finished.fastest) and finished.fastest[rank] in index:
-                picks.setdefault(index[finished.fastest[rank]])
+        for fastest in offered:
+            if rank < len(fastest):
+                picks.setdefault(fastest[rank])
     return list(picks)
 
 
 def _finished(path: Path, stamp: tuple[int, int, int], kernel: str) -> _Finished | None:
-    """The finished tune of `kernel` in `path` (None if it holds another kernel's, an unfinished or an unreadable
-    one)."""
+    """The finished tune of `kernel` in `path` (None if it holds another kernel's, an unfinished or an invalid one).
+
+    OSError (StateDirError among them) when the file cannot be read for now: nothing is remembered of it then.
+    """
     entry = _entries.get(path)
     if entry is None or entry.stamp != stamp:
-        entry = _entries[path] = _Entry(stamp, StateStore.read_kernel(path))
+        entry = _Entry(stamp, StateStore.read_kernel(path))
+        _entries[path] = entry
     if entry.kernel != kernel:
         return None
     if not entry.decoded:
-        entry.decoded = True
         try:
             state = StateStore.read(path)
-        except (OSError, FastaError) as exc:
+        except StateFileError as exc:
             log.debug("prior: passing over %s (%s)", path, exc)
-            return None
-        if state.done and state.best is not None and state.kernel == kernel:
-            fastest = sorted(state.durations, key=lambda i: (state.mean_us(i), i))[:PER_TUNE]
-            entry.finished = _Finished(state.key, state.backend, tuple(state.configs[i].identity for i in fastest))
+        else:
+            if state.done and state.best is not None and state.kernel == kernel:
+                fastest = sorted(state.durations, key=lambda i: (state.mean_us(i), i))
+                entry.finished = _Finished(state.key, state.backend, tuple(state.configs[i].identity for i in fastest))
+        entry.decoded = True
     return entry.finished
 
 

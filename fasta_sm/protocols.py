@@ -117,8 +117,11 @@ class TakesPrior(Protocol):
     """A policy that can start from configs earlier tunes of the same kernel found fast.
 
     The tuner calls `use_prior` on a new tune's policy before it plans R1,
-    with indices into the tune's config list, fastest first.
+    with indices into the tune's config list, fastest first, where
+    `takes_prior` is true (a wrapper's is its inner policy's).
     """
+
+    takes_prior: bool
 
     def use_prior(self, indices: Sequence[int]) -> None:
         """Take these configs into account when planning R1."""

@@ -373,23 +373,28 @@ def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
         raise StateFileError(f"{source}: malformed state ({type(exc).__name__}: {exc})") from None
 
 
-def peek_kernel(blob: bytes) -> str | None:
+def peek_kernel(blob: bytes, complete: bool = True) -> str | None:
     """The kernel a state's bytes name, read from its leading fields without decoding the rest.
 
     `pack_state` writes `key` and `kernel` first, so this costs microseconds
     where `unpack_state` costs a millisecond: enough to tell a state dir's
     tunes of one kernel from the others. None for bytes that do not start
-    like a state (the full decode is what judges a file).
+    like a state (the full decode is what judges a file). With `complete`
+    False, `blob` is only a file's head: EOFError if it ends before the
+    kernel does.
     """
-    unpacker = msgpack.Unpacker(raw=False)
-    unpacker.feed(blob)
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(blob), 1))
     try:
+        unpacker.feed(blob)
         for _ in range(unpacker.read_map_header()):
             name = unpacker.unpack()
             if name == "kernel":
                 kernel = unpacker.unpack()
                 return kernel if isinstance(kernel, str) else None
             unpacker.skip()
+    except msgpack.OutOfData:
+        if not complete:
+            raise EOFError("the bytes end before the kernel") from None
     except Exception:  # noqa: BLE001  msgpack raises many types on bytes that are not a map
         return None
     return None

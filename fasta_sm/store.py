@@ -40,6 +40,8 @@ LOCK_TIMEOUT_ENV = "FASTA_SM_LOCK_TIMEOUT"
 STATE_SUFFIX = ".fsm"
 LOCK_SUFFIX = ".lock"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
+PEEK_BYTES = 64 * 1024
+"""How much of a state file `read_kernel` reads first: its key and kernel, the leading fields, are far shorter."""
 
 
 def default_state_dir() -> Path:
@@ -235,12 +237,13 @@ class StateStore:
 
     @staticmethod
     def read_kernel(path: Path) -> str | None:
-        """The kernel the state file at `path` names, from its first bytes' fields (None if it cannot be read or does
-        not start like a state): a quick look, which neither judges nor moves the file."""
+        """The kernel the state file at `path` names, from its first bytes' fields (None if it does not start like
+        a state): a quick look, which neither judges nor moves the file. OSError if it cannot be read."""
+        head = _read_regular(path, PEEK_BYTES)
         try:
+            return peek_kernel(head, complete=len(head) < PEEK_BYTES)
+        except EOFError:  # a key longer than the head
             return peek_kernel(_read_regular(path))
-        except OSError:
-            return None
 
     def quarantine(self, path: Path, why: str, notes: list[str] | None = None) -> Path:
         """Move a bad file aside, warn once naming both paths, and return the new path.
@@ -395,13 +398,14 @@ _PASSING_ERRNOS = frozenset(
 Any other (a directory, no permission, a link loop) would fail again at every tune: the file is set aside."""
 
 
-def _read_regular(path: Path) -> bytes:
-    """A file's bytes; anything but a regular file under that name is an OSError, never read (a FIFO would block)."""
+def _read_regular(path: Path, limit: int = -1) -> bytes:
+    """A file's bytes (its first `limit` ones, where given); anything but a regular file under that name is an
+    OSError, never read (a FIFO would block)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return handle.read()
+        return handle.read(limit)
 
 
 def _same_file(one: Path, other: Path) -> bool:

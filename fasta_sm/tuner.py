@@ -106,7 +106,7 @@ def tune(
             chunk_size=chunk_size,
             benchmark_chunk=benchmark_chunk,
             on_step=on_step,
-            prior=prior,
+            prior=prior and prior_enabled(),
         )
         if isinstance(tune_, TuneState):
             return TuneResult(tune_, reused=True)
@@ -137,7 +137,8 @@ def open_tune(
     are: an integration settles them once (`integration_params`, the
     environment's knobs included), so that the processes that open one
     tune agree on them. A new tune's policy is offered the configs earlier
-    tunes of `kernel` found fast (`prior`, as in `tune`).
+    tunes of `kernel` found fast where `prior` is true: the caller settles
+    it, `FASTA_SM_PRIOR` included (`tune`; an integration's settings).
     """
     wanted = configs_hash(configs)
     seed = check_seed(kernel, seed)
@@ -191,7 +192,7 @@ def open_tune(
             why = f"its policy cannot resume from it ({type(exc).__name__}: {exc})"
             carried = _supersede(store, key, state, configs, why, notes)
     chosen = fresh if fresh is not None else fresh_policy()
-    if prior and isinstance(chosen, TakesPrior) and prior_enabled():
+    if prior and isinstance(chosen, TakesPrior) and chosen.takes_prior:
         earlier = earlier_winners(store, key, kernel, configs, backend.describe())
         if earlier:
             log.info("kernel %s: earlier tunes of it found %d configs fast; R1 may start from them", kernel,

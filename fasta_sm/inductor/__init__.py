@@ -30,6 +30,7 @@ from ..errors import MissingDependency
 from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
+from ..prior import prior_enabled
 from ..store import StateStore
 
 log = logging.getLogger("fasta_sm.inductor")
@@ -86,6 +87,7 @@ def enable(
         state_dir=str(StateStore(state_dir).path),
         max_configs=whole_number("max_configs", max_configs, 1),
         chunk_size=whole_number("chunk_size", chunk_size, 1),
+        prior=prior_enabled(),
     )
     _switch_on(settings)
     log.info("fasta_sm.inductor enabled: %s", settings)

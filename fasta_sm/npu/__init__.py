@@ -36,6 +36,7 @@ from ..errors import FastaError
 from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
+from ..prior import prior_enabled
 from ..store import StateStore
 
 log = logging.getLogger("fasta_sm.npu")
@@ -167,6 +168,7 @@ def _settings(
         seed=whole_number("seed", seed, 0),
         state_dir=str(StateStore(state_dir).path),
         chunk_size=whole_number("chunk_size", chunk_size, 1),
+        prior=prior_enabled(),
     )
 
 

@@ -52,10 +52,16 @@ class MustMeasure:
     def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
         return self.inner.refine(observed, rng)
 
+    @property
+    def takes_prior(self) -> bool:
+        return isinstance(self.inner, TakesPrior) and self.inner.takes_prior
+
     def use_prior(self, indices: Sequence[int]) -> None:
-        """Hand an earlier tune's fast configs to the inner policy, if it takes them."""
-        if isinstance(self.inner, TakesPrior):
-            self.inner.use_prior(indices)
+        """Hand the inner policy earlier tunes' fast configs, less those R1 measures anyway: their places in its
+        sample go to configs it would not measure."""
+        if self.takes_prior:
+            measured = set(self.must)
+            self.inner.use_prior([i for i in indices if i not in measured])
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()

@@ -113,11 +113,12 @@ class FakeCachingAutotuner:
 class FastaFake(FastaAutotunerMixin, FakeCachingAutotuner):
     """The mixin over the stand-in, built the way FastaCachingAutotuner builds itself."""
 
-    def __init__(self, table_path, state_dir, must=(0, 5), policy="fasta"):
+    def __init__(self, table_path, state_dir, must=(0, 5), policy="fasta", prior=True):
         table = load_table(table_path)
         configs = [FakeConfig(dict(c.kwargs), c.num_warps, c.num_stages) for c in table.configs]
         super().__init__(table_path, configs)
-        self._fasta_setup(DriverSettings(policy=policy, state_dir=str(state_dir)).to_dict(), must, "fake")
+        settings = DriverSettings(policy=policy, state_dir=str(state_dir), prior=prior)
+        self._fasta_setup(settings.to_dict(), must, "fake")
 
     def _fasta_key(self, prefix, name):
         return f"{prefix}/{name}"

@@ -15,9 +15,10 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from fake_autotuner import CALLS, FastaFake
 
-from fasta_sm.backends.replay import load_table
+from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.driver import to_fasta_config
 from fasta_sm.store import StateStore
+from fasta_sm.tuner import tune
 
 
 def worker(table_file: Path, state_dir: Path, out: Path) -> dict:
@@ -98,6 +99,19 @@ def test_parent_without_worker_tunes_in_process(table_file, tmp_path):
     kernel.run("x", stream=0)
     assert StateStore(tmp_path / "states").load("fake/toy").done
     assert len(kernel.launchers) == 1
+
+
+@pytest.mark.parametrize("prior", [True, False])
+def test_a_new_tune_starts_from_its_kernels_finished_tunes_where_the_settings_say_so(table_file, tmp_path, prior):
+    states = tmp_path / "states"
+    kernel = FastaFake(table_file, states, prior=prior)
+    plan = kernel._fasta_plan
+    tune("fake/another-shape", plan.kernel, plan.configs, ReplayBackend(load_table(table_file)),
+         store=StateStore(states))
+    kernel.precompile()
+    kernel.run("x", stream=0)
+    r1 = StateStore(states).load(plan.key).rounds[0]
+    assert ("that earlier tunes of the kernel found fast" in r1.reason) is prior
 
 
 def test_worker_that_finds_the_tune_locked_leaves_it_to_its_parent(table_file, tmp_path, monkeypatch):

@@ -261,6 +261,17 @@ def test_a_fasta_variable_of_the_enabling_process_travels_in_the_settings(tmp_pa
         fi.disable()
 
 
+@pytest.mark.parametrize(("value", "prior"), [(None, True), ("0", False), ("1", True)])
+def test_the_prior_switch_of_the_enabling_process_travels_in_the_settings(tmp_path, monkeypatch, value, prior):
+    if value is not None:
+        monkeypatch.setenv("FASTA_SM_PRIOR", value)  # compile workers started before enable() would not see it
+    try:
+        assert fi.enable(state_dir=tmp_path).prior is prior
+        assert fi.current_settings()["prior"] is prior
+    finally:
+        fi.disable()
+
+
 def test_numpy_numbers_in_policy_params_are_written_as_plain_python_numbers(tmp_path):
     import numpy as np
 

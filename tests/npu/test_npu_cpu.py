@@ -91,3 +91,13 @@ def test_a_failed_enable_leaves_the_environment_as_it_was(monkeypatch):
     with pytest.raises(fasta_sm.npu.NPUUnavailable):
         fasta_sm.npu.enable()
     assert not any(name in os.environ for name in names)
+
+
+@pytest.mark.parametrize(("value", "prior"), [("0", False), ("1", True)])
+def test_the_prior_switch_is_read_into_the_settings_workers_inherit(monkeypatch, value, prior):
+    import fasta_sm.npu
+
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.delenv(fasta_sm.npu.SETTINGS_ENV, raising=False)
+    monkeypatch.setenv("FASTA_SM_PRIOR", value)
+    assert fasta_sm.npu.current_settings()["prior"] is prior

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import errno
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+import fasta_sm.store as store_module
+import fasta_sm.tuner as tuner_module
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.errors import SettingError
 from fasta_sm.prior import PER_TUNE, earlier_winners
 from fasta_sm.state import unpack_state
-from fasta_sm.store import StateStore
+from fasta_sm.store import PEEK_BYTES, StateStore
 from fasta_sm.tuner import open_tune, tune
 
 CORPUS = Path(__file__).resolve().parents[2] / "states"
@@ -154,6 +159,103 @@ def test_an_unreadable_state_file_is_passed_over_and_left_where_it_is(table_file
     garbage.write_bytes(b"not a state")
     assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
     assert garbage.read_bytes() == b"not a state"
+
+
+def test_each_earlier_tune_offers_its_fastest_of_the_configs_the_new_list_holds(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    gone = set(_fastest(first))
+    kept = [config for i, config in enumerate(table.configs) if i not in gone]
+    offered = earlier_winners(store, "shape-b", "toy_mm", kept)
+    next_fastest = _fastest(first, 2 * PER_TUNE)[PER_TUNE:]
+    assert [kept[i] for i in offered] == [table.configs[i] for i in next_fastest]
+
+
+def test_a_state_file_larger_than_msgpacks_buffer_is_passed_over(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    with open(state_dir / ("f" * 32 + ".fsm"), "wb") as big:
+        big.truncate(101 * 2**20)  # msgpack's default buffer holds 100 MiB
+    assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
+
+
+def test_a_key_longer_than_the_quick_looks_head_still_names_its_kernel(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    long_key = "k" * (PEEK_BYTES + 1)
+    first = tune(long_key, "toy_mm", table.configs, ReplayBackend(table), store=store)
+    assert StateStore.read_kernel(store.file_for(long_key)) == "toy_mm"
+    assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
+
+
+@pytest.mark.parametrize("failing_read", [1, 2], ids=["the quick look", "the decode"])
+def test_a_file_that_cannot_be_read_for_now_is_read_again_next_time(table_file, state_dir, monkeypatch, failing_read):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    reads = []
+    read_regular = store_module._read_regular
+
+    def out_of_descriptors_once(path, *args):
+        reads.append(path)
+        if len(reads) == failing_read:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return read_regular(path, *args)
+
+    monkeypatch.setattr(store_module, "_read_regular", out_of_descriptors_once)
+    assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == []
+    assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
+
+
+def test_threads_starting_tunes_at_once_get_the_same_prior(table_file, state_dir, monkeypatch):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    decoding, read = threading.Event(), StateStore.read
+
+    def slow_read(path):
+        decoding.set()
+        time.sleep(0.2)
+        return read(path)
+
+    monkeypatch.setattr(StateStore, "read", staticmethod(slow_read))
+    offered = {}
+
+    def offer(name):
+        offered[name] = earlier_winners(store, name, "toy_mm", table.configs)
+
+    early = threading.Thread(target=offer, args=("shape-b",))
+    early.start()
+    decoding.wait(5)
+    offer("shape-c")
+    early.join()
+    assert offered == {"shape-b": _fastest(first), "shape-c": _fastest(first)}
+
+
+def test_the_integrations_wrapper_gives_no_prior_slot_to_a_config_it_measures_anyway(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    wrapped = {"inner": "fasta", "must": _fastest(first)[:1]}
+    alone = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), policy="must-measure",
+                 policy_params=wrapped, store=StateStore(state_dir / "alone"))
+    second = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), policy="must-measure",
+                  policy_params=wrapped, store=store)
+    assert len(_r1(second).batch) == len(_r1(alone).batch)
+    assert set(_fastest(first)) <= set(_r1(second).batch)
+
+
+def test_the_integrations_wrapper_around_a_policy_that_takes_no_prior_reads_no_earlier_tune(
+        table_file, state_dir, monkeypatch):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    monkeypatch.setattr(tuner_module, "earlier_winners", lambda *args: pytest.fail("the prior was read"))
+    second = tune("shape-b", "toy_mm", table.configs, ReplayBackend(table), policy="must-measure",
+                  policy_params={"inner": "random", "must": [0]}, store=store)
+    assert second.state.done
 
 
 def test_policies_that_take_no_prior_plan_as_they_always_did(table_file, state_dir):

@@ -74,6 +74,7 @@ class FastaPolicy:
     """
 
     name = "fasta"
+    takes_prior = True
 
     def __init__(self, configs: Sequence[Config], budget: float | None = None, **params: Any) -> None:
         configs = list(configs)
