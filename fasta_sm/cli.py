@@ -550,7 +550,13 @@ def _existing_store(state_dir: Path | None) -> StateStore:
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["mermaid", "png", "svg"]), default="mermaid", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["mermaid", "png", "svg"]),
+    default="mermaid",
+    help="[default: mermaid, or what --out's .png or .svg names]",
+)
 @click.option(
     "--out",
     type=NamedPath(dir_okay=False, path_type=Path),

@@ -35,7 +35,7 @@ from .errors import FastaError, LockTimeout, TuneFailed
 from .machine import DEFAULT_CHUNK, Tune
 from .policies import check_arguments, policy_names, with_environment
 from .protocols import BenchmarkOutcome, CompileOutcome
-from .state import TuneState
+from .state import SEED_MAX, TuneState
 from .store import StateStore, is_wait
 from .tuner import open_tune
 
@@ -83,12 +83,20 @@ def integration_params(
     return with_environment(policy, {**(fasta_defaults if policy == "fasta" else {}), **plain})
 
 
-def whole_number(name: str, value: Any, least: int) -> int:
-    """An integration setting that is written into kernel source: a plain int (numpy's too), at least `least`."""
+def whole_number(name: str, value: Any, least: int, most: int | None = None) -> int:
+    """An integration setting that is written into kernel source: a plain int (numpy's too), at least `least`
+    (and at most `most`, where given)."""
     value = python_scalar(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"{name}={value!r} must be a whole number ≥ {least}")
+    if most is not None and value > most:
+        raise ValueError(f"{name}={value!r} must be a whole number ≤ {most}")
     return value
+
+
+def seed_setting(seed: Any) -> int:
+    """An integration's seed: what a state file can hold, refused where it is set rather than at the first tune."""
+    return whole_number("seed", seed, 0, SEED_MAX)
 
 
 def python_scalar(value: Any) -> Any:
@@ -135,7 +143,8 @@ class DriverSettings:
         variable), checked once rather than failing kernel after kernel.
         """
         check_arguments(self.policy, self.policy_params)
-        for name, least in (("seed", 0), ("max_configs", 1), ("chunk_size", 1), ("compile_threads", 1)):
+        seed_setting(self.seed)
+        for name, least in (("max_configs", 1), ("chunk_size", 1), ("compile_threads", 1)):
             whole_number(name, getattr(self, name), least)
         if not isinstance(self.prior, bool):
             raise ValueError(f"prior={self.prior!r} must be True or False")

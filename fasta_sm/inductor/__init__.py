@@ -23,6 +23,7 @@ from ..driver import (
     call_after_import,
     default_policy,
     integration_params,
+    seed_setting,
     whole_number,
 )
 from ..env import INDUCTOR_SWITCH, switch_or_off
@@ -83,7 +84,7 @@ def enable(
     settings = DriverSettings(
         policy=policy,
         policy_params=params,
-        seed=whole_number("seed", seed, 0),
+        seed=seed_setting(seed),
         state_dir=str(StateStore(state_dir).path),
         max_configs=whole_number("max_configs", max_configs, 1),
         chunk_size=whole_number("chunk_size", chunk_size, 1),

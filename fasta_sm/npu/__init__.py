@@ -29,6 +29,7 @@ from ..driver import (
     call_after_import,
     default_policy,
     integration_params,
+    seed_setting,
     whole_number,
 )
 from ..env import NPU_SWITCH, switch_or_off
@@ -165,7 +166,7 @@ def _settings(
     return DriverSettings(
         policy=policy,
         policy_params=integration_params(policy, policy_params, LIVE_DEFAULTS),
-        seed=whole_number("seed", seed, 0),
+        seed=seed_setting(seed),
         state_dir=str(StateStore(state_dir).path),
         chunk_size=whole_number("chunk_size", chunk_size, 1),
         prior=prior_enabled(),

@@ -34,7 +34,7 @@ from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.jit import JITFunction
 
 from ..config import Config
-from ..driver import integration_params, python_scalar, to_fasta_config, whole_number
+from ..driver import integration_params, python_scalar, seed_setting, to_fasta_config
 from ..errors import ConfigError, FastaError, add_note
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
@@ -190,7 +190,7 @@ class Autotuner(TritonAutotuner):
             if state_dir is not None and os.fspath(state_dir) == "":
                 raise ValueError("state_dir='' is empty: name a directory, or give None for the default")
             check_arguments(self.policy, self.policy_params)
-            self.seed = whole_number("seed", seed, 0)
+            self.seed = seed_setting(seed)
             check_settings()
         except (FastaError, ValueError) as exc:
             raise ValueError(f"fasta_sm.autotune({self.kernel_name}): {exc}") from None

@@ -285,6 +285,12 @@ def test_numpy_numbers_in_policy_params_are_written_as_plain_python_numbers(tmp_
         fi.disable()
 
 
+def test_a_seed_no_state_file_can_hold_is_refused_by_enable(tmp_path):
+    with pytest.raises(ValueError, match=f"seed={2**64} must be a whole number ≤ {2**64 - 1}"):
+        fi.enable(state_dir=tmp_path, seed=2**64)
+    assert not fi.is_enabled()
+
+
 @pytest.mark.parametrize("value", [float("inf"), float("nan"), object()])
 def test_a_policy_param_that_kernel_source_cannot_hold_is_refused_naming_it(value, tmp_path):
     with pytest.raises(ValueError, match=r"policy_params\['retime_cost'\]"):

@@ -405,13 +405,14 @@ def test_an_empty_config_list_is_an_error_naming_the_kernel(tmp_path):
 @pytest.mark.parametrize("settings, named", [
     ({"policy_params": {"retime_rounds": "x"}}, "retime_rounds='x'"),
     ({"seed": -1}, "seed=-1"),
+    ({"seed": 2**64}, f"seed={2**64} must be a whole number ≤ {2**64 - 1}"),
     ({"policy": "no_such_policy"}, "no_such_policy"),
     ({"budget": 1.5}, "budget=1.5"),
     ({"policy_params": ["rounds", 2]}, "policy_params=['rounds', 2] must be a mapping"),
     ({"warmup": "x"}, "warmup='x'"),
     ({"policy": "must-measure"}, "unknown policy 'must-measure'"),
-], ids=["a parameter of the wrong kind", "a negative seed", "an unknown policy", "a budget over 1",
-        "params that are no mapping", "a warmup that is no number", "a policy users cannot name"])
+], ids=["a parameter of the wrong kind", "a negative seed", "a seed no state file holds", "an unknown policy",
+        "a budget over 1", "params that are no mapping", "a warmup that is no number", "a policy users cannot name"])
 def test_bad_tune_settings_are_refused_when_the_kernel_is_decorated(tmp_path, settings, named):
     with pytest.raises(ValueError, match=rf"accumulate_kernel\): .*{re.escape(named)}"):
         fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), **settings)(accumulate_kernel)
