@@ -758,6 +758,24 @@ def test_r1_covers_every_value_of_the_most_varied_column():
     assert len(picks) == len(set(picks)) == 20
 
 
+def test_r1_spends_its_first_picks_on_the_values_configs_already_in_r1_lack():
+    space = extract_features(MATMUL.configs)
+    widest = int(np.argmax(space.levels.max(axis=0)))
+    held = int(space.levels[0, widest])
+    covered = space.levels[space.levels[:, widest] == held][:3]
+    others = set(range(int(space.levels[:, widest].max()) + 1)) - {held}
+    picks = stratified_sample(space.levels, len(others), np.random.default_rng(0), covered)
+    assert set(space.levels[picks, widest]) == others
+
+
+def test_r1_with_nothing_covered_is_the_sample_it_always_was():
+    space = extract_features(MATMUL.configs)
+    empty = np.zeros((0, space.levels.shape[1]), dtype=space.levels.dtype)
+    for seed in range(5):
+        assert stratified_sample(space.levels, 20, np.random.default_rng(seed), empty) == stratified_sample(
+            space.levels, 20, np.random.default_rng(seed))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     scores=st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=40),

@@ -6,6 +6,7 @@ import landscapes
 import numpy as np
 import pytest
 
+from fasta_sm.config import Config
 from fasta_sm.errors import PolicyError
 from fasta_sm.policies import make_policy
 from fasta_sm.policies.fasta import FastaPolicy
@@ -56,3 +57,15 @@ def test_the_integrations_wrapper_hands_the_prior_to_its_inner_policy():
     wrapped = make_policy("must-measure", MATMUL.configs, {"inner": "fasta", "must": [0]})
     wrapped.use_prior([9])
     assert {0, 9} <= set(_plan(wrapped).batch)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_sample_beside_the_prior_spends_nothing_on_the_widest_columns_value_the_prior_holds(seed):
+    configs = [Config(kwargs={"BLOCK_N": 2**k, "ROWS": r}, num_warps=w)
+               for k in range(4, 14) for r in (1, 2, 4) for w in (4, 8)]
+    policy = FastaPolicy(configs)
+    widest = policy._space.levels[:, 0]  # BLOCK_N: ten values, more than R1 samples besides the prior
+    prior = [int(i) for i in np.flatnonzero(widest == widest.max())[:3]]
+    policy.use_prior(prior)
+    sampled = sorted(set(_plan(policy, seed).batch) - set(prior))
+    assert sampled and widest.max() not in set(widest[sampled].tolist())

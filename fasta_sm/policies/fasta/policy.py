@@ -182,7 +182,7 @@ class FastaPolicy:
         Configs that earlier tunes of the kernel found fast (`use_prior`), at
         most a third of R1, take the place of as many sampled ones: a kernel's
         fast configs at one shape are often fast at the next, and the rest
-        of R1 still spans the space for the model.
+        of R1, sampled around them, still spans the space for the model.
         """
         active = np.flatnonzero(self._active)
         size = self.plan_budget.r1
@@ -190,7 +190,8 @@ class FastaPolicy:
         if prior:
             active = _without(active, np.array(prior, dtype=np.int64), len(self._configs))
         if self.plan_budget.path == "model":
-            picks = stratified_sample(self._space.levels[active], size - len(prior), rng)
+            covered = self._space.levels[prior] if prior else None
+            picks = stratified_sample(self._space.levels[active], size - len(prior), rng, covered)
             sampled = [int(active[i]) for i in picks]
         else:
             sampled = [int(i) for i in rng.choice(active, size=min(size - len(prior), active.size), replace=False)]

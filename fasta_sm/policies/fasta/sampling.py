@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def stratified_sample(levels: np.ndarray, size: int, rng: np.random.Generator) -> list[int]:
+def stratified_sample(
+    levels: np.ndarray, size: int, rng: np.random.Generator, covered: np.ndarray | None = None
+) -> list[int]:
     """R1: cover every value of the most varied column first, then the next.
 
     One config per value, column by column in decreasing order of distinct
@@ -13,6 +15,9 @@ def stratified_sample(levels: np.ndarray, size: int, rng: np.random.Generator) -
     what is left of `size` is drawn uniformly. Values are visited in a random
     order so a budget smaller than a column's value count is not biased
     towards small tiles (the reference walked them in sorted order).
+    `covered` holds the levels of configs R1 measures already (earlier
+    tunes' winners): the values they have are not sampled again, so the
+    sample spreads over the rest instead of crowding where they are.
     """
     n, dims = levels.shape
     size = min(size, n)
@@ -20,9 +25,12 @@ def stratified_sample(levels: np.ndarray, size: int, rng: np.random.Generator) -
     taken = np.zeros(n, dtype=bool)
     order = sorted(range(dims), key=lambda j: (-int(levels[:, j].max()), j))
     for j in order:
+        held = set() if covered is None else {int(value) for value in covered[:, j]}
         for value in rng.permutation(int(levels[:, j].max()) + 1):
             if len(chosen) >= size:
                 return sorted(chosen)
+            if value in held:
+                continue
             candidates = np.flatnonzero((levels[:, j] == value) & ~taken)
             if candidates.size:
                 pick = int(rng.choice(candidates))
