@@ -20,7 +20,6 @@ On a CPU:      TRITON_INTERPRET=1 python benchmarks/live_prior.py --small --seed
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tempfile
@@ -32,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_env import device_or_exit, scratch  # noqa: E402
+from live_seeds import each_kernel, seed_options  # noqa: E402
 from triton_autotune import SMALL_SHAPES, close_pool, cold, make_do_bench, time_picks  # noqa: E402
 
 PAIRS = {
@@ -139,23 +139,10 @@ def run_kernel(name: str, opts: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", nargs="+", default=list(PAIRS), choices=list(PAIRS))
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--seed-start", type=int, default=0)
-    parser.add_argument("--max-configs", type=int, default=0, help="an evenly spread subset (default: all)")
-    parser.add_argument("--warmup-ms", type=float, default=10.0)
-    parser.add_argument("--rep-ms", type=float, default=40.0)
-    parser.add_argument("--pick-repeats", type=int, default=7)
-    parser.add_argument("--small", nargs="?", type=int, const=12, default=0,
-                        help="tiny shapes and at most N configs (default 12), for the CPU interpreter")
-    parser.add_argument("--json", default=None, help="write the results here (after each kernel)")
+    seed_options(parser, 0, "an evenly spread subset (default: all)")
     opts = parser.parse_args()
     device_or_exit("live_prior.py")
-    rows = []
-    for name in opts.kernels:
-        rows.append(run_kernel(name, opts))
-        if opts.json:
-            Path(opts.json).write_text(json.dumps({"argv": sys.argv, "kernels": rows}, indent=1))
-        row = rows[-1]
+    for row in each_kernel(opts, run_kernel):
         print(f"{row['kernel']:34s} after {row['first_shape']:34s} N={row['N']:4d}  "
               f"exhaustive pick {row['exhaustive']['us']:9.3f} us", flush=True)
         for arm in ("plain", "prior"):

@@ -21,6 +21,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,26 +81,36 @@ def run_kernel(name: str, opts: argparse.Namespace) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", nargs="+", default=["mm_skinny_bf16"])
+def seed_options(parser: argparse.ArgumentParser, max_configs: int, max_configs_help: str) -> None:
+    """The options of a live run over seeds (this script's and benchmarks/live_prior.py's)."""
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--seed-start", type=int, default=0)
-    parser.add_argument("--max-configs", type=int, default=150, help="an evenly spread subset, as in the command")
+    parser.add_argument("--max-configs", type=int, default=max_configs, help=max_configs_help)
     parser.add_argument("--warmup-ms", type=float, default=10.0)
     parser.add_argument("--rep-ms", type=float, default=40.0)
     parser.add_argument("--pick-repeats", type=int, default=7)
     parser.add_argument("--small", nargs="?", type=int, const=12, default=0,
                         help="tiny shapes and at most N configs (default 12), for the CPU interpreter")
     parser.add_argument("--json", default=None, help="write the results here (after each kernel)")
-    opts = parser.parse_args()
-    device_or_exit("live_seeds.py")
+
+
+def each_kernel(opts: argparse.Namespace, run: Callable[[str, argparse.Namespace], dict]) -> Iterator[dict]:
+    """`run` on each of `--kernels` in turn, each result written to `--json` (with those before) as it comes."""
     rows = []
     for name in opts.kernels:
-        rows.append(run_kernel(name, opts))
+        rows.append(run(name, opts))
         if opts.json:
             Path(opts.json).write_text(json.dumps({"argv": sys.argv, "kernels": rows}, indent=1))
-        row = rows[-1]
+        yield rows[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", default=["mm_skinny_bf16"])
+    seed_options(parser, 150, "an evenly spread subset, as in the command")
+    opts = parser.parse_args()
+    device_or_exit("live_seeds.py")
+    for row in each_kernel(opts, run_kernel):
         print(f"{row['kernel']:22s} N={row['N']:4d}  exhaustive pick {row['exhaustive']['us']:9.3f} us  "
               f"fasta within 2 %: {row['within_2pct_of_exhaustive']}  regrets "
               f"{sorted(run['regret_vs_exhaustive_pct'] for run in row['runs'])}", flush=True)
