@@ -60,8 +60,8 @@ def earlier_winners(
     """Indices in `configs` of the fastest configs of `kernel`'s finished tunes under other keys.
 
     Each tune offers its `PER_TUNE` fastest among the configs `configs`
-    holds. Tunes measured the way `backend` describes (the same device, for
-    a live tune) come first, then the most recently written; each tune's
+    holds. Tunes measured the way `backend` describes (the same device and
+    Triton, for a live tune) come first, then the most recently written; each tune's
     fastest before any tune's second: the policy may take only the first
     few. A file that cannot be read is passed over (it is another tune's to
     set aside), and read again next time where the failure may pass.
