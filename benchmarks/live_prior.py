@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_env import device_or_exit, scratch  # noqa: E402
 from live_seeds import each_kernel, seed_options  # noqa: E402
-from triton_autotune import SMALL_SHAPES, close_pool, cold, make_do_bench, time_picks  # noqa: E402
+from triton_autotune import SMALL_SHAPES, close_pool, cold, load, make_do_bench, time_picks  # noqa: E402
 
 PAIRS = {
     "mm_skinny_bf16": (dict(M=16, N=8192, K=8192), dict(M=32, N=4096, K=14336)),
@@ -55,14 +55,9 @@ OFFERED = re.compile(r"(\d+) that earlier tunes of the kernel found fast")
 def load_pair(name: str, small: int, max_configs: int):
     """The zoo kernel at its two shapes, over one config list (an evenly spread subset where asked)."""
     from fasta_sm.triton import zoo
-    from fasta_sm.triton.record import spread
 
     first, second = (SMALL_FIRST[name], SMALL_SECOND[name]) if small else PAIRS[name]
-    scored = zoo.ZOO[name](**second)
-    if small:
-        scored.configs = [c for c in spread(scored.configs, small) if c.kwargs.get("BLOCK_M", 0) <= 64]
-    elif max_configs and len(scored.configs) > max_configs:
-        scored.configs = spread(scored.configs, max_configs)
+    scored = load(name, small, max_configs, shape=second)
     return zoo.ZOO[name](**first, configs=scored.configs), scored
 
 

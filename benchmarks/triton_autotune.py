@@ -52,13 +52,14 @@ SMALL_SHAPES = {
 DEFAULT_KERNELS = ["mm_skinny_bf16", "attention", "row_sum", "rmsnorm"]
 
 
-def load(name: str, small: int, max_configs: int = 0):
+def load(name: str, small: int, max_configs: int = 0, shape: dict | None = None):
     """The zoo kernel; with `small`, tiny shapes and at most `small` of its configs;
-    with `max_configs`, full shapes and an evenly spread subset of that many configs."""
+    with `max_configs`, full shapes and an evenly spread subset of that many configs;
+    with `shape`, at that shape instead."""
     from fasta_sm.triton import zoo
     from fasta_sm.triton.record import spread
 
-    spec = zoo.ZOO[name](**(SMALL_SHAPES[name] if small else {}))
+    spec = zoo.ZOO[name](**(shape if shape is not None else SMALL_SHAPES[name] if small else {}))
     if small:
         spec.configs = [c for c in spread(spec.configs, small) if c.kwargs.get("BLOCK_M", 0) <= 64]
     elif max_configs and len(spec.configs) > max_configs:
