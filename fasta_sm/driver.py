@@ -70,17 +70,21 @@ def integration_params(
     """
     if params is not None and not isinstance(params, Mapping):
         raise ValueError(f"policy_params={params!r} must be a mapping of parameter names to values")
-    plain = {}
-    for name, value in (params or {}).items():
-        value = python_scalar(value)
-        try:
-            same = ast.literal_eval(repr(value)) == value
-        except (ValueError, SyntaxError):
-            same = False
-        if not same:
-            raise ValueError(f"policy_params[{name!r}]={value!r}: must be a plain, finite Python literal")
-        plain[name] = value
+    plain = {name: plain_literal(f"policy_params[{name!r}]", value) for name, value in (params or {}).items()}
     return with_environment(policy, {**(fasta_defaults if policy == "fasta" else {}), **plain})
+
+
+def plain_literal(name: str, value: Any) -> Any:
+    """`value` (a numpy number as the Python number it holds) if its repr reads back as itself; else an error
+    naming `name`: inf, NaN and objects cannot travel in kernel source or a state file."""
+    value = python_scalar(value)
+    try:
+        same = ast.literal_eval(repr(value)) == value
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        raise ValueError(f"{name}={value!r}: must be a plain, finite Python literal")
+    return value
 
 
 def whole_number(name: str, value: Any, least: int, most: int | None = None) -> int:

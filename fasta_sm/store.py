@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import filelock
 import platformdirs
@@ -84,12 +85,23 @@ def _check_can_open(path: str) -> None:
     os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
 
 
+def checked_state_dir(path: Any) -> None:
+    """Refuse, naming it, what cannot name a state dir: not a str or str path, or '' (Path('') would be the
+    working directory: an unset variable). None, the default dir, passes."""
+    if path is None:
+        return
+    name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(name, str):
+        raise StateDirError(f"state dir {path!r} must be a path (a str or os.PathLike), or None for the default")
+    if name == "":
+        raise StateDirError("state dir '' is empty: name a directory, or give None for the default")
+
+
 class StateStore:
     """A directory of state files, one per kernel key."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, lock_timeout_s: float | None = None) -> None:
-        if path is not None and os.fspath(path) == "":  # Path("") would be the working directory: an unset variable
-            raise StateDirError("state dir '' is empty: name a directory, or give None for the default")
+        checked_state_dir(path)
         # absolute: a later chdir must not send checkpoints away from the lock
         self.path = Path(path).expanduser().absolute() if path is not None else default_state_dir()
         if lock_timeout_s is not None and not is_wait(lock_timeout_s):

@@ -40,14 +40,14 @@ def policy_names() -> list[str]:
 
 def require_listed(name: str) -> None:
     """A PolicyError listing the policies a user can name, unless `name` is one of them."""
-    if name not in policy_names():
+    if not isinstance(name, str) or name not in policy_names():
         raise PolicyError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
 
 
 def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] | None = None) -> Policy:
     """Build policy `name` over `configs`; unknown names and parameters are errors."""
     _load_builtin()
-    if name not in _REGISTRY:
+    if not isinstance(name, str) or name not in _REGISTRY:
         require_listed(name)
     factory = _REGISTRY[name]
     if not configs:
@@ -77,7 +77,7 @@ def with_environment(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
 
         return FastaPolicy.with_environment(params)
     _load_builtin()
-    hook = getattr(_REGISTRY.get(name), "with_environment", None)
+    hook = getattr(_REGISTRY.get(name), "with_environment", None) if isinstance(name, str) else None
     return hook(params) if hook is not None else dict(params)
 
 

@@ -34,12 +34,12 @@ from triton.runtime.autotuner import Autotuner as TritonAutotuner
 from triton.runtime.jit import JITFunction
 
 from ..config import Config
-from ..driver import integration_params, python_scalar, seed_setting, to_fasta_config
+from ..driver import integration_params, plain_literal, seed_setting, to_fasta_config
 from ..errors import ConfigError, FastaError, add_note
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
-from ..store import StateStore
+from ..store import StateStore, checked_state_dir
 from ..tuner import TuneResult, tune
 from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
 from .compile_pool import check_settings, shared_pool
@@ -182,13 +182,14 @@ class Autotuner(TritonAutotuner):
         self.early_config_prune = prune.get("early_config_prune")
         self.policy = "fasta" if policy is None else policy
         try:  # refused here, where the decorator is written, not at the first launch
-            if budget is not None and "budget" in (policy_params or {}):
-                raise ValueError(f"budget={budget!r} and policy_params['budget']={policy_params['budget']!r}: give one")
             self.policy_params = integration_params(self.policy, policy_params, LIVE_DEFAULTS)
-            if budget is not None:
-                self.policy_params["budget"] = python_scalar(budget)
-            if state_dir is not None and os.fspath(state_dir) == "":
-                raise ValueError("state_dir='' is empty: name a directory, or give None for the default")
+            if budget is not None:  # a parameter like the others, and checked as they are
+                given = dict(policy_params or {})
+                if "budget" in given:
+                    raise ValueError(f"budget={budget!r} and policy_params['budget']={given['budget']!r}: give one")
+                given["budget"] = plain_literal("budget", budget)
+                self.policy_params = integration_params(self.policy, given, LIVE_DEFAULTS)
+            checked_state_dir(state_dir)
             check_arguments(self.policy, self.policy_params)
             self.seed = seed_setting(seed)
             check_settings()
@@ -308,6 +309,14 @@ class Autotuner(TritonAutotuner):
     def _fasta(self, config: triton.Config) -> Config:
         return self._as_fasta.get(id(config)) or to_fasta_config(config)
 
+    def _converted_again(self, config: triton.Config) -> Config:
+        """`config` as it is now, kept as its conversion: an `early_config_prune` may have edited it in place,
+        and what is timed must be what is launched."""
+        fresh = to_fasta_config(config)
+        if id(config) in self._as_fasta:
+            self._as_fasta[id(config)] = fresh
+        return fresh
+
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config (after pruning) without launching or tuning, as `triton.autotune` does."""
         pruned = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
@@ -331,6 +340,8 @@ class Autotuner(TritonAutotuner):
             top_k = self.configs_top_k
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(configs) * top_k))
+            elif isinstance(top_k, bool) or not isinstance(top_k, int):
+                raise TypeError(f"{self.kernel_name}: top_k={top_k!r} must be a float ≤ 1.0 or an int, as in Triton")
             if len(configs) > top_k:
                 estimate = {id(c): self.perf_model(**positional, **kwargs, **c.all_kwargs()) for c in configs}
                 configs = sorted(configs, key=lambda c: estimate[id(c)])[:top_k]
@@ -339,8 +350,9 @@ class Autotuner(TritonAutotuner):
     def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
         launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
         candidates = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
-        # a prune that clamps tiles makes twins
-        candidates = _distinct(self.kernel_name, candidates, decorated=False, as_fasta=self._fasta)
+        # a prune that clamps tiles makes twins; one that edits configs in place needs them converted again
+        as_fasta = self._converted_again if self.early_config_prune else self._fasta
+        candidates = _distinct(self.kernel_name, candidates, decorated=False, as_fasta=as_fasta)
         if len(candidates) == 1:
             return candidates[0]
         self._refuse_conflicts(launch_kwargs, candidates)
@@ -411,13 +423,14 @@ def _names(kernel: str, what: str, names: Sequence[str], arg_names: Sequence[str
         raise TypeError(
             f"fasta_sm.autotune({kernel}): {what} must be a list of argument names, not the string {names!r}"
         )
+    names = list(names)  # once: a generator read twice would be empty the second time
     unknown = [name for name in names if name not in arg_names]
     if unknown:  # a key name that is no argument would make the kernel tune once and never again
         raise ValueError(
             f"fasta_sm.autotune({kernel}): {what} names {', '.join(unknown)}, not arguments of the kernel "
             f"({', '.join(arg_names)})"
         )
-    return list(names)
+    return names
 
 
 def _source_hash(fn: Any) -> str:

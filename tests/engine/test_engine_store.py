@@ -88,6 +88,12 @@ def test_an_empty_state_dir_name_is_refused_not_taken_as_the_working_directory(t
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("path", [3, b"/tmp/states"], ids=["a number", "bytes"])
+def test_a_state_dir_that_is_no_path_is_refused_naming_it(path):
+    with pytest.raises(StateDirError, match=re.escape(f"state dir {path!r} must be a path")):
+        StateStore(path)
+
+
 def test_a_state_dir_path_that_is_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

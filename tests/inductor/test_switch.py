@@ -325,7 +325,8 @@ def test_numpy_whole_numbers_in_the_settings_are_written_as_plain_ints(tmp_path)
 @pytest.mark.parametrize(("setting", "match"), [({"policy": "fsta"}, "unknown policy 'fsta'"),
                                                 ({"policy_params": {"roundz": 2}}, "unknown parameter 'roundz'"),
                                                 ({"policy_params": {"rounds": "2"}}, "rounds='2' must be a whole"),
-                                                ({"policy": "must-measure"}, "unknown policy 'must-measure'")])
+                                                ({"policy": "must-measure"}, "unknown policy 'must-measure'"),
+                                                ({"policy": ["fasta"]}, r"unknown policy \['fasta'\]")])
 def test_an_unknown_policy_or_a_bad_parameter_is_refused_by_enable_itself(setting, match, tmp_path):
     with pytest.raises(PolicyError, match=match):
         fi.enable(state_dir=tmp_path, **setting)

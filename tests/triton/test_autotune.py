@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import types
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +207,40 @@ def test_an_ir_override_is_part_of_a_config_and_of_each_timed_launch():
     assert to_triton_config(ours).all_kwargs() == overridden.all_kwargs()
     backend = TritonBackend(accumulate_kernel, (torch.zeros(8), torch.zeros(8), 8, 2.0), grid)
     assert backend._launch_kwargs(ours)["ir_override"] == "k.ttgir"
+
+
+def test_a_top_k_that_is_neither_a_share_nor_a_count_is_a_type_error_naming_it_as_in_triton(tmp_path):
+    prune = {"perf_model": lambda **kwargs: kwargs["BLOCK"], "top_k": 2.0}
+    ours = fasta_sm.autotune(CONFIGS, key=["n"], prune_configs_by=prune, state_dir=str(tmp_path))(accumulate_kernel)
+    with pytest.raises(TypeError, match=r"accumulate_kernel: top_k=2\.0 must be a float ≤ 1\.0 or an int"):
+        ours.prune_configs({"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}, {})
+
+
+def test_a_prune_that_edits_configs_in_place_is_timed_and_launched_as_edited(tmp_path):
+    configs = [triton.Config({"BLOCK": b}, num_warps=w, num_stages=1) for b in (64, 128) for w in (1, 4)]
+
+    def at_most_2_warps(configs, nargs, **kwargs):
+        for config in configs:
+            config.num_warps = min(config.num_warps, 2)
+        return configs
+
+    kernel = fasta_sm.autotune(configs, key=["n"], reset_to_zero=["out_ptr"], policy="exhaustive",
+                               prune_configs_by={"early_config_prune": at_most_2_warps},
+                               state_dir=str(tmp_path))(accumulate_kernel)
+    x, out = launch(kernel, 1000)
+    torch.testing.assert_close(out, 2.0 * x)
+    (result,) = kernel.results.values()
+    assert sorted(c.num_warps for c in result.state.configs) == [1, 1, 2, 2]
+    assert result.best_config == to_fasta_config(kernel.best_config)
+
+
+def test_argument_names_given_as_one_shot_iterators_are_all_kept(tmp_path):
+    kernel = fasta_sm.autotune(CONFIGS, key=iter(["n"]), reset_to_zero=(name for name in ["out_ptr"]),
+                               restore_value=iter(["x_ptr"]), policy="random", budget=0.1,
+                               state_dir=str(tmp_path))(accumulate_kernel)
+    assert (kernel.keys, kernel.reset_to_zero, kernel.restore_value) == (["n"], ["out_ptr"], ["x_ptr"])
+    x, out = launch(kernel)
+    torch.testing.assert_close(out, 2.0 * x)
 
 
 def test_a_single_config_is_launched_without_a_tune(tmp_path):
@@ -411,8 +446,11 @@ def test_an_empty_config_list_is_an_error_naming_the_kernel(tmp_path):
     ({"policy_params": ["rounds", 2]}, "policy_params=['rounds', 2] must be a mapping"),
     ({"warmup": "x"}, "warmup='x'"),
     ({"policy": "must-measure"}, "unknown policy 'must-measure'"),
+    ({"policy": ["fasta"]}, "unknown policy ['fasta']"),
+    ({"budget": Fraction(1, 2)}, "budget=Fraction(1, 2): must be a plain, finite Python literal"),
 ], ids=["a parameter of the wrong kind", "a negative seed", "a seed no state file holds", "an unknown policy",
-        "a budget over 1", "params that are no mapping", "a warmup that is no number", "a policy users cannot name"])
+        "a budget over 1", "params that are no mapping", "a warmup that is no number", "a policy users cannot name",
+        "a policy that is no name", "a budget no state file holds"])
 def test_bad_tune_settings_are_refused_when_the_kernel_is_decorated(tmp_path, settings, named):
     with pytest.raises(ValueError, match=rf"accumulate_kernel\): .*{re.escape(named)}"):
         fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), **settings)(accumulate_kernel)
@@ -429,9 +467,13 @@ def test_a_numpy_budget_is_kept_as_the_python_number_a_state_file_can_hold(tmp_p
     assert kernel.policy_params["budget"] == 0.5 and type(kernel.policy_params["budget"]) is float
 
 
-def test_an_empty_state_dir_is_refused_when_the_kernel_is_decorated():
-    with pytest.raises(ValueError, match=r"accumulate_kernel\): state_dir='' is empty"):
-        fasta_sm.autotune(SMALL, key=["n"], state_dir="")(accumulate_kernel)
+@pytest.mark.parametrize("state_dir, named", [("", "state dir '' is empty"),
+                                               (3, "state dir 3 must be a path"),
+                                               (b"/tmp/states", "state dir b'/tmp/states' must be a path")],
+                         ids=["empty", "no path", "bytes"])
+def test_a_state_dir_that_names_no_directory_is_refused_when_the_kernel_is_decorated(state_dir, named):
+    with pytest.raises(ValueError, match=rf"accumulate_kernel\): {re.escape(named)}"):
+        fasta_sm.autotune(SMALL, key=["n"], state_dir=state_dir)(accumulate_kernel)
 
 
 def test_policy_none_means_the_default_policy(tmp_path):
