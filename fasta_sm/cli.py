@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import json
 import logging
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,10 @@ from .state import SEED_MAX, RoundRecord, TuneState
 from .store import StateStore, default_state_dir
 from .triton.cli import record_command
 
-console = Console(markup=False)
-"""No markup: kernel names, errors and file names are data, and `[...]` in them must print as it is."""
-notes = Console(stderr=True, markup=False, soft_wrap=True)
+console = Console(markup=False, emoji=False)
+"""No markup, no emoji codes: kernel names, errors and file names are data, and `[...]` or `:b:` in them must
+print as it is."""
+notes = Console(stderr=True, markup=False, emoji=False, soft_wrap=True)
 """Where a command says what it wrote, so that its standard output stays what it prints (JSON, say)."""
 state_dir_option = click.option(
     "--state-dir",
@@ -95,7 +97,7 @@ class _StderrHandler(logging.StreamHandler):
 def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None:
     """Durable, sample-efficient autotuning for Triton kernels."""
     ctx.obj = {"state_dir": root_state_dir}
-    errors = Console(stderr=True)
+    errors = Console(stderr=True, markup=False, emoji=False)
     if errors.is_terminal:
         handler: logging.Handler = RichHandler(console=errors, show_path=False, markup=False)
         layout = "%(message)s"
@@ -576,7 +578,8 @@ def graph(fmt: str, out: Path | None) -> None:
         raise click.UsageError(f"--format {fmt} needs --out FILE")
     _check_directory_of("--out", out)
     try:
-        result = draw_machine(fmt, out)
+        with _writing("--out", out):
+            result = draw_machine(fmt, out)
     except (ImportError, MissingGraphviz) as exc:
         raise click.ClickException(str(exc)) from None
     if out is None:
@@ -612,7 +615,7 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     for why in unreadable:
         notes.print(Text(f"skipped, unreadable: {why}", style="yellow"))
     if csv_out is not None:
-        with csv_out.open("w", newline="") as handle:
+        with _writing("--csv", csv_out), csv_out.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(REPORT_COLUMNS))
             writer.writeheader()
             writer.writerows(rows)
@@ -688,6 +691,15 @@ def _known_policy(name: str, option: str = "--policy") -> str:
     return name
 
 
+@contextlib.contextmanager
+def _writing(option: str, path: Path | None) -> Iterator[None]:
+    """An error writing `path` names it and its option: a full disk's own message names neither."""
+    try:
+        yield
+    except OSError as exc:
+        raise click.ClickException(f"{option} {path}: {exc.strerror or exc}") from None
+
+
 def _print_table(table: Table) -> None:
     """A table is printed as wide as its cells need, never cut: its cells (kernel names, configs, keys,
     figures) are what a user greps for, pastes or reads. One wider than the terminal runs past its edge."""
@@ -695,7 +707,7 @@ def _print_table(table: Table) -> None:
     if console.is_terminal and needed <= console.width:
         console.print(table)
         return
-    wide = Console(markup=False, width=max(console.width, 240, needed))
+    wide = Console(markup=False, emoji=False, width=max(console.width, 240, needed))
     with wide.capture() as captured:
         wide.print(table)
     click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
@@ -773,7 +785,7 @@ def bench_command(
                                  param_hint="--seed-start")
     folder = tables_dir or shipped_tables()
     paths = table_paths(folder)  # refused before the progress display starts
-    if json_out is not None and json_out.expanduser().absolute().parent == Path(folder).expanduser().absolute():
+    if json_out is not None and json_out.expanduser().resolve().parent == Path(folder).expanduser().resolve():
         raise click.BadParameter(f"{json_out} is in the tables folder, where the next bench would read it as a "
                                  "table; write it elsewhere", param_hint="--json")
     params = _policy_params(names[0], param_items, paths)
@@ -812,7 +824,8 @@ def bench_command(
         overall.add_row(policy, *(f"{row[c]:.3f}" for c in columns))
     _print_table(overall)
     if json_out is not None:
-        json_out.write_text(json.dumps(_finite_or_null(result), indent=2, allow_nan=False))
+        with _writing("--json", json_out):
+            json_out.write_text(json.dumps(_finite_or_null(result), indent=2, allow_nan=False))
         notes.print(f"wrote {json_out}")
 
 

@@ -92,8 +92,9 @@ def tune_label(state: TuneState) -> str:
     """Policy and seed, with what else tells two tunes of one kernel apart in a listing: an explicit budget,
     a replay without noise."""
     label = f"{state.policy} seed {state.seed}"
-    if state.policy_params.get("budget") is not None:
-        label += f" budget {state.policy_params['budget']:g}"
+    budget = state.policy_params.get("budget")
+    if budget is not None:  # a number, unless the file was edited by hand
+        label += f" budget {budget:g}" if isinstance(budget, (int, float)) else f" budget {budget!r}"
     return label + (" no noise" if replays_means(state.backend) else "")
 
 

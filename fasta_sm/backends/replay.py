@@ -185,6 +185,7 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
     for name in ("device", "torch", "triton"):
         if not isinstance(data[name], str):
             raise TableError(f"{source}: {name}={data[name]!r} must be a string")
+    _check_text(source, {k: v for k, v in data.items() if k != "configs"})
     rows = data["configs"]
     if not isinstance(rows, list) or not rows:
         raise TableError(f"{source}: 'configs' must be a non-empty list")
@@ -194,6 +195,7 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
         where = f"{source}: configs[{index}]"
         if not isinstance(row, dict):
             raise TableError(f"{where} is not an object")
+        _check_text(where, row)
         for name in _CONFIG_FIELDS:
             if name not in row:
                 raise TableError(f"{where}: missing field {name!r}")
@@ -228,6 +230,16 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
         raise TableError(f"{source}: kernel={kernel!r} must be a non-empty string")
     meta = {k: v for k, v in data.items() if k != "configs"}
     return ReplayTable(kernel, configs, np.array(compile_s), samples, errors, meta, source)
+
+
+def _check_text(where: str, value: Any) -> None:
+    """Refuse a string that is not Unicode text (a lone surrogate, which JSON's `\\ud800` escape decodes to):
+    no state file, which is UTF-8, could hold it."""
+    try:
+        json.dumps(value, ensure_ascii=False, default=repr).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end]
+        raise TableError(f"{where}: {bad!r} is not Unicode text (a lone surrogate escape)") from None
 
 
 def _with_options(config: Config, options: Any) -> Config:
@@ -304,7 +316,7 @@ class ReplayBackend:
             return mean
         spread = float(np.std(samples, ddof=1))
         draw = np.random.default_rng([self.seed, index, repeat]).standard_normal()
-        return max(mean + spread * draw, mean * 0.5)
+        return min(max(mean + spread * draw, mean * 0.5), LONGEST_US)  # a timing the engine takes
 
     def _index(self, config: Config) -> int:
         try:

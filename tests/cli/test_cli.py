@@ -380,6 +380,37 @@ def test_bench_refuses_to_write_its_json_among_the_tables_the_next_bench_reads(t
     assert "--json" in error and "tables folder" in error and not out.exists()
 
 
+@pytest.mark.parametrize("how", ["dot-dot", "link"])
+def test_bench_refuses_its_json_in_the_tables_folder_however_the_path_is_written(how, table_file, tmp_path):
+    folder = table_file.parent
+    if how == "link":
+        (tmp_path.parent / f"{tmp_path.name}-link").symlink_to(folder)
+        tables, out = tmp_path.parent / f"{tmp_path.name}-link", folder / "results.json"
+    else:
+        tables, out = folder, folder / ".." / folder.name / "results.json"
+    error = refused("bench", "--tables", str(tables), "--seeds", "1", "--policies", "random", "--json", str(out))
+    assert "tables folder" in error and not out.exists()
+
+
+def test_kernel_names_print_as_they_are_with_emoji_codes_left_alone(tmp_path, state_dir):
+    table = write_table(tmp_path / "colon.json", kernel="gemm:b:fp16")
+    assert "kernel         gemm:b:fp16" in tune(table, state_dir)
+    assert "gemm:b:fp16" in invoke("ls", "--state-dir", str(state_dir))
+    assert "gemm:b:fp16" in invoke("show", "--state-dir", str(state_dir), "gemm:b:fp16")
+
+
+def test_a_bench_json_that_cannot_be_written_is_named_in_the_error(table_file, tmp_path, monkeypatch):
+    def full_disk(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    out = tmp_path / "out" / "bench.json"
+    out.parent.mkdir()
+    result = CliRunner().invoke(main, ["bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies",
+                                       "random", "--json", str(out)])
+    assert result.exit_code == 1 and f"--json {out}: No space left on device" in result.output
+
+
 def test_an_output_file_in_a_directory_this_process_cannot_write_is_refused_before_any_work(table_file, tmp_path,
                                                                                            monkeypatch):
     unwritable = tmp_path / "read-only"

@@ -21,7 +21,7 @@ from fasta_sm.errors import BackendError, ConfigError, PolicyError, TableError, 
 from fasta_sm.lookahead import likely_next
 from fasta_sm.machine import Tune, shared_machine
 from fasta_sm.policies import make_policy
-from fasta_sm.protocols import BenchmarkOutcome, CompileOutcome, Decision
+from fasta_sm.protocols import LONGEST_US, BenchmarkOutcome, CompileOutcome, Decision
 from fasta_sm.state import pack_state, unpack_state
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import open_tune, tune
@@ -78,6 +78,20 @@ def test_a_descriptive_field_of_the_wrong_type_is_a_table_error_naming_it(field,
     data[field] = value
     path = write_table(tmp_path / "typed.json", data)
     with pytest.raises(TableError, match=re.escape(f"{path}: {field}={value!r} must be")):
+        load_table(path)
+
+
+@pytest.mark.parametrize("where", ["kernel", "row"])
+def test_text_that_is_not_unicode_is_a_table_error_naming_where_it_stands(where, tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    if where == "kernel":
+        data["kernel"] += "\ud800"  # what JSON's escape "\\ud800" reads as; no UTF-8 state file can hold it
+    else:
+        data["configs"][3]["error"] = "OutOfResources \udcff"
+        data["configs"][3]["duration_us"] = []
+    path = write_table(tmp_path / "surrogate.json", data)
+    named = f"{path}: configs[3]" if where == "row" else f"{path}"
+    with pytest.raises(TableError, match=re.escape(f"{named}: '\\u") + ".* is not Unicode text"):
         load_table(path)
 
 
@@ -215,6 +229,15 @@ def test_replay_noise_depends_only_on_seed_config_and_repeat(table):
     assert a.timing(0, 2) == b.timing(0, 2)
     assert a.timing(0, 0) != a.timing(0, 1)
     assert ReplayBackend(table, noise=False).timing(0, 5) == pytest.approx(sum(table.samples_us[0]) / 2)
+
+
+def test_replay_noise_never_draws_a_timing_the_engine_would_refuse(tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    for row in data["configs"]:
+        if row["error"] is None:
+            row["duration_us"] = [1e12, 9e11]  # the reader's bound, and a wide spread
+    backend = ReplayBackend(load_table(write_table(tmp_path / "slow.json", data)), noise=True, seed=3)
+    assert max(backend.timing(0, repeat) for repeat in range(50)) <= LONGEST_US
 
 
 # --------------------------------------------------------------------------- bad config lists
