@@ -36,7 +36,7 @@ from .machine import DEFAULT_CHUNK, Tune
 from .policies import check_arguments, policy_names, with_environment
 from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import SEED_MAX, TuneState
-from .store import StateStore, is_wait
+from .store import StateStore, checked_state_dir, is_wait
 from .tuner import open_tune
 
 log = logging.getLogger("fasta_sm.driver")
@@ -148,6 +148,7 @@ class DriverSettings:
         """
         check_arguments(self.policy, self.policy_params)
         seed_setting(self.seed)
+        checked_state_dir(self.state_dir)
         for name, least in (("max_configs", 1), ("chunk_size", 1), ("compile_threads", 1)):
             whole_number(name, getattr(self, name), least)
         if not isinstance(self.prior, bool):
@@ -358,9 +359,14 @@ class FastaAutotunerMixin:
         props = self.device_props
         short, _ = self._fasta_core_names
         return (
-            f"{prefix}/{name}/{self.kernel_hash}/{props.type}-cc{props.cc}-{short}{props.multi_processor_count}"
+            f"{prefix}/{name}/{self._fasta_kernel_hash()}/{props.type}-cc{props.cc}-{short}"
+            f"{props.multi_processor_count}"
             f"/triton-{triton.__version__}"
         )
+
+    def _fasta_kernel_hash(self) -> str:
+        """What names the kernel's code in its key: the base class's hash of its source file."""
+        return self.kernel_hash
 
     def _fasta_describe(self) -> str:
         """How this tune measures: the device and the Triton that compiles (tunes measured alike lead the prior)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..prior import prior_enabled
 from ..store import StateStore
+from .codegen import source_safe
 
 log = logging.getLogger("fasta_sm.inductor")
 
@@ -90,6 +92,7 @@ def enable(
         chunk_size=whole_number("chunk_size", chunk_size, 1),
         prior=prior_enabled(),
     )
+    source_safe(settings.to_dict())
     _switch_on(settings)
     log.info("fasta_sm.inductor enabled: %s", settings)
     return settings
@@ -118,10 +121,14 @@ def _switch_on(settings: DriverSettings) -> None:
 
 
 def disable() -> None:
-    """Put back exactly what `enable()` replaced, for good in this process (a kernel loaded later that imports
-    the hook installs nothing); a no-op when not enabled."""
+    """Put back exactly what `enable()` replaced, or the dispatcher a cached kernel's hook installed without
+    it, for good in this process: a kernel loaded later that imports the hook installs nothing."""
     global _saved, _settings, _turned_off
     if _saved is None:
+        hooked = sys.modules.get(f"{__name__}.autotuner")
+        if hooked is not None:  # a cached kernel's source imported the hook, which installed the dispatcher
+            hooked.uninstall()
+        _turned_off = True
         return
     from torch._inductor.codegen import triton as codegen_triton
 
@@ -153,14 +160,16 @@ def current_settings() -> dict[str, Any] | None:
 @contextlib.contextmanager
 def enabled(**settings: Any) -> Iterator[DriverSettings]:
     """`enable(**settings)` for the block, then back to how it was (on, with the old settings, or off)."""
-    before = _settings
+    before, was_turned_off = _settings, _turned_off
     try:
         yield enable(**settings)
     finally:
-        if before is None:
-            disable()
-        else:  # on again with the old settings, whatever the block switched
+        if before is not None:  # on again with the old settings, whatever the block switched
             _switch_on(before)
+        else:
+            disable()
+            if not was_turned_off:  # FASTA_SM_INDUCTOR=1 may have been waiting for Inductor's codegen: it waits again
+                autoload()
 
 
 def autoload() -> None:

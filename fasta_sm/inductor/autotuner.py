@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import inspect
 import logging
+from pathlib import Path
 from typing import Any
 
 from torch._inductor.runtime import triton_heuristics
@@ -21,11 +23,11 @@ from torch._inductor.runtime.hints import HeuristicType
 
 from ..config import Config
 from ..driver import DriverSettings, FastaAutotunerMixin, to_fasta_config
+from .codegen import META_KEY, without_settings
 from .space import DeviceLimits, generate_space
 
 log = logging.getLogger("fasta_sm.inductor.autotuner")
 
-META_KEY = "fasta_sm"
 KIND_OF = {
     HeuristicType.POINTWISE: "pointwise",
     HeuristicType.REDUCTION: "reduction",
@@ -65,6 +67,17 @@ class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotu
         from . import turned_off
 
         return turned_off()
+
+    def _fasta_kernel_hash(self) -> str:
+        """A hash of the kernel's source as Inductor generated it, without the settings fasta-sm wrote into it:
+        they are the tune's settings, not its kernel (a tune run with others is superseded, its measurements
+        kept), and a state dir or a seed must not make the same kernel a new tune."""
+        settings = self.inductor_meta.get(META_KEY)
+        try:
+            source = Path(self.filename).read_text(encoding="utf-8")
+        except (TypeError, OSError, UnicodeDecodeError):  # no file (built by hand): Inductor's own hash
+            return self.kernel_hash
+        return hashlib.sha256(without_settings(source, settings).encode()).hexdigest()[:32]
 
 
 def _to_inductor(template: Any, config: Config) -> Any:

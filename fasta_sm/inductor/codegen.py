@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .autotuner import META_KEY
-
+META_KEY = "fasta_sm"
+"""The inductor_meta entry that carries the settings."""
 IMPORT_LINE = "from torch._inductor.runtime import triton_helpers, triton_heuristics"
 HOOK_LINE = "import fasta_sm.inductor.hook  # noqa: F401  fasta-sm autotuner, also in compile workers"
 HEURISTIC = re.compile(r"@triton_heuristics\.(pointwise|reduction|persistent_reduction)\(")
@@ -32,8 +32,26 @@ def rewrite_source(source: str, settings: dict[str, Any]) -> str:
     if start < 0:
         return source
     cut = start + len(META_OPEN)
-    source = f"{source[:cut]}{META_KEY!r}: {settings!r}, {source[cut:]}"
+    source = f"{source[:cut]}{_entry(settings)}{source[cut:]}"
     return source.replace(IMPORT_LINE, f"{IMPORT_LINE}\n{HOOK_LINE}", 1)
+
+
+def without_settings(source: str, settings: dict[str, Any]) -> str:
+    """`source` as Inductor wrote it, before `rewrite_source` added `settings` (read back from it) and the hook."""
+    return source.replace(_entry(settings), "", 1).replace(f"{IMPORT_LINE}\n{HOOK_LINE}", IMPORT_LINE, 1)
+
+
+def source_safe(settings: dict[str, Any]) -> None:
+    """Refuse, naming it, a setting whose text holds a backslash: Inductor embeds a kernel's source in a
+    string literal of its output code, which would read the escape a second time (a state dir `tunes\\new`
+    would become `tunes`, a newline and `ew`)."""
+    for name, value in settings.items():
+        if "\\" in repr(value):
+            raise ValueError(f"{name}={value!r} cannot travel in kernel source: its text needs a backslash escape")
+
+
+def _entry(settings: dict[str, Any]) -> str:
+    return f"{META_KEY!r}: {settings!r}, "
 
 
 def patched_codegen_kernel(

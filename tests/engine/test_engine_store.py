@@ -94,6 +94,14 @@ def test_a_state_dir_that_is_no_path_is_refused_naming_it(path):
         StateStore(path)
 
 
+@pytest.mark.parametrize("path", ["", 5])
+def test_driver_settings_with_a_state_dir_that_names_no_directory_are_refused(path):
+    from fasta_sm.driver import DriverSettings
+
+    with pytest.raises(StateDirError, match=re.escape(f"state dir {path!r}")):
+        DriverSettings(state_dir=path).checked()
+
+
 def test_a_state_dir_path_that_is_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

@@ -22,7 +22,7 @@ from triton.runtime.jit import JITFunction
 import fasta_sm.inductor as fi
 from fasta_sm.errors import PolicyError
 from fasta_sm.inductor.autotuner import FastaCachingAutotuner
-from fasta_sm.inductor.codegen import HOOK_LINE, rewrite_source
+from fasta_sm.inductor.codegen import HOOK_LINE, rewrite_source, without_settings
 
 
 def add_kernel_source(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
@@ -40,14 +40,14 @@ H200 = DeviceProperties(type="cuda", index=0, multi_processor_count=132, cc=90, 
                         max_threads_per_block=1024, warp_size=32)
 
 
-def make_pointwise(tmp_path, settings=None):
+def make_pointwise(tmp_path, settings=None, name="cabc123"):
     meta = {"kernel_name": "triton_poi_add_0", "autotune_local_cache": False, "autotune_remote_cache": False}
     if settings is not None:
         meta["fasta_sm"] = settings
     triton_meta = {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"},
                    "device": H200, "constants": {}, "configs": []}
     return triton_heuristics.pointwise(size_hints={"x": 1 << 20}, triton_meta=triton_meta,
-                                       inductor_meta=meta, filename=str(tmp_path / "cabc123.py"))(add_kernel)
+                                       inductor_meta=meta, filename=str(tmp_path / f"{name}.py"))(add_kernel)
 
 
 def snapshot():
@@ -131,6 +131,52 @@ def test_rewrite_adds_the_hook_and_settings_only_to_tuned_heuristics():
     assert rewrite_source(out, {"policy": "x"}) == out, "idempotent"
     foreach = source.replace("pointwise", "foreach")
     assert rewrite_source(foreach, {}) == foreach
+
+
+def test_removing_the_settings_gives_back_the_source_inductor_wrote():
+    settings = {"policy": "fasta", "state_dir": "/tmp/tunés", "policy_params": {"rounds": 1}}
+    assert without_settings(rewrite_source(SOURCE_WITH_HEURISTIC, settings), settings) == SOURCE_WITH_HEURISTIC
+
+
+def test_a_kernels_tune_key_holds_its_source_not_the_settings_written_into_it(tmp_path):
+    first = fi.enable(state_dir=tmp_path / "one").to_dict()
+    second = fi.enable(state_dir=tmp_path / "two", seed=1, chunk_size=4).to_dict()
+    keys = []
+    for settings, name in ((first, "cone111"), (second, "ctwo222")):  # Inductor names a file by its source's hash
+        (tmp_path / f"{name}.py").write_text(rewrite_source(SOURCE_WITH_HEURISTIC, settings))
+        keys.append(make_pointwise(tmp_path, settings, name=name)._fasta_plan.key)
+    (tmp_path / "cthree3.py").write_text(rewrite_source(SOURCE_WITH_HEURISTIC.replace("pass", "return"), first))
+    other_kernel = make_pointwise(tmp_path, first, name="cthree3")._fasta_plan.key
+    assert keys[0] == keys[1] != other_kernel
+
+
+def test_a_setting_kernel_source_would_read_twice_is_refused_by_enable(tmp_path):
+    with pytest.raises(ValueError, match=r"state_dir='.*tunes\\\\new' cannot travel in kernel source"):
+        fi.enable(state_dir=tmp_path / "tunes\\new")
+    assert not fi.is_enabled()
+
+
+def test_disable_puts_back_the_dispatcher_a_cached_kernels_hook_installed_without_enable():
+    from fasta_sm.inductor import autotuner
+
+    autotuner.install()  # what a cached kernel's source does through the hook, in a process that never enabled
+    fi.disable()
+    assert triton_heuristics.cached_autotune is autotuner.ORIGINAL_CACHED_AUTOTUNE and fi.turned_off()
+
+
+def test_an_enabled_block_gives_the_environment_switch_back(tmp_path):
+    code = (
+        "import torch, fasta_sm.inductor as fi\n"
+        "fi.autoload()\n"
+        f"with fi.enabled(state_dir={str(tmp_path / 'block')!r}):\n"
+        "    pass\n"
+        "print(fi.is_enabled(), fi.current_settings()['state_dir'])\n"
+    )
+    env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(tmp_path / "env")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.stdout.split() == ["True", str(tmp_path / "env")], out.stderr[-2000:]
 
 
 def test_dispatcher_builds_fasta_only_for_kernels_that_ask(tmp_path):

@@ -117,7 +117,9 @@ def test_a_tune_that_fails_warns_once_and_falls_back_to_torch_npus_own_configs(t
 
 @pytest.mark.parametrize("env", [{"FASTA_SM_NPU_SETTINGS": "null"}, {"FASTA_SM_NPU_SETTINGS": "{not json"},
                                  {"FASTA_SM_LOCK_TIMEOUT": "abc"}, {"FASTA_SM_NPU_SETTINGS": '{"policy": "nope"}'},
-                                 {"FASTA_SM_NPU_SETTINGS": '{"seed": "x"}'}])
+                                 {"FASTA_SM_NPU_SETTINGS": '{"seed": "x"}'},
+                                 {"FASTA_SM_NPU_SETTINGS": '{"state_dir": 5}'},
+                                 {"FASTA_SM_NPU_SETTINGS": '{"state_dir": ""}'}])
 def test_unusable_settings_leave_every_kernel_to_torch_npu_with_one_warning(env, table_file, state_dir):
     logs: list[str] = []
     seen = scenario("unusable_settings", table_file, state_dir, stderr=logs, FASTA_SM_NPU="1", **env)
