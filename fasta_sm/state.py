@@ -23,7 +23,7 @@ import numpy.random  # noqa: F401  loaded on first use otherwise, a warm start's
 from . import __version__
 from .config import MSGPACK_INTS, Config, configs_hash
 from .errors import StateFileError
-from .protocols import Observations
+from .protocols import LONGEST_US, Observations
 
 SCHEMA_VERSION = 2
 """2: the top map ends with `crc32`, a CRC-32 of the bytes of every field before it, so that damage that
@@ -640,11 +640,11 @@ def _check_consistent(state: TuneState, source: str) -> None:
         if bad:
             raise StateFileError(f"{source}: {name} holds index {bad[0]!r} outside 0..{n - 1}")
     flat = list(chain.from_iterable(state.durations.values()))
-    if flat and (min(flat) <= 0 or max(flat) == math.inf or any(map(math.isnan, flat))) or not all(
+    if flat and (min(flat) <= 0 or max(flat) > LONGEST_US or any(map(math.isnan, flat))) or not all(
         state.durations.values()
-    ):
+    ):  # a timing past the engine's bound (older files hold some) would stop every tune that carried it
         for index, samples in state.durations.items():
-            if not samples or any(not math.isfinite(x) or x <= 0 for x in samples):
+            if not samples or any(not 0 < x <= LONGEST_US for x in samples):
                 raise StateFileError(f"{source}: config #{index} has invalid durations {samples!r}")
     stamps = [("created", state.created), ("updated", state.updated)]
     for position, record in enumerate(state.rounds):
@@ -671,7 +671,7 @@ def _check_consistent(state: TuneState, source: str) -> None:
     if not math.isfinite(state.cost.total_s):
         raise StateFileError(f"{source}: cost's seconds add up to more than a number can hold")
     for index, carried in state.carried.items():
-        if any(x <= 0 for x in carried.get("durations_us", ())):  # a kernel takes time, as for `durations`
+        if any(not 0 < x <= LONGEST_US for x in carried.get("durations_us", ())):  # as for `durations`
             raise StateFileError(f"{source}: carried[{index}] has invalid durations {carried['durations_us']!r}")
     if state.predicted_us and len(state.predicted_us) != n:
         raise StateFileError(f"{source}: predicted_us has {len(state.predicted_us)} values for {n} configs")
@@ -722,9 +722,6 @@ def _check_best_is_fastest(state: TuneState, source: str) -> None:
     indices = list(state.durations)
     # as `mean_us` computes them; one timing is its own mean, and most configs have one
     means = [x[0] if len(x) == 1 else sum(x) / len(x) for x in state.durations.values()]
-    if not math.isfinite(max(means)):
-        overflow = next(index for index, mean in zip(indices, means) if not math.isfinite(mean))
-        raise StateFileError(f"{source}: config #{overflow} has timings whose mean is not finite")
     low = min(means)
     fastest = indices[means.index(low)]
     if means.count(low) > 1:  # a tie goes to the lower index, whatever order the map holds them in
@@ -756,6 +753,8 @@ def _check_rounds(state: TuneState, source: str) -> None:
         return
     if state.pending != last.batch or state.retime != last.retime:
         raise StateFileError(f"{source}: at {state.position()} the pending batch is not {last.name}'s")
+    if len(set(state.pending)) != len(state.pending):
+        raise StateFileError(f"{source}: at {state.position()} the pending batch lists a config twice")
     timed = set(state.round_done)
     if len(timed) != len(state.round_done) or not timed <= set(state.pending):
         raise StateFileError(f"{source}: at {state.position()} round_done lists a config twice or off the batch")
@@ -782,6 +781,8 @@ def _check_carried(state: TuneState, source: str) -> None:
         if carried.get("error") is not None:
             if carried.get("durations_us"):
                 raise StateFileError(f"{source}: carried[{index}] failed and has timings")
+            if index in state.compiled:
+                raise StateFileError(f"{source}: carried[{index}] failed, but config #{index} is compiled")
         elif carried.get("compile_s") is None:
             raise StateFileError(f"{source}: carried[{index}] has neither an error nor compile seconds")
         elif index in state.compiled and not carried.get("durations_us"):

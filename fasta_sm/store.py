@@ -43,6 +43,8 @@ LOCK_SUFFIX = ".lock"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 PEEK_BYTES = 64 * 1024
 """How much of a state file `read_kernel` reads first: its key and kernel, the leading fields, are far shorter."""
+PEEK_MOST_BYTES = 1024 * 1024
+"""The most `read_kernel` reads, for a key longer than `PEEK_BYTES`: a stray file as large as memory is passed over."""
 
 
 def default_state_dir() -> Path:
@@ -251,11 +253,13 @@ class StateStore:
     def read_kernel(path: Path) -> str | None:
         """The kernel the state file at `path` names, from its first bytes' fields (None if it does not start like
         a state): a quick look, which neither judges nor moves the file. OSError if it cannot be read."""
-        head = _read_regular(path, PEEK_BYTES)
-        try:
-            return peek_kernel(head, complete=len(head) < PEEK_BYTES)
-        except EOFError:  # a key longer than the head
-            return peek_kernel(_read_regular(path))
+        for size in (PEEK_BYTES, PEEK_MOST_BYTES):
+            head = _read_regular(path, size)
+            try:
+                return peek_kernel(head, complete=len(head) < size)
+            except EOFError:  # a key longer than the head: once more, with a longer head
+                continue
+        return None  # a first field longer than any key: not a state file
 
     def quarantine(self, path: Path, why: str, notes: list[str] | None = None) -> Path:
         """Move a bad file aside, warn once naming both paths, and return the new path.

@@ -1040,3 +1040,14 @@ def test_a_saved_plan_keeps_its_path_and_r1():
 def test_numpy_indices_among_the_expert_configs_are_kept_as_ints():
     policy = FastaPolicy(MATMUL.configs, expert_configs=(np.int64(3), 4))
     assert policy.params.expert_configs == (3, 4) and all(type(i) is int for i in policy.params.expert_configs)
+
+
+@pytest.mark.parametrize(("field", "value"), [("reference_log", "x"), ("previous_best_log", [1.0]),
+                                              ("previous_hist", ["a"]), ("retime_start_s", True),
+                                              ("phase", "r9"), ("stop_reason", 3), ("history", ["basis"]),
+                                              ("last_batch", [10**6])])
+def test_a_stored_policy_state_field_of_the_wrong_kind_is_refused_when_loaded_naming_it(field, value):
+    state = msgpack.unpackb(msgpack.packb(FastaPolicy(six_knob_space()).state_dict()))
+    state[field] = value
+    with pytest.raises(PolicyError, match=field.replace("_", ".") if field != "phase" else "phase"):
+        FastaPolicy(six_knob_space()).load_state_dict(state)

@@ -190,6 +190,22 @@ def test_a_key_longer_than_the_quick_looks_head_still_names_its_kernel(table_fil
     assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
 
 
+def test_a_stray_file_whose_first_field_runs_past_any_key_is_passed_over_unread(table_file, state_dir, monkeypatch):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    with open(state_dir / ("e" * 32 + ".fsm"), "wb") as stray:  # a map whose first string claims 4 GiB
+        stray.write(bytes([0x81, 0xC6, 0xFF, 0xFF, 0xFF, 0xF0]))
+        stray.truncate(64 * 2**20)
+    reads = []
+    read_regular = store_module._read_regular
+    monkeypatch.setattr(store_module, "_read_regular", lambda path, limit=-1: reads.append((Path(path).name, limit))
+                        or read_regular(path, limit))
+    assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
+    stray_reads = [limit for name, limit in reads if name.startswith("eeee")]
+    assert stray_reads and all(0 < limit <= store_module.PEEK_MOST_BYTES for limit in stray_reads)
+
+
 @pytest.mark.parametrize("failing_read", [1, 2], ids=["the quick look", "the decode"])
 def test_a_file_that_cannot_be_read_for_now_is_read_again_next_time(table_file, state_dir, monkeypatch, failing_read):
     table = load_table(table_file)

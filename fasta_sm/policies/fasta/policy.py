@@ -55,6 +55,17 @@ from .surrogates import build_basis, compete, fit_ridge
 log = logging.getLogger("fasta_sm.policies.fasta")
 
 STATE_VERSION = 1
+_PHASES = ("start", "r1", "r2", "retime", "done")
+
+
+def _stored_number(name: str, value: Any) -> float | None:
+    """A number (or None) of a stored policy state as a float; a PolicyError naming the field for anything else:
+    a state the policy cannot take is set aside when it is read, not a crash rounds later."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(f"fasta: state field {name}={value!r} is not a number")
+    return float(value)
 
 
 def _without(items: np.ndarray, removed: np.ndarray, size: int) -> np.ndarray:
@@ -690,18 +701,26 @@ class FastaPolicy:
         if params != self.params or budget_arg != self._budget_arg:
             self._budget_arg = budget_arg
             self._setup(params)
+        if state["phase"] not in _PHASES:
+            raise PolicyError(f"fasta: state phase {state['phase']!r} is none of {', '.join(_PHASES)}")
         self._phase = state["phase"]
         self._r2_rounds = int(state["r2_rounds"])
         self._last_batch = [int(i) for i in state["last_batch"]]
-        self._reference_log = state["reference_log"]
-        self._previous_hist = state["previous_hist"]
-        self._previous_best_log = state["previous_best_log"]
+        if any(not 0 <= i < len(self._configs) for i in self._last_batch):
+            raise PolicyError(f"fasta: state last_batch {self._last_batch!r} holds an index outside the configs")
+        self._reference_log = _stored_number("reference_log", state["reference_log"])
+        hist = state["previous_hist"]
+        self._previous_hist = None if hist is None else [_stored_number("previous_hist", x) for x in hist]
+        self._previous_best_log = _stored_number("previous_best_log", state["previous_best_log"])
         self._retimes = int(state["retimes"])
         self._retime_timings = int(state.get("retime_timings", 0))
-        self._retime_start_s = state.get("retime_start_s")
-        self._timings = {k: [float(x) for x in v] for k, v in state.get("timings", {}).items()}
+        self._retime_start_s = _stored_number("retime_start_s", state.get("retime_start_s"))
+        self._timings = {str(k): [float(x) for x in v] for k, v in state.get("timings", {}).items()}
         self._polished = int(state.get("polished", 0))
-        self._r1_cost = state.get("r1_cost")
+        r1_cost = state.get("r1_cost")
+        self._r1_cost = None if r1_cost is None else [float(r1_cost[0]), int(r1_cost[1])]
+        if not isinstance(state["stop_reason"], str):
+            raise PolicyError(f"fasta: state stop_reason {state['stop_reason']!r} is not text")
         self._stop_reason = state["stop_reason"]
         if "plan" in state:  # a budget routed again after R1 (`peak_share`) is not what _setup derives
             plan = state["plan"]
@@ -716,4 +735,6 @@ class FastaPolicy:
                 r1=int(plan.get("r1", routed.r1)),
                 path=str(plan.get("path", routed.path)),
             )
+        if not isinstance(state["history"], list) or not all(isinstance(h, dict) for h in state["history"]):
+            raise PolicyError("fasta: state history is not a list of records")
         self._history = list(state["history"])
