@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import Config
-from ..errors import PolicyError
+from ..errors import ConfigError, PolicyError
 from ..protocols import Policy
 
 PolicyFactory = Callable[..., Policy]
@@ -51,7 +51,7 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
         require_listed(name)
     factory = _REGISTRY[name]
     if not configs:
-        raise PolicyError(f"policy {name!r}: the config list is empty; there is nothing to tune")
+        raise ConfigError(f"policy {name!r}: the config list is empty; there is nothing to tune")
     given = dict(params or {})
     signature = inspect.signature(factory)
     try:

@@ -19,6 +19,7 @@ import click
 from ..backends.replay import DISTURBED_SPREAD, count_disturbed, timed_by_interpreter
 from ..cli_paths import NamedPath
 from ..errors import ConfigError, MissingDependency, TableError
+from ..state import storable_text
 
 
 def _finite(least: float, strict: bool) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
@@ -159,7 +160,8 @@ def record_command(
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="SPECS") from None
     _check_writable(Path(out_dir))
-    command = shlex.join(["fasta-sm", *sys.argv[1:]])  # fasta-sm's own arguments, from `fasta-sm` or `-m` alike
+    # fasta-sm's own arguments, from `fasta-sm` or `-m` alike; a path's undecodable bytes escaped, as a table needs
+    command = storable_text(shlex.join(["fasta-sm", *sys.argv[1:]]))
     pool = CompilePool(workers)
     started = time.perf_counter()
     unwritten: list[str] = []

@@ -24,6 +24,7 @@ from typing import Any
 from ..backends.replay import INTERPRETER_TIMING, table_from_dict
 from ..config import Config, check_config_list
 from ..errors import ConfigError
+from ..state import storable_text
 from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
 from .compile_pool import CompilePool
 from .spec import KernelSpec
@@ -130,7 +131,7 @@ def record(
             "num_stages": config.num_stages,
             "compile_s": round(outcome.seconds, 4),
             "duration_us": [],
-            "error": outcome.error,
+            "error": _text(outcome.error),
         }
         if config.options:
             row["options"] = dict(config.options)
@@ -142,7 +143,7 @@ def record(
     if check and spec.reference is not None:
         expected = spec.reference(args)
         for i in ok:
-            rows[i]["error"] = check_output(backend, spec, configs[i], expected)
+            rows[i]["error"] = _text(check_output(backend, spec, configs[i], expected))
         del expected
         ok = [i for i in ok if rows[i]["error"] is None]
         say(f"{spec.name}: {len(ok)} configs give the right output")
@@ -152,7 +153,7 @@ def record(
         outcome = backend.benchmark([configs[i] for i in order])
         for position, i in enumerate(order):
             if position in outcome.errors:
-                rows[i]["error"] = outcome.errors[position]
+                rows[i]["error"] = _text(outcome.errors[position])
             elif rows[i]["error"] is None:
                 rows[i]["duration_us"].append(round(float(outcome.durations_us[position]), 3))
     for row in rows:
@@ -182,14 +183,19 @@ def record(
     return table
 
 
+def _text(message: str | None) -> str | None:
+    """An error message as a table can hold it: bytes a compiler's output could not decode, escaped."""
+    return None if message is None else storable_text(message)
+
+
 def _check_fits_the_format(spec: KernelSpec, configs: Sequence[Config]) -> None:
     """Refuse, before anything is compiled, a spec whose table the replay format could not hold."""
     try:
-        json.dumps(spec.shape)
+        json.dumps(spec.shape, allow_nan=False)  # strict JSON: no NaN or Infinity
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{spec.name}: shape {spec.shape!r} cannot be written to a table: {exc}") from None
-    if not isinstance(spec.shape, dict):
-        raise ConfigError(f"{spec.name}: shape {spec.shape!r} must be a dict (a JSON object in the table)")
+    if not isinstance(spec.shape, dict) or not all(isinstance(key, str) for key in spec.shape):
+        raise ConfigError(f"{spec.name}: shape {spec.shape!r} must be a dict with string keys (a JSON object)")
     first: dict[str, int] = {}
     for index, config in enumerate(configs):
         key = Config(dict(config.kwargs), config.num_warps, config.num_stages).identity

@@ -12,7 +12,7 @@ import pytest
 from driving import drive
 
 from fasta_sm.bench import bench, percentile, run_policy
-from fasta_sm.errors import MissingDependency, PolicyError
+from fasta_sm.errors import ConfigError, MissingDependency, PolicyError
 from fasta_sm.policies import coordinate, make_policy, trees, with_environment  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
 from fasta_sm.protocols import Observations
@@ -192,5 +192,5 @@ def test_bench_gives_fasta_exactly_the_leaders_count_when_it_is_not_the_leader(t
 
 @pytest.mark.parametrize("name", ["exhaustive", "random", "coordesc", "trees", "fasta"])
 def test_every_policy_refuses_an_empty_config_list_naming_itself(name):
-    with pytest.raises(PolicyError, match=rf"policy '{name}': the config list is empty"):
+    with pytest.raises(ConfigError, match=rf"policy '{name}': the config list is empty"):
         make_policy(name, [], {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import landscapes
 import msgpack
@@ -248,6 +249,13 @@ def test_a_measured_config_counted_as_timed_zero_times_names_it():
     samples[measured] = 0
     with pytest.raises(InvalidObservations, match=rf"observed.samples\[{measured}\] = 0, but config #{measured}"):
         policy.refine(Observations(observed.duration_us, samples, observed.compile_s, observed.spent_s), rng)
+
+
+def test_spent_seconds_that_are_no_number_are_rejected_naming_them():
+    policy, sim, rng, decision = _after_r1()
+    observed = sim.observed()
+    with pytest.raises(InvalidObservations, match=r"observed.spent_s = None must be a finite number"):
+        policy.refine(Observations(observed.duration_us, observed.samples, observed.compile_s, None), rng)
 
 
 def test_zero_duration_is_rejected():
@@ -1051,3 +1059,17 @@ def test_a_stored_policy_state_field_of_the_wrong_kind_is_refused_when_loaded_na
     state[field] = value
     with pytest.raises(PolicyError, match=field.replace("_", ".") if field != "phase" else "phase"):
         FastaPolicy(six_knob_space()).load_state_dict(state)
+
+
+@pytest.mark.parametrize(("knob", "value"), [("expert_configs", 3), ("bases", None), ("cell_columns", 5),
+                                             ("expert_configs", "12")])
+def test_a_list_knob_given_no_list_is_refused_naming_it(knob, value):
+    from fasta_sm.policies import check_arguments
+
+    with pytest.raises(PolicyError, match=rf"{knob}={re.escape(repr(value))} must be a list"):
+        check_arguments("fasta", {knob: value})
+
+
+def test_no_share_of_the_budget_for_guided_rounds_is_refused():
+    with pytest.raises(PolicyError, match=r"guided_share=0 must be in \(0, 1\)"):
+        FastaPolicy(six_knob_space(), guided_share=0)

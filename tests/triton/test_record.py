@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -208,6 +209,28 @@ def test_a_table_names_the_fasta_sm_record_command_that_made_it(tmp_path):
     assert command.startswith("fasta-sm record row_sum --out ")
 
 
+def test_a_command_line_with_bytes_no_text_holds_is_kept_escaped_and_the_table_reads_back(tmp_path):
+    out = tmp_path / os.fsdecode(b"tables-\xff")  # a directory name that is not UTF-8
+    done = subprocess.run(
+        [sys.executable, "-m", "fasta_sm.triton.cli", "row_sum", "--out", str(out), "--param", "M=3",
+         "--param", "N=700", "--limit", "1", "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE],
+        capture_output=True, text=True, errors="surrogateescape",
+    )
+    assert done.returncode == 0, done.stderr
+    table = load_table(out / "row_sum_fp32_3x700.json")
+    assert "tables-\\udcff" in table.meta["command"]
+
+
+def test_a_config_whose_error_text_holds_undecodable_bytes_is_recorded_with_it_escaped(monkeypatch):
+    def check(backend, spec, config, expected):  # a compiler's message read with surrogateescape
+        return "WrongResult in " + os.fsdecode(b"/tmp/cache-\xff") if config.kwargs["BLOCK"] == 64 else None
+
+    monkeypatch.setattr(recorder, "check_output", check)
+    table = record(accumulate_spec(), device=DEVICE, warmup_ms=0, rep_ms=0)
+    by_block = {row["kwargs"]["BLOCK"]: row for row in table["configs"]}
+    assert by_block[64]["error"] == "WrongResult in /tmp/cache-\\udcff" and len(by_block[128]["duration_us"]) == 2
+
+
 def test_a_spec_with_a_config_twice_is_refused_before_anything_is_recorded():
     spec = zoo.spec_softmax(M=5, N=300)
     spec.configs = [spec.configs[0], spec.configs[1], spec.configs[0]]
@@ -308,10 +331,12 @@ def test_configs_the_format_cannot_tell_apart_are_refused_before_anything_is_com
         record(twins, device=DEVICE, warmup_ms=0, rep_ms=0)
 
 
-def test_a_shape_a_table_cannot_hold_is_refused_before_anything_is_compiled():
-    spec = accumulate_spec(shape={"dtype": torch.float32})
+@pytest.mark.parametrize("shape", [{"dtype": torch.float32}, {"eps": float("nan")}, {1: "a", "1": "b"}],
+                         ids=["an object", "nan", "a key that is no string"])
+def test_a_shape_a_table_cannot_hold_is_refused_before_anything_is_compiled(shape):
+    spec = accumulate_spec(shape=shape)
     spec.make_args = None
-    with pytest.raises(ConfigError, match=r"accumulate: shape .* cannot be written to a table"):
+    with pytest.raises(ConfigError, match=r"accumulate: shape .* (cannot be written to a table|string keys)"):
         record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -52,7 +53,7 @@ def check_observations(observed: Observations, n: int, last_batch: Sequence[int]
             f"fasta: observed.duration_us[{dropped[0]}] = nan, but config #{dropped[0]} was in the last batch; "
             "a config that failed must be reported as +inf"
         )
-    if not np.isfinite(observed.spent_s) or observed.spent_s < 0:
+    if not isinstance(observed.spent_s, numbers.Real) or not np.isfinite(observed.spent_s) or observed.spent_s < 0:
         raise InvalidObservations(f"fasta: observed.spent_s = {observed.spent_s!r} must be a finite number ≥ 0")
     for index, message in observed.failures.items():
         if not (isinstance(index, (int, np.integer)) and 0 <= index < n and np.isinf(durations[index])):

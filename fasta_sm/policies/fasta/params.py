@@ -14,7 +14,7 @@ import functools
 import logging
 import numbers
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -115,8 +115,8 @@ class FastaParams:
             raise PolicyError(f"fasta: peak_share={self.peak_share!r} must be 0 (off) or a share in (0, 1]")
         if not 0.0 <= self.cost_budget <= 1.0:
             raise PolicyError(f"fasta: cost_budget={self.cost_budget!r} must be 0 (off) or a fraction in (0, 1]")
-        if not 0.0 <= self.guided_share < 1.0:
-            raise PolicyError(f"fasta: guided_share={self.guided_share!r} must be in [0, 1)")
+        if not 0.0 < self.guided_share < 1.0:  # with none, R1 would fill the budget and the model never pick
+            raise PolicyError(f"fasta: guided_share={self.guided_share!r} must be in (0, 1)")
         if not 0.0 <= self.marginal_share < 1.0:
             raise PolicyError(f"fasta: marginal_share={self.marginal_share!r} must be in [0, 1)")
         for name in ("tau_min", "ridge_lambda", "near_tol", "retime_tol", "hist_span"):
@@ -392,9 +392,11 @@ def resolve_params(overrides: Mapping[str, Any]) -> FastaParams:
     for name, value in overrides.items():
         if name not in types:
             raise PolicyError(f"fasta: unknown parameter {name!r}; known: {', '.join(sorted(types))}")
-        if name in ("bases", "cell_columns"):
-            value = (value,) if isinstance(value, str) else tuple(value)
-        elif name == "expert_configs":
+        if name in ("bases", "cell_columns", "expert_configs"):
+            if isinstance(value, str) and name != "expert_configs":
+                value = (value,)
+            elif isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+                raise PolicyError(f"fasta: {name}={value!r} must be a list")
             value = tuple(value)
         values[name] = value
     return FastaParams(**values)
