@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import csv
+import io
 import json
 import logging
 import math
@@ -899,6 +900,9 @@ def _note_defects(path: Path, replay: ReplayTable) -> None:
 
 def run() -> None:
     """Entry point: fasta-sm's errors, and a file it cannot read or write, shown as one line on stderr."""
+    for stream in (sys.stdout, sys.stderr):  # a path's undecodable bytes print escaped, not as a crash
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -215,8 +215,10 @@ def test_a_command_line_with_bytes_no_text_holds_is_kept_escaped_and_the_table_r
         [sys.executable, "-m", "fasta_sm.triton.cli", "row_sum", "--out", str(out), "--param", "M=3",
          "--param", "N=700", "--limit", "1", "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE],
         capture_output=True, text=True, errors="surrogateescape",
+        env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"},  # as a UTF-8 locale has it (not C's surrogateescape)
     )
     assert done.returncode == 0, done.stderr
+    assert "tables-\\udcff" in done.stdout  # "wrote ...": the path printed, its byte escaped
     table = load_table(out / "row_sum_fp32_3x700.json")
     assert "tables-\\udcff" in table.meta["command"]
 
