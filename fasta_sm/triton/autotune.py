@@ -183,12 +183,12 @@ class Autotuner(TritonAutotuner):
         self.policy = "fasta" if policy is None else policy
         try:  # refused here, where the decorator is written, not at the first launch
             self.policy_params = integration_params(self.policy, policy_params, LIVE_DEFAULTS)
-            if budget is not None:  # a parameter like the others, and checked as they are
-                given = dict(policy_params or {})
-                if "budget" in given:
-                    raise ValueError(f"budget={budget!r} and policy_params['budget']={given['budget']!r}: give one")
-                given["budget"] = plain_literal("budget", budget)
-                self.policy_params = integration_params(self.policy, given, LIVE_DEFAULTS)
+            if budget is not None:
+                if "budget" in (policy_params or {}):
+                    raise ValueError(
+                        f"budget={budget!r} and policy_params['budget']={policy_params['budget']!r}: give one"
+                    )
+                self.policy_params["budget"] = plain_literal("budget", budget)  # as policy_params' values are
             checked_state_dir(state_dir)
             check_arguments(self.policy, self.policy_params)
             self.seed = seed_setting(seed)
