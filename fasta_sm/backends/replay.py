@@ -185,7 +185,7 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
     for name in ("device", "torch", "triton"):
         if not isinstance(data[name], str):
             raise TableError(f"{source}: {name}={data[name]!r} must be a string")
-    _check_text(source, {k: v for k, v in data.items() if k != "configs"})
+    _check_text(source, data)
     rows = data["configs"]
     if not isinstance(rows, list) or not rows:
         raise TableError(f"{source}: 'configs' must be a non-empty list")
@@ -195,7 +195,6 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
         where = f"{source}: configs[{index}]"
         if not isinstance(row, dict):
             raise TableError(f"{where} is not an object")
-        _check_text(where, row)
         for name in _CONFIG_FIELDS:
             if name not in row:
                 raise TableError(f"{where}: missing field {name!r}")
@@ -232,13 +231,17 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
     return ReplayTable(kernel, configs, np.array(compile_s), samples, errors, meta, source)
 
 
-def _check_text(where: str, value: Any) -> None:
-    """Refuse a string that is not Unicode text (a lone surrogate, which JSON's `\\ud800` escape decodes to):
-    no state file, which is UTF-8, could hold it."""
+def _check_text(source: str, data: dict[str, Any]) -> None:
+    """Refuse a string that is not Unicode text (a lone surrogate, which JSON's `\\ud800` escape decodes to),
+    naming its row if it is in one: no state file, which is UTF-8, could hold it. The whole table is checked
+    at once; only a table that fails is searched row by row."""
     try:
-        json.dumps(value, ensure_ascii=False, default=repr).encode("utf-8")
+        json.dumps(data, ensure_ascii=False, default=repr).encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start:exc.end]
+        rows = data["configs"] if isinstance(data["configs"], list) else []
+        at = next((i for i, row in enumerate(rows) if bad in json.dumps(row, ensure_ascii=False, default=repr)), None)
+        where = source if at is None else f"{source}: configs[{at}]"
         raise TableError(f"{where}: {bad!r} is not Unicode text (a lone surrogate escape)") from None
 
 
