@@ -157,8 +157,12 @@ class CompilePool:
                 )
             return self._executor, self._generation
 
-    def _reset(self) -> None:
+    def _reset(self, generation: int | None = None) -> bool:
+        """Drop the executor, or only that of `generation` when given (a newer one is another's); whether
+        it did."""
         with self._lock:
+            if generation is not None and generation != self._generation:
+                return False
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
@@ -167,6 +171,7 @@ class CompilePool:
             self._ready.clear()
             self._starting = False
             self._asked_at = self._failed_at = None
+        return True
 
     def replace_executor(self) -> None:
         """A fresh executor after a crash; its workers start on demand, so it counts as ready."""
@@ -186,10 +191,21 @@ class CompilePool:
         return self._ready.is_set()
 
     def start(self) -> None:
-        """Start the workers now rather than at the first compile."""
-        executor, generation = self._get()
-        for future in [executor.submit(do_nothing) for _ in range(self.workers)]:
-            future.result()
+        """Start the workers now rather than at the first compile.
+
+        Raises what stopped them, the executor dropped, unless another
+        thread replaced it meanwhile (a crash a run saw, or `close`): that,
+        not this start, is what failed, and the successor stays.
+        """
+        generation = None
+        try:
+            executor, generation = self._get()
+            for future in [executor.submit(do_nothing) for _ in range(self.workers)]:
+                future.result()
+        except Exception:
+            if self._reset(generation):
+                raise
+            return
         with self._lock:
             if generation == self._generation and self._executor is executor:
                 self._ready.set()
@@ -216,8 +232,8 @@ class CompilePool:
             self.start()
         except Exception as error:  # noqa: BLE001  the caller compiles in process; a later compile tries again
             logger.warning("the compile pool did not start: %s", describe_error(error))
-            self._reset()  # a broken executor must not outlive its failed start: the next try makes a fresh one
             with self._lock:
+                self._starting = False
                 self._failed_at = time.perf_counter()
 
     def submit(self, job: CompileJob) -> Future:
@@ -226,10 +242,16 @@ class CompilePool:
         Raises what `ProcessPoolExecutor.submit` raises on a broken or closed
         executor; `run` handles that as a crash.
         """
-        executor, generation = self._get()
-        future = _submit_watched(executor, job)
-        future.fasta_generation = generation  # type: ignore[attr-defined]
-        return future
+        while True:
+            executor, generation = self._get()
+            try:
+                future = _submit_watched(executor, job)
+            except (BrokenProcessPool, RuntimeError):
+                if generation == self._generation:
+                    raise
+                continue  # another thread replaced the executor between the two lines: submit to its successor
+            future.fasta_generation = generation  # type: ignore[attr-defined]
+            return future
 
     def try_submit(self, job: CompileJob) -> Future | None:
         """Start a guess if the pool is ready, else None; never starts a pool.
@@ -365,8 +387,13 @@ class _Run:
         )
 
     def feed_pool(self) -> None:
-        """Hand queued jobs to idle workers (suspects one at a time, alone)."""
-        if (self.in_process is not None and not self.pool.ready) or self.isolated is not None:
+        """Hand queued jobs to idle workers (suspects one at a time, alone).
+
+        Suspects go to this run's own worker whether the shared pool is ready
+        or not: they are not in the queue that would start it again, and
+        another thread may have closed it since the crash.
+        """
+        if self.isolated is not None:
             return
         try:
             if self.suspects and not self.in_flight:
@@ -374,6 +401,8 @@ class _Run:
                     self.isolation = CompilePool(1)
                 self.isolated = self.isolation.submit(self.jobs[self.suspects[0]])
                 self.in_flight[self.isolated] = self.suspects.popleft()
+            if self.in_process is not None and not self.pool.ready:
+                return
             while not self.suspects and len(self.in_flight) < self.pool.workers and (index := self.take()) is not None:
                 try:
                     self.in_flight[self.pool.submit(self.jobs[index])] = index
@@ -417,9 +446,12 @@ class _Run:
                     self.requeue(index)
                     continue
                 except BrokenProcessPool:
-                    if alone:  # its own worker, which nothing else used: this config killed it
+                    if alone:  # its own worker, which nothing else used
                         assert self.isolation is not None
-                        self.isolation.close()  # the next suspect gets a fresh worker
+                        if self.isolation.stale(future):  # closed under it (at exit): no verdict, ask again
+                            self.suspects.appendleft(index)
+                            continue
+                        self.isolation.close()  # this config killed it; the next suspect gets a fresh worker
                         yielded = True
                         yield index, "BrokenProcessPool: the compile worker died compiling it, alone", 0.0
                         continue

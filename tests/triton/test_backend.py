@@ -926,18 +926,34 @@ def test_a_crash_redoes_the_jobs_in_flight_but_not_one_already_finished():
 
 
 def test_a_pool_whose_start_failed_starts_afresh_next_time(monkeypatch):
+    from concurrent.futures import Future
     from concurrent.futures.process import BrokenProcessPool
 
+    from fasta_sm.triton import compile_pool
+
+    made = []
+
+    class DyingExecutor:
+        """Every worker dies as it starts."""
+
+        def __init__(self, *args, **kwargs):
+            self.shut = False
+            made.append(self)
+
+        def submit(self, fn, *args):
+            future = Future()
+            future.set_exception(BrokenProcessPool("a worker died while the pool started"))
+            return future
+
+        def shutdown(self, wait=True, *, cancel_futures=False):
+            self.shut = True
+
+    monkeypatch.setattr(compile_pool, "ProcessPoolExecutor", DyingExecutor)
+    monkeypatch.setattr(compile_pool, "warm_triton_key", lambda: None)
     pool = CompilePool(2)
-
-    def broken_start():
-        pool._get()
-        raise BrokenProcessPool("a worker died while the pool started")
-
-    monkeypatch.setattr(pool, "start", broken_start)
     try:
         pool._start_quietly()
-        assert pool._executor is None and not pool.ready
+        assert pool._executor is None and not pool.ready and [e.shut for e in made] == [True]
     finally:
         pool.close()
 
