@@ -23,7 +23,6 @@ import logging
 import math
 import numbers
 import operator
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -32,6 +31,7 @@ from transitions import Machine
 
 from .config import Config
 from .errors import BackendError, FastaError, PolicyError, TuneFailed, add_note, notes_of
+from .fork_safe import ForkSafeLock
 from .lookahead import likely_next
 from .protocols import LONGEST_S, LONGEST_US, Backend, CompileOutcome, Decision, Policy
 from .state import (
@@ -93,7 +93,7 @@ TRANSITIONS = [
 ]
 
 _machine: Machine | None = None
-_machine_lock = threading.Lock()
+_machine_lock = ForkSafeLock()
 
 
 def shared_machine() -> Machine:

@@ -11,7 +11,7 @@ checkpoint, so a resumed tune never asks again.
 from __future__ import annotations
 
 import logging
-import threading
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from pathlib import Path
 from .config import Config
 from .env import env_switch
 from .errors import StateFileError
+from .fork_safe import ForkSafeLock
 from .store import StateStore
 
 log = logging.getLogger("fasta_sm.prior")
@@ -49,9 +50,11 @@ _entries: dict[Path, _Entry] = {}
 """Per state file: the kernel it names and, once a tune of that kernel asked, its finished tune (or None). A file is
 read once per process while it stays as it is, and decoded whole only for the kernel being tuned."""
 
-_entries_lock = threading.Lock()
+_entries_lock = ForkSafeLock()
 """Threads that start tunes at once (Inductor's compile threads) share `_entries`: one reads a file, the others wait
 for what it found rather than see it half-read."""
+if hasattr(os, "register_at_fork"):  # a child forked mid-read starts from the files again
+    os.register_at_fork(after_in_child=_entries.clear)
 
 
 def earlier_winners(

@@ -28,6 +28,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..fork_safe import ForkSafeLock
+
 logger = logging.getLogger("fasta_sm.triton.worker")
 
 _ERROR_CHARS = 400
@@ -267,7 +269,7 @@ class DeferredModule(types.ModuleType):
         return getattr(real, name)
 
 
-_DEFERRED_LOCK = threading.Lock()
+_DEFERRED_LOCK = ForkSafeLock()
 
 
 def set_up_specializer_without_torch() -> None:
@@ -320,7 +322,7 @@ def _triton_key_function() -> Callable[[], str] | None:
     return triton_key
 
 
-_TRITON_KEY_LOCK = threading.Lock()
+_TRITON_KEY_LOCK = ForkSafeLock()
 
 
 def tuning_triton_key() -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import multiprocessing
+import os
 import threading
 import time
 from pathlib import Path
@@ -297,3 +299,39 @@ def test_a_quick_look_at_bytes_that_are_no_state_finds_no_kernel(blob, tmp_path)
     path = tmp_path / "x.fsm"
     path.write_bytes(blob)
     assert StateStore.read_kernel(path) is None
+
+
+def test_a_child_forked_while_another_thread_reads_the_prior_tunes_with_a_prior_of_its_own(
+    table_file, state_dir, monkeypatch
+):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    parent, reading, finish = os.getpid(), threading.Event(), threading.Event()
+    read = StateStore.read
+
+    def read_held_in_the_parent(path):
+        if os.getpid() == parent:
+            reading.set()
+            finish.wait(10)
+        return read(path)
+
+    monkeypatch.setattr(StateStore, "read", staticmethod(read_held_in_the_parent))
+    reader = threading.Thread(target=earlier_winners, args=(store, "shape-b", "toy_mm", table.configs))
+    reader.start()
+    assert reading.wait(5)
+
+    def child() -> None:
+        second = tune("shape-c", "toy_mm", table.configs, ReplayBackend(table), store=StateStore(state_dir))
+        os._exit(0 if set(_fastest(first)) <= set(_r1(second).batch) else 3)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(20)
+    hung = process.is_alive()
+    if hung:
+        process.kill()
+    finish.set()
+    reader.join()
+    assert not hung, "the child waited forever on a lock its parent's thread held at the fork"
+    assert process.exitcode == 0
