@@ -36,7 +36,7 @@ from .machine import DEFAULT_CHUNK, Tune
 from .policies import check_arguments, policy_names, with_environment
 from .protocols import BenchmarkOutcome, CompileOutcome
 from .state import SEED_MAX, TuneState
-from .store import StateStore, checked_state_dir, is_wait
+from .store import StateStore, is_wait
 from .tuner import open_tune
 
 log = logging.getLogger("fasta_sm.driver")
@@ -148,13 +148,13 @@ class DriverSettings:
         """
         check_arguments(self.policy, self.policy_params)
         seed_setting(self.seed)
-        checked_state_dir(self.state_dir)
         for name, least in (("max_configs", 1), ("chunk_size", 1), ("compile_threads", 1)):
             whole_number(name, getattr(self, name), least)
         if not isinstance(self.prior, bool):
             raise ValueError(f"prior={self.prior!r} must be True or False")
         if self.lock_timeout_s is not None and not is_wait(self.lock_timeout_s):
             raise ValueError(f"lock_timeout_s={self.lock_timeout_s!r} must be a number of seconds ≥ 0")
+        StateStore(self.state_dir)  # made now if need be, or refused (a file, no permission), once
         return self
 
 

@@ -99,13 +99,18 @@ def checked_state_dir(path: Any) -> None:
         raise StateDirError("state dir '' is empty: name a directory, or give None for the default")
 
 
+def state_dir_path(path: str | os.PathLike[str] | None) -> Path:
+    """The absolute state dir `path` names (None: the default), refused if it can name none; not created."""
+    checked_state_dir(path)
+    # absolute: a later chdir must not send checkpoints away from the lock
+    return Path(path).expanduser().absolute() if path is not None else default_state_dir()
+
+
 class StateStore:
     """A directory of state files, one per kernel key."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, lock_timeout_s: float | None = None) -> None:
-        checked_state_dir(path)
-        # absolute: a later chdir must not send checkpoints away from the lock
-        self.path = Path(path).expanduser().absolute() if path is not None else default_state_dir()
+        self.path = state_dir_path(path)
         if lock_timeout_s is not None and not is_wait(lock_timeout_s):
             raise ValueError(f"state dir {self.path}: lock_timeout_s={lock_timeout_s!r} must be a number ≥ 0")
         self.lock_timeout_s = default_lock_timeout() if lock_timeout_s is None else lock_timeout_s
@@ -129,6 +134,7 @@ class StateStore:
     def lock(self, key: str, kernel: str, timeout_s: float | None = None) -> Iterator[None]:
         """Hold the kernel's lock; wait at most `timeout_s` for another process to finish."""
         timeout = self.lock_timeout_s if timeout_s is None else timeout_s
+        self._ensure_dir()  # deleted since (a long-lived store): filelock would make it again, open to all
         me = threading.get_ident()
         held_key = str(self.lock_path_for(key))
         if _HELD.get(held_key, (None,))[0] == me:  # flock would make this thread wait for itself until the timeout

@@ -33,7 +33,7 @@ from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..prior import prior_enabled
-from ..store import StateStore
+from ..store import StateStore, state_dir_path
 from .codegen import source_safe
 
 log = logging.getLogger("fasta_sm.inductor")
@@ -87,12 +87,13 @@ def enable(
         policy=policy,
         policy_params=params,
         seed=seed_setting(seed),
-        state_dir=str(StateStore(state_dir).path),
+        state_dir=str(state_dir_path(state_dir)),
         max_configs=whole_number("max_configs", max_configs, 1),
         chunk_size=whole_number("chunk_size", chunk_size, 1),
         prior=prior_enabled(),
     )
     source_safe(settings.to_dict())
+    StateStore(settings.state_dir)  # made only once every setting is known good
     _switch_on(settings)
     log.info("fasta_sm.inductor enabled: %s", settings)
     return settings

@@ -38,7 +38,7 @@ from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..prior import prior_enabled
-from ..store import StateStore
+from ..store import StateStore, state_dir_path
 
 log = logging.getLogger("fasta_sm.npu")
 
@@ -163,14 +163,16 @@ def _settings(
 ) -> DriverSettings:
     """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone."""
     policy = default_policy() if policy is None else policy
-    return DriverSettings(
+    settings = DriverSettings(
         policy=policy,
         policy_params=integration_params(policy, policy_params, LIVE_DEFAULTS),
         seed=seed_setting(seed),
-        state_dir=str(StateStore(state_dir).path),
+        state_dir=str(state_dir_path(state_dir)),
         chunk_size=whole_number("chunk_size", chunk_size, 1),
         prior=prior_enabled(),
     )
+    StateStore(settings.state_dir)  # made only once every setting is known good
+    return settings
 
 
 def current_settings() -> dict[str, Any] | None:

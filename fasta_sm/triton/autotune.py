@@ -272,7 +272,7 @@ class Autotuner(TritonAutotuner):
             f"fasta-sm: {self.kernel_name}: the winner {self._fasta(config).label()} comes from an earlier tune of "
             f"the key {key} (state file {path}) and fails with these arguments: an argument that decides which "
             "configs compile (a constexpr, a shape) is missing from `key`; add it, or delete that state file "
-            "to tune again"
+            "and its `.superseded-*` files (a new tune keeps their results) to tune again"
         )
 
     def _refuse_conflicts(self, kwargs: Mapping[str, Any], configs: Sequence[triton.Config]) -> None:

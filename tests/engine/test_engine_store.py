@@ -102,6 +102,23 @@ def test_driver_settings_with_a_state_dir_that_names_no_directory_are_refused(pa
         DriverSettings(state_dir=path).checked()
 
 
+def test_driver_settings_whose_state_dir_is_a_file_are_refused_naming_it(tmp_path):
+    from fasta_sm.driver import DriverSettings
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StateDirError, match=re.escape(str(blocker)) + ".*not a directory"):
+        DriverSettings(state_dir=str(blocker)).checked()
+
+
+def test_a_state_dir_deleted_while_its_store_lives_is_made_again_private(tmp_path, table, backend):
+    path = tmp_path / "states"
+    store = StateStore(path)
+    shutil.rmtree(path)
+    assert run_tune(table, backend, store).state.done
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
+
+
 def test_a_state_dir_path_that_is_a_file_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

@@ -156,6 +156,17 @@ def test_a_setting_kernel_source_would_read_twice_is_refused_by_enable(tmp_path)
     assert not fi.is_enabled()
 
 
+@pytest.mark.parametrize(
+    ("setting", "state_dir"),
+    [({}, "tunes\\new"), ({"max_configs": 0}, "tunes"), ({"chunk_size": 0}, "tunes")],
+    ids=["a state dir with a backslash", "no configs", "an empty chunk"],
+)
+def test_a_refused_enable_makes_no_state_dir(tmp_path, setting, state_dir):
+    with pytest.raises(ValueError):
+        fi.enable(state_dir=tmp_path / state_dir, **setting)
+    assert not list(tmp_path.iterdir())
+
+
 def test_disable_puts_back_the_dispatcher_a_cached_kernels_hook_installed_without_enable():
     from fasta_sm.inductor import autotuner
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -42,8 +43,6 @@ def test_optimize_configs_must_be_a_flag(value):
 
 
 def test_settings_reach_a_worker_through_the_environment(monkeypatch, tmp_path):
-    import json
-
     import fasta_sm.npu
 
     settings = DriverSettings(policy="fasta", state_dir=str(tmp_path), policy_params={"optimize_configs": True})
@@ -69,6 +68,27 @@ def test_unreadable_settings_in_the_environment_leave_kernels_to_torch_npu(monke
     monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, "{not json")
     assert fasta_sm.npu.current_settings() is None
     assert fasta_sm.npu.SETTINGS_ENV in caplog.text
+
+
+def test_settings_in_the_environment_whose_state_dir_is_a_file_leave_kernels_to_torch_npu(
+    monkeypatch, caplog, tmp_path
+):
+    import fasta_sm.npu
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, json.dumps({"state_dir": str(blocker)}))
+    assert fasta_sm.npu.current_settings() is None
+    assert f"state dir {blocker} exists and is not a directory" in caplog.text
+
+
+def test_a_refused_enable_makes_no_state_dir(tmp_path):
+    import fasta_sm.npu
+
+    with pytest.raises(ValueError, match="chunk_size"):
+        fasta_sm.npu.enable(state_dir=tmp_path / "tunes", chunk_size=0)
+    assert not list(tmp_path.iterdir())
 
 
 def test_fasta_sm_npu_alone_switches_torch_npus_fasta_path_on_before_torch_npu_reads_it(monkeypatch):
