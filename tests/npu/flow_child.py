@@ -133,10 +133,10 @@ elif scenario == "tune_fails":
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     fasta_sm.npu.enable(state_dir=state_dir)
-    shutil.rmtree(state_dir)
-    open(state_dir, "w").close()  # after enable() checked it: a file where the state dir was
     quiet_device_guard()
     kernel = build(configs())
+    shutil.rmtree(state_dir)
+    open(state_dir, "w").close()  # once the settings were checked: a file where the state dir was
     kernel.precompile(warm_cache_only=True)
     kernel.precompile()
     seen["class"] = type(kernel).__name__
