@@ -33,7 +33,7 @@ from .config import Config
 from .errors import BackendError, FastaError, PolicyError, TuneFailed, add_note, notes_of
 from .fork_safe import ForkSafeLock
 from .lookahead import likely_next
-from .protocols import LONGEST_S, LONGEST_US, Backend, CompileOutcome, Decision, Policy
+from .protocols import LONGEST_S, LONGEST_US, Backend, ChecksRound, CompileOutcome, Decision, Policy
 from .state import (
     PHASES,
     SEED_MAX,
@@ -151,6 +151,8 @@ class Tune:
         self.state = state
         if state.policy_state or state.rounds:  # a state that has opened a round holds what its policy wrote
             self.policy.load_state_dict(state.policy_state)
+            if state.rounds and not state.done and isinstance(self.policy, ChecksRound):
+                self.policy.check_round(state.rounds[-1].batch)
         self._rng = decode_rng(state.rng_state) if state.rng_state else np.random.default_rng(state.seed)
 
     @classmethod

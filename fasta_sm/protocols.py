@@ -113,6 +113,19 @@ class Policy(Protocol):
 
 
 @runtime_checkable
+class ChecksRound(Protocol):
+    """A policy that can tell whether the state it restored issued the round a resumed tune stands in.
+
+    A state file edited by hand (its checksum made again) can pair a sound
+    tune with a policy state from elsewhere; refused at resume, the file is
+    set aside, rather than failing at every run's next refine.
+    """
+
+    def check_round(self, batch: Sequence[int]) -> None:
+        """Raise PolicyError unless the restored state could have issued `batch`, the open round's configs."""
+
+
+@runtime_checkable
 class TakesPrior(Protocol):
     """A policy that can start from configs earlier tunes of the same kernel found fast.
 

@@ -541,6 +541,8 @@ def _check_types(data: dict, source: str) -> None:
     for name, value in data.items():
         if name in _FIELD_TYPES:
             check(name, value, _FIELD_TYPES[name])
+    for name in ("policy_params", "policy_state"):
+        _check_nesting(data.get(name, {}), name, source)
     _check_plain(data.get("policy_params", {}), "policy_params", source)
 
     def each(where: str, values: Any, types: tuple[type, ...]) -> None:
@@ -577,8 +579,25 @@ def _check_types(data: dict, source: str) -> None:
             check(f"carried[{index!r}].durations_us entry", value, _NUMBER)
 
 
+MOST_NESTED = 32
+"""Lists and maps in lists and maps, at most: no state nests deeper, and printing or checking deeper ones would
+run out of stack."""
+
+
+def _check_nesting(value: Any, where: str, source: str) -> None:
+    """No list or map nested more than `MOST_NESTED` deep (checked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MOST_NESTED:
+                raise StateFileError(f"{source}: {where} nests lists or maps more than {MOST_NESTED} deep")
+            stack.extend((inner, depth + 1) for inner in (item.values() if isinstance(item, dict) else item))
+
+
 def _check_plain(value: Any, where: str, source: str) -> None:
-    """Parameters are what a caller passes and `show --json` prints: null, bools, numbers, text, lists, maps."""
+    """Parameters are what a caller passes and `show --json` prints: null, bools, numbers, text, lists, maps
+    (nested no deeper than `_check_nesting` lets through)."""
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import FastaError
-from ..protocols import Decision, Observations, TakesPrior
+from ..protocols import ChecksRound, Decision, Observations, TakesPrior
 from . import make_policy, register, with_environment
 
 
@@ -62,6 +62,10 @@ class MustMeasure:
         if self.takes_prior:
             measured = set(self.must)
             self.inner.use_prior([i for i in indices if i not in measured])
+
+    def check_round(self, batch: Sequence[int]) -> None:
+        if isinstance(self.inner, ChecksRound):  # R1's batch holds the inner plan and the configs added to it
+            self.inner.check_round(batch)
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()

@@ -419,6 +419,15 @@ def test_policy_params_that_no_caller_could_pass_are_refused(value):
         unpack_state(pack_state(sample_state(policy_params={"budget": value})))
 
 
+@pytest.mark.parametrize("field", ["policy_params", "policy_state"])
+def test_lists_nested_deeper_than_any_state_holds_are_refused_naming_the_field(field):
+    nested: list = []
+    for _ in range(900):
+        nested = [nested]
+    with pytest.raises(StateFileError, match=f"{field} nests lists or maps more than 32 deep"):
+        unpack_state(pack_state(sample_state(**{field: {"hist_bins": nested}})))
+
+
 def test_writing_a_state_names_this_library_version_whatever_version_read_it():
     from fasta_sm import __version__
 

@@ -402,6 +402,22 @@ def test_a_policy_state_of_the_wrong_shape_is_set_aside_whatever_the_policy_rais
     assert result.state.done and any("cannot resume" in note for note in result.state.restarts)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("last_batch", [0]), ("phase", "done")],
+    ids=["a last batch outside the open round", "a policy that had stopped"],
+)
+def test_a_policy_state_that_did_not_issue_the_open_round_is_set_aside_not_failed_at_every_run(
+    table, backend, store, field, value
+):
+    state = fasta_state_after_r1_compiles(table, backend, store)
+    outside = next(i for i in range(state.n_configs) if i not in state.pending)
+    state.policy_state = {**state.policy_state, field: [outside] if field == "last_batch" else value}
+    save(store, state)
+    result = tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store)
+    assert result.state.done and any("did not issue the open round" in note for note in result.state.restarts)
+
+
 def test_a_fasta_state_past_r1_with_no_policy_state_is_set_aside_not_resumed_by_a_blank_policy(table, backend, store):
     state = fasta_state_after_r1_compiles(table, backend, store)
     state.policy_state = {}

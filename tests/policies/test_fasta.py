@@ -1053,7 +1053,12 @@ def test_numpy_indices_among_the_expert_configs_are_kept_as_ints():
 @pytest.mark.parametrize(("field", "value"), [("reference_log", "x"), ("previous_best_log", [1.0]),
                                               ("previous_hist", ["a"]), ("retime_start_s", True),
                                               ("phase", "r9"), ("stop_reason", 3), ("history", ["basis"]),
-                                              ("last_batch", [10**6])])
+                                              ("last_batch", [10**6]), ("last_batch", ["3"]),
+                                              ("previous_hist", [0.5, 0.5]), ("r2_rounds", "7"),
+                                              ("retimes", 10**18), ("retime_timings", 2**64 - 1), ("polished", 1.5),
+                                              ("r1_cost", "12"), ("r1_cost", [None, 3]),
+                                              ("history", [{"basis": "bogus"}]), ("history", [{"basis": ["rbf"]}]),
+                                              ("plan", {"budget_class": "base", "total": "48"})])
 def test_a_stored_policy_state_field_of_the_wrong_kind_is_refused_when_loaded_naming_it(field, value):
     state = msgpack.unpackb(msgpack.packb(FastaPolicy(six_knob_space()).state_dict()))
     state[field] = value
@@ -1068,6 +1073,11 @@ def test_a_list_knob_given_no_list_is_refused_naming_it(knob, value):
 
     with pytest.raises(PolicyError, match=rf"{knob}={re.escape(repr(value))} must be a list"):
         check_arguments("fasta", {knob: value})
+
+
+def test_more_histogram_bins_than_a_stop_test_should_allocate_are_refused():
+    with pytest.raises(PolicyError, match="hist_bins=1000000000 must be at most 10000"):
+        FastaPolicy(six_knob_space(), hist_bins=10**9)
 
 
 def test_no_share_of_the_budget_for_guided_rounds_is_refused():

@@ -126,6 +126,8 @@ class FastaParams:
                      "polish_centers", "transpose_centers"):
             if getattr(self, name) < 1:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
+        if self.hist_bins > HIST_BINS_MOST:  # each stop test allocates that many bins
+            raise PolicyError(f"fasta: hist_bins={self.hist_bins!r} must be at most {HIST_BINS_MOST}")
         for name in ("tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max", "cell_picks",
                      "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution", "retime_rounds",
                      "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
@@ -164,7 +166,7 @@ class FastaParams:
             )
 
     def _check_kinds(self) -> None:
-        """Each knob of its declared kind (a float knob takes an int too), numbers finite and below `_LARGEST`:
+        """Each knob of its declared kind (a float knob takes an int too), numbers finite and below `LARGEST`:
         a string or NaN would otherwise surface mid-tune, as a comparison that fails or never holds, and a
         huge count as an overflow in the budget's arithmetic."""
         for f in fields(self):
@@ -174,7 +176,7 @@ class FastaParams:
             elif f.type in ("int", "float"):
                 kinds = (numbers.Integral,) if f.type == "int" else (numbers.Real,)
                 fits = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_))
-                fits = fits and abs(value) <= _LARGEST  # False for NaN and inf; no float() to overflow on a huge int
+                fits = fits and abs(value) <= LARGEST  # False for NaN and inf; no float() to overflow on a huge int
             elif f.type == "str":
                 fits = isinstance(value, str)
             else:  # the tuples: bases and cell_columns of str, expert_configs of int (checked below)
@@ -193,8 +195,10 @@ class FastaParams:
         return out
 
 
-_LARGEST = 1e9
+LARGEST = 1e9
 """No knob needs a larger magnitude: counts are of configs or rounds, the rest shares and factors."""
+
+HIST_BINS_MOST = 10_000
 
 _KIND_NAMES = {
     "bool": "True or False",

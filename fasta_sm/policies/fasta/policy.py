@@ -36,7 +36,7 @@ from .feasibility import (
     spill_dominance,
 )
 from .features import extract_features
-from .params import FastaParams, environment_overrides, resolve_params
+from .params import LARGEST, FastaParams, environment_overrides, resolve_params
 from .sampling import (
     cell_retry_picks,
     marginal_scores,
@@ -56,6 +56,14 @@ log = logging.getLogger("fasta_sm.policies.fasta")
 
 STATE_VERSION = 1
 _PHASES = ("start", "r1", "r2", "retime", "done")
+
+
+def _stored_count(name: str, value: Any) -> int:
+    """A count (or index) of a stored policy state; a PolicyError naming the field for anything else, a string
+    of digits or a count no tune reaches among them (it would overflow rounds later)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LARGEST:
+        raise PolicyError(f"fasta: state field {name}={value!r:.60} is not a count (a whole number in 0..1e9)")
+    return value
 
 
 def _stored_number(name: str, value: Any) -> float | None:
@@ -704,21 +712,27 @@ class FastaPolicy:
         if state["phase"] not in _PHASES:
             raise PolicyError(f"fasta: state phase {state['phase']!r} is none of {', '.join(_PHASES)}")
         self._phase = state["phase"]
-        self._r2_rounds = int(state["r2_rounds"])
-        self._last_batch = [int(i) for i in state["last_batch"]]
+        self._r2_rounds = _stored_count("r2_rounds", state["r2_rounds"])
+        self._last_batch = [_stored_count("last_batch entry", i) for i in state["last_batch"]]
         if any(not 0 <= i < len(self._configs) for i in self._last_batch):
             raise PolicyError(f"fasta: state last_batch {self._last_batch!r} holds an index outside the configs")
         self._reference_log = _stored_number("reference_log", state["reference_log"])
         hist = state["previous_hist"]
+        if hist is not None and (not isinstance(hist, list) or len(hist) != params.hist_bins or None in hist):
+            raise PolicyError(f"fasta: state previous_hist {hist!r:.60} is not a histogram of {params.hist_bins} bins")
         self._previous_hist = None if hist is None else [_stored_number("previous_hist", x) for x in hist]
         self._previous_best_log = _stored_number("previous_best_log", state["previous_best_log"])
-        self._retimes = int(state["retimes"])
-        self._retime_timings = int(state.get("retime_timings", 0))
+        self._retimes = _stored_count("retimes", state["retimes"])
+        self._retime_timings = _stored_count("retime_timings", state.get("retime_timings", 0))
         self._retime_start_s = _stored_number("retime_start_s", state.get("retime_start_s"))
         self._timings = {str(k): [float(x) for x in v] for k, v in state.get("timings", {}).items()}
-        self._polished = int(state.get("polished", 0))
+        self._polished = _stored_count("polished", state.get("polished", 0))
         r1_cost = state.get("r1_cost")
-        self._r1_cost = None if r1_cost is None else [float(r1_cost[0]), int(r1_cost[1])]
+        if r1_cost is not None:
+            if not isinstance(r1_cost, list) or len(r1_cost) != 2 or r1_cost[0] is None:
+                raise PolicyError(f"fasta: state r1_cost {r1_cost!r:.60} is not [seconds, configs]")
+            r1_cost = [_stored_number("r1_cost seconds", r1_cost[0]), _stored_count("r1_cost configs", r1_cost[1])]
+        self._r1_cost = r1_cost
         if not isinstance(state["stop_reason"], str):
             raise PolicyError(f"fasta: state stop_reason {state['stop_reason']!r} is not text")
         self._stop_reason = state["stop_reason"]
@@ -731,10 +745,21 @@ class FastaPolicy:
             self.plan_budget = dataclasses.replace(
                 routed,
                 budget_class=str(plan["budget_class"]),
-                total=int(plan["total"]),
-                r1=int(plan.get("r1", routed.r1)),
+                total=_stored_count("plan total", plan["total"]),
+                r1=_stored_count("plan r1", plan.get("r1", routed.r1)),
                 path=str(plan.get("path", routed.path)),
             )
         if not isinstance(state["history"], list) or not all(isinstance(h, dict) for h in state["history"]):
             raise PolicyError("fasta: state history is not a list of records")
+        bases = [h["basis"] for h in state["history"] if "basis" in h]
+        if any(not isinstance(b, str) or b not in self._designs for b in bases):
+            raise PolicyError(f"fasta: state history names a basis outside {', '.join(self._designs)}")
         self._history = list(state["history"])
+
+    def check_round(self, batch: Sequence[int]) -> None:
+        """The open round must be one this state issued: every config of its last batch is in it."""
+        if self._phase not in ("r1", "r2", "retime") or not set(self._last_batch) <= set(batch):
+            raise PolicyError(
+                f"fasta: state in phase {self._phase!r}, last batch {self._last_batch!r:.60}, did not issue "
+                f"the open round of {len(batch)} configs"
+            )
