@@ -3,7 +3,8 @@
 Each run is a real tune through the engine (the machine, the replay backend
 with its cost model and seeded noise, the policy), kept in memory: no state
 file, no lock, so a run takes milliseconds. Baselines get, on every run, the evaluation budget the first
-policy actually used, so quality is compared at equal cost.
+policy actually used, so quality is compared at an equal count of configs tried (coordinate descent may
+stop short of it at a local optimum; cost is reported beside it, not matched).
 """
 
 from __future__ import annotations
