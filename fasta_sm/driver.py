@@ -154,7 +154,7 @@ class DriverSettings:
             raise ValueError(f"prior={self.prior!r} must be True or False")
         if self.lock_timeout_s is not None and not is_wait(self.lock_timeout_s):
             raise ValueError(f"lock_timeout_s={self.lock_timeout_s!r} must be a number of seconds ≥ 0")
-        StateStore(self.state_dir)  # made now if need be, or refused (a file, no permission), once
+        StateStore(self.state_dir, self.lock_timeout_s)  # made now if need be, or refused (a file, no permission), once
         return self
 
 

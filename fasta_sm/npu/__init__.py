@@ -93,7 +93,6 @@ def enable(
     if optimize_configs:
         params["optimize_configs"] = True
     settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size)
-    check_arguments(settings.policy, settings.policy_params)
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1", UB_BITS_ENV: "1"}
     before = {name: os.environ.get(name) for name in wanted}
     switch_before = _switch_now(before[NPU_SWITCH_ENV])
@@ -171,6 +170,7 @@ def _settings(
         chunk_size=whole_number("chunk_size", chunk_size, 1),
         prior=prior_enabled(),
     )
+    check_arguments(settings.policy, settings.policy_params)
     StateStore(settings.state_dir)  # made only once every setting is known good
     return settings
 

@@ -83,12 +83,29 @@ def test_settings_in_the_environment_whose_state_dir_is_a_file_leave_kernels_to_
     assert f"state dir {blocker} exists and is not a directory" in caplog.text
 
 
-def test_a_refused_enable_makes_no_state_dir(tmp_path):
+@pytest.mark.parametrize(
+    "setting",
+    [{"chunk_size": 0}, {"policy": "no-such-policy"}, {"policy_params": {"no_such_knob": 1}}],
+    ids=["an empty chunk", "an unknown policy", "an unknown knob"],
+)
+def test_a_refused_enable_makes_no_state_dir(tmp_path, setting):
+    import fasta_sm.npu
+    from fasta_sm.errors import FastaError
+
+    with pytest.raises((ValueError, FastaError)):
+        fasta_sm.npu.enable(state_dir=tmp_path / "tunes", **setting)
+    assert not list(tmp_path.iterdir())
+
+
+def test_settings_in_the_environment_that_give_their_lock_wait_need_no_usable_lock_timeout_variable(
+    monkeypatch, tmp_path
+):
     import fasta_sm.npu
 
-    with pytest.raises(ValueError, match="chunk_size"):
-        fasta_sm.npu.enable(state_dir=tmp_path / "tunes", chunk_size=0)
-    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.setenv("FASTA_SM_LOCK_TIMEOUT", "abc")
+    monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, json.dumps({"state_dir": str(tmp_path / "s"), "lock_timeout_s": 5}))
+    assert fasta_sm.npu.current_settings() is not None
 
 
 def test_fasta_sm_npu_alone_switches_torch_npus_fasta_path_on_before_torch_npu_reads_it(monkeypatch):
