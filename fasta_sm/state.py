@@ -57,6 +57,19 @@ class RoundRecord:
         return round_name(self.phase, self.round)
 
 
+def sample_mean(samples: Sequence[float]) -> float:
+    """The mean of a config's timings, summed left to right.
+
+    Every stored `best_us` was computed this way; Python 3.12's `sum()` compensates
+    rounding and can differ in the last bit, which would make a state file's best
+    disagree with its own timings on one Python and not another.
+    """
+    total = 0.0
+    for sample in samples:
+        total += sample
+    return total / len(samples)
+
+
 def round_name(phase: str, number: int) -> str:
     """'R1' for R1, 'R2_<number>' for a guided round."""
     return "R1" if phase == "R1" else f"R2_{number}"
@@ -130,8 +143,7 @@ class TuneState:
         return self.phase == "DONE"
 
     def mean_us(self, index: int) -> float:
-        samples = self.durations[index]
-        return sum(samples) / len(samples)
+        return sample_mean(self.durations[index])
 
     def uncompiled(self) -> list[int]:
         """The current batch's configs neither compiled nor failed yet."""
@@ -159,7 +171,7 @@ class TuneState:
         for index in self.failed:
             out[index] = np.inf
         for index, samples in self.durations.items():
-            out[index] = sum(samples) / len(samples)
+            out[index] = sample_mean(samples)
         return out
 
     def observed(self) -> Observations:
@@ -739,8 +751,7 @@ def _check_best_is_fastest(state: TuneState, source: str) -> None:
     if not state.durations:
         return
     indices = list(state.durations)
-    # as `mean_us` computes them; one timing is its own mean, and most configs have one
-    means = [x[0] if len(x) == 1 else sum(x) / len(x) for x in state.durations.values()]
+    means = [sample_mean(x) for x in state.durations.values()]
     low = min(means)
     fastest = indices[means.index(low)]
     if means.count(low) > 1:  # a tie goes to the lower index, whatever order the map holds them in
