@@ -24,6 +24,7 @@ import numbers
 import os
 import textwrap
 import time
+import types
 import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -454,18 +455,53 @@ def _jit_sources(root: Any) -> list[str]:
             continue
         seen.add(id(python))
         source = getattr(jit, "src", None)
-        if source is None:  # the interpreter's wrapper keeps no source: read the function's (cached by linecache)
-            try:
-                source = inspect.getsource(python)
-            except (OSError, TypeError):
-                source = ""
+        if source is None:  # the interpreter's wrapper keeps no source
+            source, reads = _python_source(python)
+        else:
+            reads = _reads(str(source))
         captured = _closure(python)
-        reads = _reads(str(source))
         plain = {name: value for name, value in captured.items() if _plain_value(value)}
         plain.update(_constexpr_globals(python, reads, captured))
         sources.append(str(source) + "".join(f"\0{name}={value!r}" for name, value in sorted(plain.items())))
         todo += reversed([found for found in _named(python, reads, captured) if _is_jit(found)])
     return sources
+
+
+def _python_source(python: Any) -> tuple[str, list[tuple[str, tuple[str, ...]]]]:
+    """A function's source (cached by linecache) and the names it reads; for one made by `exec`, which has
+    no source to read, its compiled code and the global names that code reads, so an edit still changes
+    the key."""
+    try:
+        source = inspect.getsource(python)
+    except (OSError, TypeError):
+        code = getattr(python, "__code__", None)
+        if code is None:
+            return "", []
+        return _code_text(code), [(name, ()) for name in _code_names(code)]
+    return source, _reads(source)
+
+
+def _code_text(code: types.CodeType) -> str:
+    """Bytecode, names and constants of `code` and of the functions it defines, as text that is the same in
+    every process: no addresses, and a frozenset's members sorted."""
+    consts = []
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            consts.append(_code_text(const))
+        elif isinstance(const, frozenset):
+            consts.append(repr(sorted(map(repr, const))))
+        else:
+            consts.append(repr(const))
+    return f"{code.co_code.hex()}|{','.join(code.co_names)}|{','.join(consts)}"
+
+
+def _code_names(code: types.CodeType) -> list[str]:
+    """The global and attribute names `code` and the functions it defines read, in order."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _code_names(const)
+    return names
 
 
 def _reads(source: str) -> list[tuple[str, tuple[str, ...]]]:

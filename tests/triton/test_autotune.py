@@ -763,6 +763,26 @@ def test_kernels_a_factory_makes_with_different_captured_dtypes_have_different_k
     assert _source_hash(make_typed_kernel(tl.float32)) != _source_hash(make_typed_kernel(tl.float16))
 
 
+EXEC_KERNEL = """
+@triton.jit
+def exec_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * FACTOR, mask=offs < n)
+"""
+
+
+def exec_kernel(factor):
+    namespace = {"triton": triton, "tl": tl}
+    exec(EXEC_KERNEL.replace("FACTOR", factor), namespace)
+    return namespace["exec_kernel"]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="only the interpreter takes a kernel whose source cannot be read")
+def test_a_kernel_made_by_exec_is_keyed_by_its_code_so_an_edit_makes_a_new_key():
+    assert _source_hash(exec_kernel("2")) != _source_hash(exec_kernel("3"))
+    assert _source_hash(exec_kernel("2")) == _source_hash(exec_kernel("2"))
+
+
 GLOBAL_CONSTEXPR_MODULE = '''
 import triton
 import triton.language as tl
