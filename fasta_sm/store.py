@@ -106,6 +106,12 @@ def state_dir_path(path: str | os.PathLike[str] | None) -> Path:
     return Path(path).expanduser().absolute() if path is not None else default_state_dir()
 
 
+def refuse_non_directory(path: Path) -> None:
+    """A state dir that exists as something else (a file) is an error naming it; a missing one is made later."""
+    if path.exists() and not path.is_dir():
+        raise StateDirError(f"state dir {path} exists and is not a directory")
+
+
 class StateStore:
     """A directory of state files, one per kernel key."""
 
@@ -117,8 +123,7 @@ class StateStore:
         self._ensure_dir()
 
     def _ensure_dir(self) -> None:
-        if self.path.exists() and not self.path.is_dir():
-            raise StateDirError(f"state dir {self.path} exists and is not a directory")
+        refuse_non_directory(self.path)
         try:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:

@@ -36,11 +36,11 @@ from triton.runtime.jit import JITFunction
 
 from ..config import Config
 from ..driver import integration_params, plain_literal, seed_setting, to_fasta_config
-from ..errors import ConfigError, FastaError, add_note
+from ..errors import ConfigError, FastaError, StateDirError, add_note
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..state import remember_configs
-from ..store import StateStore, checked_state_dir
+from ..store import StateStore, refuse_non_directory, state_dir_path
 from ..tuner import TuneResult, tune
 from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
 from .compile_pool import check_settings, shared_pool
@@ -190,7 +190,7 @@ class Autotuner(TritonAutotuner):
                         f"budget={budget!r} and policy_params['budget']={policy_params['budget']!r}: give one"
                     )
                 self.policy_params["budget"] = plain_literal("budget", budget)  # as policy_params' values are
-            checked_state_dir(state_dir)
+            refuse_non_directory(state_dir_path(state_dir))
             check_arguments(self.policy, self.policy_params)
             self.seed = seed_setting(seed)
             check_settings()
@@ -234,7 +234,10 @@ class Autotuner(TritonAutotuner):
 
     def store(self) -> StateStore:
         if self._store is None:
-            self._store = StateStore(self.state_dir)
+            try:
+                self._store = StateStore(self.state_dir)
+            except StateDirError as exc:  # made a file, or unwritable, since the decoration
+                raise StateDirError(f"{self.kernel_name}: {exc}") from None
         return self._store
 
     # ------------------------------------------------------------------ launch

@@ -21,7 +21,7 @@ from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
 from triton_device import DEVICE, HAS_CUDA
 
 import fasta_sm
-from fasta_sm.errors import notes_of
+from fasta_sm.errors import StateDirError, notes_of
 from fasta_sm.policies import make_policy
 from fasta_sm.store import StateStore
 from fasta_sm.triton.autotune import _source_hash, to_fasta_config, to_triton_config
@@ -474,6 +474,19 @@ def test_a_numpy_budget_is_kept_as_the_python_number_a_state_file_can_hold(tmp_p
 def test_a_state_dir_that_names_no_directory_is_refused_when_the_kernel_is_decorated(state_dir, named):
     with pytest.raises(ValueError, match=rf"accumulate_kernel\): {re.escape(named)}"):
         fasta_sm.autotune(SMALL, key=["n"], state_dir=state_dir)(accumulate_kernel)
+
+
+def test_a_state_dir_that_is_a_file_is_refused_when_the_kernel_is_decorated(tmp_path):
+    (tmp_path / "states").write_text("")
+    with pytest.raises(ValueError, match=r"accumulate_kernel\): state dir .*states exists and is not a directory"):
+        fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path / "states"))(accumulate_kernel)
+
+
+def test_a_state_dir_made_a_file_after_decorating_is_refused_at_launch_naming_the_kernel(tmp_path):
+    kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path / "states"))(accumulate_kernel)
+    (tmp_path / "states").write_text("")
+    with pytest.raises(StateDirError, match=r"accumulate_kernel: state dir .*states exists and is not a directory"):
+        launch(kernel)
 
 
 def test_policy_none_means_the_default_policy(tmp_path):
