@@ -27,7 +27,7 @@ import time
 import types
 import warnings
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import triton
@@ -257,11 +257,12 @@ class Autotuner(TritonAutotuner):
                 if result is not None and result.reused:
                     reused_from = key
         self.best_config = config
-        self._refuse_conflicts(kwargs, [config])
+        options = config.all_kwargs()
+        self._refuse_conflicts(nargs, options.keys())
         if config.pre_hook is not None:
-            config.pre_hook({**nargs, **config.all_kwargs()})
+            config.pre_hook({**nargs, **options})
         try:
-            return self.fn.run(*args, **kwargs, **config.all_kwargs())
+            return self.fn.run(*args, **kwargs, **options)
         except config_failures(interpreting(self.fn)) as error:  # the tuple is built only when a launch fails
             if reused_from is not None:
                 self.cache.pop(reused_from, None)
@@ -279,13 +280,14 @@ class Autotuner(TritonAutotuner):
             "and its `.superseded-*` files (a new tune keeps their results) to tune again"
         )
 
-    def _refuse_conflicts(self, kwargs: Mapping[str, Any], configs: Sequence[triton.Config]) -> None:
-        """A tuned meta-parameter also passed at launch is an error before anything runs, as in Triton."""
-        conflicts = kwargs.keys() & {name for config in configs for name in config.kwargs}
+    def _refuse_conflicts(self, nargs: Mapping[str, Any], tuned: Collection[str]) -> None:
+        """What a config sets (a meta-parameter, or a launch option such as num_warps) and the launch passes too,
+        by name or by position, is an error before anything is tuned: the launch would get it twice."""
+        conflicts = nargs.keys() & tuned
         if conflicts:
             raise ValueError(
                 f"{self.kernel_name}: conflicting meta-parameters {', '.join(sorted(conflicts))}: "
-                "a tuned parameter is also passed at launch"
+                "set by the configs and also passed at launch"
             )
 
     def _refuse_incomplete(self, nargs: Mapping[str, Any], configs: Sequence[triton.Config]) -> None:
@@ -359,7 +361,7 @@ class Autotuner(TritonAutotuner):
         candidates = _distinct(self.kernel_name, candidates, decorated=False, as_fasta=as_fasta)
         if len(candidates) == 1:
             return candidates[0]
-        self._refuse_conflicts(launch_kwargs, candidates)
+        self._refuse_conflicts(nargs, {name for config in candidates for name in config.all_kwargs()})
         self._refuse_incomplete(nargs, candidates)
         fasta_configs = [self._fasta(c) for c in candidates]
         by_identity = {f.identity: c for f, c in zip(fasta_configs, candidates)}

@@ -566,6 +566,22 @@ def test_a_tuned_parameter_also_passed_at_launch_is_a_conflict_error(tmp_path):
         kernel[grid](x, out, 512, 2.0, BLOCK=64)
 
 
+def test_a_launch_option_the_configs_set_is_a_conflict_error_before_anything_is_tuned(tmp_path):
+    kernel = small_tuned(tmp_path)
+    x, out = torch.randn(512, device=DEVICE), torch.zeros(512, device=DEVICE)
+    with pytest.raises(ValueError, match="conflicting meta-parameters num_warps"):
+        kernel[grid](x, out, 512, 2.0, num_warps=8)
+    assert not list(tmp_path.glob("*.fsm"))
+
+
+def test_a_tuned_parameter_passed_by_position_is_a_conflict_error_before_anything_is_tuned(tmp_path):
+    kernel = small_tuned(tmp_path)
+    x, out = torch.randn(512, device=DEVICE), torch.zeros(512, device=DEVICE)
+    with pytest.raises(ValueError, match="conflicting meta-parameters BLOCK"):
+        kernel[grid](x, out, 512, 2.0, 64)
+    assert not list(tmp_path.glob("*.fsm"))
+
+
 KERNEL_SOURCE = '''
 import triton
 import triton.language as tl
