@@ -38,7 +38,7 @@ from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
 from .policies import make_policy, require_listed, with_environment
-from .render import age_of, format_us, state_to_json, tune_label
+from .render import age_of, format_us, key_values, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
 from .store import StateStore, default_state_dir
@@ -226,16 +226,25 @@ def list_states(state_dir: Path | None) -> None:
     store = _existing_store(state_dir)
     table = Table("file", "kernel", "policy", "position", "round", "measured/N", "best", "age", "locked", box=None)
     table.columns[0].no_wrap = True  # the name is what `show` takes: never cut it
+    read: list[tuple[Path, TuneState | Exception]] = []
     for path in store.state_files():
-        locked = {True: "yes", False: "no", None: "?"}[store.is_locked(path)]
         try:
-            state = store.read(path)
+            read.append((path, store.read(path)))
         except (StateFileError, OSError) as exc:
-            table.add_row(path.name, Text(f"unreadable: {exc}", style="red"), "", "", "", "", "", "", locked)
+            read.append((path, exc))
+    keys_of: dict[tuple[str, str], set[str]] = {}  # the keys of rows that would read the same but for their file
+    for _, state in read:
+        if isinstance(state, TuneState):
+            keys_of.setdefault((state.kernel, tune_label(state)), set()).add(state.key)
+    for path, state in read:
+        locked = {True: "yes", False: "no", None: "?"}[store.is_locked(path)]
+        if not isinstance(state, TuneState):
+            table.add_row(path.name, Text(f"unreadable: {state}", style="red"), "", "", "", "", "", "", locked)
             continue
+        alike = len(keys_of[state.kernel, tune_label(state)]) > 1
         table.add_row(
             path.name,
-            state.kernel,
+            f"{state.kernel} {key_values(state)}" if alike else state.kernel,
             tune_label(state),
             state.status(),
             str(state.round),
@@ -310,25 +319,25 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
 
 def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[Path, TuneState]:
     """The one tune in `store` of the kernel named `kernel` (as `ls` lists it), for `show KERNEL`."""
-    found, unreadable = [], []
+    readable, unreadable = [], []
     for path in store.state_files():
         try:
-            state = StateStore.read(path)
+            readable.append((path, StateStore.read(path)))
         except (OSError, FastaError):
             unreadable.append(path.name)
-            continue
-        if state.kernel == kernel:
-            found.append((path, state))
+    found = [(path, state) for path, state in readable if state.kernel == kernel]
+    if len(found) == 1 and unreadable:
+        notes.print(
+            f"note: {len(unreadable)} other file{'s' if len(unreadable) > 1 else ''} in {store.path} cannot be "
+            f"read and may hold another tune of {kernel!r}: {', '.join(unreadable)}"
+        )
+    if not found:  # `add_kernel` for the `module.add_kernel` a Triton tune records
+        found = [(path, state) for path, state in readable if state.kernel.endswith("." + kernel)]
     if len(found) == 1:
-        if unreadable:
-            notes.print(
-                f"note: {len(unreadable)} other file{'s' if len(unreadable) > 1 else ''} in {store.path} cannot be "
-                f"read and may hold another tune of {kernel!r}: {', '.join(unreadable)}"
-            )
         return found[0]
     if found:
-        files = ", ".join(path.name for path, _ in found)
-        raise click.ClickException(f"kernel {kernel!r} has {len(found)} tunes here ({files}); name one by its file")
+        tunes = "".join(f"\n  {path.name}  {state.kernel} {key_values(state)}" for path, state in found)
+        raise click.ClickException(f"kernel {kernel!r} has {len(found)} tunes here; name one by its file:{tunes}")
     maybe = (
         f"; {len(unreadable)} file{'s' if len(unreadable) > 1 else ''} there cannot be read and may hold it: "
         + ", ".join(unreadable)

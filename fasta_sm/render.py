@@ -98,6 +98,12 @@ def tune_label(state: TuneState) -> str:
     return label + (" no noise" if replays_means(state.backend) else "")
 
 
+def key_values(state: TuneState) -> str:
+    """What tells a tune's key from another of its kernel: a Triton tune's `[values, …]` after the kernel's
+    name, else the whole key."""
+    return state.key.removeprefix(state.kernel) if state.key.startswith(state.kernel + "[") else state.key
+
+
 def human_age(seconds: float) -> str:
     """The age in its largest whole unit, rounded down: 3599 s is 59m, not 60m."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

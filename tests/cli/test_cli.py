@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from click.testing import CliRunner
 from toy_table import write_table
 
 from fasta_sm.cli import main, run
+from fasta_sm.state import pack_state
+from fasta_sm.store import StateStore
 
 
 def invoke(*args: str) -> str:
@@ -151,7 +154,6 @@ def test_show_marks_the_last_error_of_a_finished_tune_as_history(table_file, sta
     from fasta_sm.backends.replay import ReplayBackend, load_table
     from fasta_sm.errors import FastaError
     from fasta_sm.protocols import BenchmarkOutcome
-    from fasta_sm.store import StateStore
     from fasta_sm.tuner import tune as run_tune
 
     class NaNOnce(ReplayBackend):
@@ -171,7 +173,6 @@ def test_show_marks_the_last_error_of_a_tune_that_has_moved_on_past_it_as_histor
     from fasta_sm.backends.replay import ReplayBackend, load_table
     from fasta_sm.errors import FastaError
     from fasta_sm.protocols import BenchmarkOutcome
-    from fasta_sm.store import StateStore
     from fasta_sm.tuner import open_tune
     from fasta_sm.tuner import tune as run_tune
 
@@ -195,7 +196,6 @@ def test_a_tune_that_ended_with_no_config_run_is_shown_as_such_not_as_resumable(
     from fasta_sm.backends.replay import ReplayBackend, load_table
     from fasta_sm.errors import TuneFailed
     from fasta_sm.protocols import CompileOutcome
-    from fasta_sm.store import StateStore
     from fasta_sm.tuner import tune as run_tune
 
     class NothingCompiles(ReplayBackend):
@@ -922,7 +922,6 @@ def test_the_plot_draws_no_legend_entry_per_re_time_round_and_durations_on_log_a
     import matplotlib.pyplot as plt
 
     from fasta_sm.plot import tune_figure
-    from fasta_sm.store import StateStore
 
     state = StateStore.read(CORPUS / "v1-done-retime-contenders.fsm")
     assert sum(record.retime for record in state.rounds) > 1
@@ -951,6 +950,43 @@ def test_show_by_a_kernel_name_with_several_tunes_names_their_files(table_file, 
     result = CliRunner().invoke(main, ["show", "toy_mm", "--state-dir", str(state_dir)])
     assert result.exit_code == 1 and "kernel 'toy_mm' has 2 tunes here" in result.output
     assert all(path.name in result.output for path in state_dir.glob("*.fsm"))
+
+
+def triton_tunes(table_file: Path, state_dir: Path, kernel: str, *ns: int) -> list[str]:
+    """One replayed tune copied under Triton-style keys of `kernel`, one per `n`; their keys."""
+    tune(table_file, state_dir)
+    (path,) = state_dir.glob("*.fsm")
+    store, state = StateStore(state_dir), StateStore.read(path)
+    path.unlink()
+    keys = [f"{kernel}[{n}, 'torch.float32', 'NVIDIA H200', '3.6.0']" for n in ns]
+    for key in keys:
+        store.write(key, pack_state(replace(state, kernel=kernel, key=key)), kernel)
+    return keys
+
+
+def test_ls_tells_apart_two_keys_of_one_kernel_by_their_key_values(table_file, state_dir):
+    triton_tunes(table_file, state_dir, "mod.add_kernel", 1024, 2048)
+    listed = invoke("ls", "--state-dir", str(state_dir))
+    assert "mod.add_kernel [1024, 'torch.float32'" in listed and "mod.add_kernel [2048, 'torch.float32'" in listed
+
+
+def test_ls_shows_no_key_values_for_a_kernel_with_one_key(table_file, state_dir):
+    triton_tunes(table_file, state_dir, "mod.add_kernel", 1024)
+    assert "[1024" not in invoke("ls", "--state-dir", str(state_dir))
+
+
+def test_show_by_a_kernel_name_with_several_keys_lists_each_file_with_its_key_values(table_file, state_dir):
+    triton_tunes(table_file, state_dir, "mod.add_kernel", 1024, 2048)
+    result = CliRunner().invoke(main, ["show", "mod.add_kernel", "--state-dir", str(state_dir)])
+    assert result.exit_code == 1 and "has 2 tunes here" in result.output
+    for path in state_dir.glob("*.fsm"):
+        key_values = StateStore.read(path).key.removeprefix("mod.add_kernel")
+        assert f"{path.name}  mod.add_kernel {key_values}" in result.output
+
+
+def test_show_finds_a_tune_by_the_kernel_name_without_its_module(table_file, state_dir):
+    triton_tunes(table_file, state_dir, "mod.add_kernel", 1024)
+    assert "mod.add_kernel" in invoke("show", "add_kernel", "--state-dir", str(state_dir))
 
 
 def test_ls_on_a_state_dir_without_tunes_says_so_instead_of_an_empty_table(state_dir):
