@@ -49,6 +49,7 @@ from .worker import config_failures, kernel_path, unwrap_jit
 
 logger = logging.getLogger("fasta_sm.triton.autotune")
 
+
 def _compiles_in_pool(fn: Any) -> bool:
     """Whether the compile workers can compile `fn`: a bare jit function with a path they import it by."""
     return isinstance(fn, JITFunction) and kernel_path(fn) is not None
@@ -58,6 +59,9 @@ def to_triton_config(config: Config) -> triton.Config:
     return triton.Config(
         dict(config.kwargs), num_warps=config.num_warps, num_stages=config.num_stages, **dict(config.options)
     )
+
+
+MOST_NAMED = 5  # repeated configs a warning names; it counts the rest
 
 
 def _distinct(
@@ -77,7 +81,7 @@ def _distinct(
     config twice.
     """
     first_of: dict[str, triton.Config] = {}
-    kept = []
+    kept, repeated = [], []
     for config in configs:
         try:
             identity = as_fasta(config).identity
@@ -87,14 +91,18 @@ def _distinct(
         if first is None:
             first_of[identity] = config
             kept.append(config)
-        elif decorated and _extras(first) != _extras(config):
+            continue
+        if decorated and _extras(first) != _extras(config):
             raise ValueError(
                 f"fasta_sm.autotune({kernel}): two configs differ only by a pre_hook "
                 f"({as_fasta(config).label()}); fasta-sm keys a config by its kwargs and launch options"
             )
-    if decorated and len(kept) < len(configs):
-        logger.warning("fasta_sm.autotune(%s): %d repeated configs dropped, each kept once", kernel,
-                       len(configs) - len(kept))
+        repeated.append(as_fasta(config).label())
+    if decorated and repeated:
+        shown = ", ".join(repeated[:MOST_NAMED]) + (f" and {len(repeated) - MOST_NAMED} more"
+                                                     if len(repeated) > MOST_NAMED else "")
+        logger.warning("fasta_sm.autotune(%s): %d repeated configs dropped, each kept once: %s", kernel,
+                       len(repeated), shown)
     return kept
 
 

@@ -499,6 +499,14 @@ def test_a_repeated_config_is_kept_once_with_a_warning(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="fasta_sm.triton.autotune"):
         kernel = fasta_sm.autotune(repeated, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
     assert kernel.configs == [SMALL[0], SMALL[1]] and "1 repeated configs dropped" in caplog.text
+    assert "kept once: BLOCK=64 w1 s1" in caplog.text
+
+
+def test_the_repeated_configs_warning_names_five_and_counts_the_rest(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="fasta_sm.triton.autotune"):
+        fasta_sm.autotune(SMALL * 4, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+    assert "9 repeated configs dropped" in caplog.text and caplog.text.count("BLOCK=") == 5
+    assert "and 4 more" in caplog.text
 
 
 def test_the_same_config_object_listed_twice_is_kept_once_too(tmp_path, caplog):
