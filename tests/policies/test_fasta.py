@@ -513,6 +513,18 @@ def test_no_numeric_feature_takes_the_coverage_path():
     assert policy._space.dims == 0 and policy.plan_budget.path == "coverage"
 
 
+def test_r1_says_when_the_min_budget_floor_raised_the_budget_given():
+    configs = [Config(kwargs={"BLOCK": 2**k}) for k in range(4, 14)]
+    decision = FastaPolicy(configs, budget=0.5).plan(np.random.default_rng(0))
+    assert "budget 10: budget=0.5 buys 5, raised by the min_budget floor (13, at most all)" in decision.reason
+
+
+def test_r1_says_nothing_of_the_floor_when_the_budget_given_buys_more():
+    configs = [Config(kwargs={"BLOCK": 2**k, "X": x}) for k in range(4, 14) for x in range(4)]
+    decision = FastaPolicy(configs, budget=0.5).plan(np.random.default_rng(0))
+    assert "budget 20," in decision.reason and "floor" not in decision.reason
+
+
 def test_coverage_path_finishes_and_keeps_its_budget():
     table = landscapes.as_table(landscapes.flags(5, count=12))
     policy = FastaPolicy(table.configs)

@@ -20,12 +20,17 @@ class BudgetPlan:
     path: str
 
 
-def class_total(n: int, fraction: float, params: FastaParams) -> int:
-    """Configs a budget fraction buys in a space of `n`: at least `min_budget`, at most all.
+def bought(n: int, fraction: float) -> int:
+    """Configs a budget fraction buys in a space of `n`, before any floor.
 
     The product is rounded to 9 digits first, as in `budget_count`: a budget of k / N buys k configs, not k + 1.
     """
-    return min(n, max(math.ceil(round(fraction * n, 9)), params.min_budget))
+    return math.ceil(round(fraction * n, 9))
+
+
+def class_total(n: int, fraction: float, params: FastaParams) -> int:
+    """Configs a budget fraction buys in a space of `n`: at least `min_budget`, at most all."""
+    return min(n, max(bought(n, fraction), params.min_budget))
 
 
 def route_budget(

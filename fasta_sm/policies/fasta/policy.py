@@ -24,7 +24,7 @@ from ...protocols import Decision, Observations
 from .. import register
 from ..baseline import check_budget
 from ..config_optimizer import optimize_configs
-from .budget import BudgetPlan, class_total, route_budget
+from .budget import BudgetPlan, bought, class_total, route_budget
 from .contract import check_observations
 from .feasibility import (
     failure_chance,
@@ -222,9 +222,19 @@ class FastaPolicy:
         return Decision(
             batch=batch,
             reason=f"fasta R1: {len(batch)} of {len(self._configs)} configs "
-            f"({self.plan_budget.path} path, budget {self.plan_budget.total}, class {self.plan_budget.budget_class})"
-            + earlier,
+            f"({self.plan_budget.path} path, budget {self.plan_budget.total}{self._raised()}, "
+            f"class {self.plan_budget.budget_class})" + earlier,
         )
+
+    def _raised(self) -> str:
+        """Why a budget the caller gave buys more configs than its fraction: the `min_budget` floor."""
+        if self._budget_arg is None:
+            return ""
+        asked = bought(int(self._active.sum()), self._budget_arg)
+        if self.plan_budget.total <= asked:
+            return ""
+        floor = self.params.min_budget
+        return f": budget={self._budget_arg:g} buys {asked}, raised by the min_budget floor ({floor}, at most all)"
 
     # ------------------------------------------------------------------ R2
 
