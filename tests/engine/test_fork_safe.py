@@ -48,6 +48,8 @@ def _taken_in_a_child_forked_while_held(lock) -> bool:
     return taken
 
 
+# Python ≥ 3.12 warns of forking with a live thread, which is the point here
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 @pytest.mark.parametrize("name", LOCKS)
 def test_a_lock_a_tune_takes_is_free_in_a_child_forked_while_a_thread_held_it(name):
     assert _taken_in_a_child_forked_while_held(LOCKS[name]())

@@ -301,6 +301,8 @@ def test_a_quick_look_at_bytes_that_are_no_state_finds_no_kernel(blob, tmp_path)
     assert StateStore.read_kernel(path) is None
 
 
+# Python ≥ 3.12 warns of forking with a live thread, which is the point here
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_child_forked_while_another_thread_reads_the_prior_tunes_with_a_prior_of_its_own(
     table_file, state_dir, monkeypatch
 ):
