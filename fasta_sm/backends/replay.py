@@ -147,31 +147,63 @@ def count_disturbed(samples_us: Iterable[Sequence[float]]) -> int:
 
 
 def load_table(path: str | Path) -> ReplayTable:
-    """Read a replay table strictly: every documented field, no duplicate configs, no key written twice."""
+    """Read a replay table strictly: every documented field, no duplicate configs, no documented key written
+    twice; extra fields are kept or ignored, whatever they hold (the format is lenient about them)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_object_without_repeats)
-    except _RepeatedKey as exc:
-        raise TableError(f"{path}: key {exc.args[0]!r} appears twice in one object; JSON keeps only the last") from None
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TableError(f"{path}: no such replay table") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise TableError(f"{path}: not a JSON replay table ({type(exc).__name__}: {exc})") from None
-    return table_from_dict(data, str(path))
+    return table_from_text(text, str(path))
 
 
-class _RepeatedKey(Exception):
-    pass
+def table_from_text(text: str, source: str) -> ReplayTable:
+    """A table from its JSON text, read as `load_table` reads a file: what the recorder writes is checked so."""
+    try:
+        data = json.loads(text, object_pairs_hook=_object_noting_repeats)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise TableError(f"{source}: not a JSON replay table ({type(exc).__name__}: {exc})") from None
+    return table_from_dict(data, source)
 
 
-def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refused when it names a key twice: `json` would silently keep the last value."""
-    data: dict[str, Any] = {}
+class _Object(dict):  # type: ignore[type-arg]
+    """A JSON object that remembers the keys it was given twice (`json` keeps only the last value)."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _object_noting_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = _Object()
+    repeated = []
     for key, value in pairs:
         if key in data:
-            raise _RepeatedKey(key)
+            repeated.append(key)
         data[key] = value
+    data.repeated = tuple(repeated)
     return data
+
+
+def _repeat_in(value: Any, documented: Iterable[str] | None = None) -> str | None:
+    """The first key written twice in `value`: among its own keys in `documented`, or anywhere in it if None."""
+    if documented is not None:
+        return next((k for k in getattr(value, "repeated", ()) if k in documented), None)
+    stack = [value]
+    while stack:  # iterative: a shape as deep as the parser takes is no RecursionError here
+        item = stack.pop()
+        if isinstance(item, dict):
+            if getattr(item, "repeated", ()):
+                return str(item.repeated[0])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _refuse_repeats(where: str, key: str | None) -> None:
+    if key is not None:
+        raise TableError(f"{where}; JSON keeps only the last")
 
 
 def table_from_dict(data: Any, source: str) -> ReplayTable:
@@ -180,12 +212,16 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
     for name in _TOP_FIELDS:
         if name not in data:
             raise TableError(f"{source}: missing field {name!r}")
+    key = _repeat_in(data, _TOP_FIELDS)
+    _refuse_repeats(f"{source}: key {key!r} appears twice", key)
+    key = _repeat_in(data["shape"])
+    _refuse_repeats(f"{source}: key {key!r} appears twice in shape", key)
     if not isinstance(data["shape"], dict):
         raise TableError(f"{source}: shape={data['shape']!r} must be an object")
     for name in ("device", "torch", "triton"):
         if not isinstance(data[name], str):
             raise TableError(f"{source}: {name}={data[name]!r} must be a string")
-    _check_text(source, data)
+    _check_text(source, _documented(data))
     rows = data["configs"]
     if not isinstance(rows, list) or not rows:
         raise TableError(f"{source}: 'configs' must be a non-empty list")
@@ -198,6 +234,8 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
         for name in _CONFIG_FIELDS:
             if name not in row:
                 raise TableError(f"{where}: missing field {name!r}")
+        key = _repeat_in(row, _CONFIG_FIELDS) or _repeat_in(row["kwargs"])
+        _refuse_repeats(f"{source}: key {key!r} appears twice in configs[{index}]", key)
         try:
             config = Config(kwargs=row["kwargs"], num_warps=row["num_warps"], num_stages=row["num_stages"])
         except (ConfigError, AttributeError, TypeError) as exc:
@@ -231,6 +269,15 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
     return ReplayTable(kernel, configs, np.array(compile_s), samples, errors, meta, source)
 
 
+def _documented(data: dict[str, Any]) -> dict[str, Any]:
+    """The fields the reader reads (a row's `options` among them): extra fields may hold any text."""
+    rows = data["configs"]
+    if isinstance(rows, list):
+        read = (*_CONFIG_FIELDS, "options")
+        rows = [{k: v for k, v in row.items() if k in read} if isinstance(row, dict) else row for row in rows]
+    return {**{name: data[name] for name in _TOP_FIELDS}, "configs": rows}
+
+
 def _check_text(source: str, data: dict[str, Any]) -> None:
     """Refuse a string that is not Unicode text (a lone surrogate, which JSON's `\\ud800` escape decodes to),
     naming its row if it is in one: no state file, which is UTF-8, could hold it. The whole table is checked
@@ -253,6 +300,8 @@ def _with_options(config: Config, options: Any) -> Config:
     try:
         if not isinstance(options, dict):
             raise ConfigError(f"options={options!r} is not an object")
+        if getattr(options, "repeated", ()):
+            raise ConfigError(f"option {options.repeated[0]!r} is written twice")
         return Config(dict(config.kwargs), config.num_warps, config.num_stages, options=options)
     except ConfigError as exc:
         log.info("%s: options left out: %s", config.label(), exc)

@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..backends.replay import INTERPRETER_TIMING, table_from_dict
+from ..backends.replay import INTERPRETER_TIMING, table_from_text
 from ..config import Config, check_config_list
-from ..errors import ConfigError
+from ..errors import ConfigError, TableError
 from ..state import storable_text
 from .backend import TritonBackend, device_name, restore_args, saved_args, zero_args
 from .compile_pool import CompilePool
@@ -179,7 +179,7 @@ def record(
         },
         "configs": rows,
     }
-    table_from_dict(table, spec.name)  # what the reader would refuse is not written
+    table_from_text(json.dumps(table), spec.name)  # what the reader would refuse is not written: read as written
     return table
 
 
@@ -196,6 +196,15 @@ def _check_fits_the_format(spec: KernelSpec, configs: Sequence[Config]) -> None:
         raise ConfigError(f"{spec.name}: shape {spec.shape!r} cannot be written to a table: {exc}") from None
     if not isinstance(spec.shape, dict) or not all(isinstance(key, str) for key in spec.shape):
         raise ConfigError(f"{spec.name}: shape {spec.shape!r} must be a dict with string keys (a JSON object)")
+    if not isinstance(spec.name, str) or not spec.name or storable_text(spec.name) != spec.name:
+        raise ConfigError(f"kernel name {spec.name!r} cannot name a table: it must be non-empty Unicode text")
+    probe = {"kernel": spec.name, "shape": spec.shape, "device": "", "torch": "", "triton": "",
+             "configs": [{"kwargs": {}, "num_warps": 1, "num_stages": 0, "compile_s": 0.0, "duration_us": [1.0],
+                          "error": None}]}
+    try:  # as the reader will read it: a nested key 1 beside "1" is one key written twice, say
+        table_from_text(json.dumps(probe), spec.name)
+    except TableError as exc:
+        raise ConfigError(f"{spec.name}: shape {spec.shape!r} cannot be written to a table: {exc}") from None
     first: dict[str, int] = {}
     for index, config in enumerate(configs):
         key = Config(dict(config.kwargs), config.num_warps, config.num_stages).identity

@@ -419,3 +419,23 @@ def test_a_spec_param_given_twice_is_refused_not_taken_last(tmp_path):
         "row_sum", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "M=4", "--device", DEVICE,
     ])
     assert result.exit_code == 2 and "M is given twice" in result.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("shape", [{"n": 300, "extra": {1: "a", "1": "b"}}, {"n": 300, "dtype": "\ud800"}],
+                         ids=["nested keys that collide", "a lone surrogate"])
+def test_a_shape_the_reader_would_refuse_is_refused_before_anything_is_compiled(shape):
+    """json.dumps turns a nested key 1 into "1": beside a key "1" the written object names a key twice,
+    which load_table refuses; a lone surrogate it refuses as no Unicode text. Both were found only after
+    the whole space was compiled and timed (or, for the first, not at all: the table was written)."""
+    spec = accumulate_spec(shape=shape)
+    spec.make_args = None  # nothing may run: refused before anything compiles
+    with pytest.raises(ConfigError, match=r"accumulate: shape .*"):
+        record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
+
+
+@pytest.mark.parametrize("name", ["", "\ud800", 7], ids=["empty", "lone surrogate", "not a string"])
+def test_a_kernel_name_a_table_cannot_hold_is_refused_before_anything_is_compiled(name):
+    spec = accumulate_spec(name=name)
+    spec.make_args = None  # nothing may run: making the inputs would raise
+    with pytest.raises(ConfigError, match=r"kernel name"):
+        record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)

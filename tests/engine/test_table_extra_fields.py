@@ -1,0 +1,46 @@
+"""The format: "keep the reader strict about the fields below and lenient about extra fields"."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from fasta_sm.backends.replay import load_table
+from fasta_sm.errors import TableError
+
+
+@pytest.mark.parametrize("where", ["top", "row", "nested"])
+def test_a_key_repeated_inside_an_extra_field_does_not_refuse_the_table(where, tmp_path, table_data):
+    text = json.dumps(table_data)
+    if where == "top":  # another recorder's metadata, written twice
+        text = text.replace('"kernel": ', '"note": "a", "note": "b", "kernel": ', 1)
+    elif where == "row":
+        text = text.replace('"duration_us": ', '"note": 1, "note": 2, "duration_us": ', 1)
+    else:
+        text = text.replace('"kernel": ', '"env": {"HOST": "a", "HOST": "b"}, "kernel": ', 1)
+    path = tmp_path / "extra_twice.json"
+    path.write_text(text)
+    assert len(load_table(path).configs) == len(table_data["configs"])
+
+
+def test_a_key_repeated_in_a_documented_field_is_still_refused_naming_file_row_and_key(tmp_path, table_data):
+    text = json.dumps(table_data).replace('"BLOCK_M": ', '"BLOCK_M": 8, "BLOCK_M": ', 1)
+    path = tmp_path / "kwargs_twice.json"
+    path.write_text(text)
+    with pytest.raises(TableError, match=r"key 'BLOCK_M' appears twice in configs\[0\]"):
+        load_table(path)
+
+
+@pytest.mark.parametrize("where", ["top", "row"])
+def test_an_extra_field_holding_an_escaped_byte_does_not_refuse_the_table(where, tmp_path, table_data):
+    """Python's json writes a surrogate-escaped byte (a non-UTF-8 path in argv, say) as "\\udcff"."""
+    data = copy.deepcopy(table_data)
+    if where == "top":
+        data["command"] = "record --out /tmp/\udcff"
+    else:
+        data["configs"][0]["note"] = "\udcff"
+    path = tmp_path / "extra_escape.json"
+    path.write_text(json.dumps(data))  # ensure_ascii: the file is ASCII, valid UTF-8
+    assert len(load_table(path).configs) == len(table_data["configs"])
