@@ -655,3 +655,8 @@ def call_after_import(name: str, callback: Callable[[], None]) -> None:
         callback()
     elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+def cancel_after_import(name: str) -> None:
+    """Forget a `call_after_import(name, ...)` still waiting for module `name` (a no-op once it ran)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not (isinstance(f, _AfterImport) and f.name == name)]

@@ -22,6 +22,7 @@ from typing import Any
 from ..driver import (
     DriverSettings,
     call_after_import,
+    cancel_after_import,
     default_policy,
     integration_params,
     seed_setting,
@@ -125,6 +126,7 @@ def disable() -> None:
     """Put back exactly what `enable()` replaced, or the dispatcher a cached kernel's hook installed without
     it, for good in this process: a kernel loaded later that imports the hook installs nothing."""
     global _saved, _settings, _turned_off
+    cancel_after_import(CODEGEN_MODULE)  # a FASTA_SM_INDUCTOR=1 still waiting for the codegen must not switch it on
     if _saved is None:
         hooked = sys.modules.get(f"{__name__}.autotuner")
         if hooked is not None:  # a cached kernel's source imported the hook, which installed the dispatcher
@@ -161,7 +163,8 @@ def current_settings() -> dict[str, Any] | None:
 @contextlib.contextmanager
 def enabled(**settings: Any) -> Iterator[DriverSettings]:
     """`enable(**settings)` for the block, then back to how it was (on, with the old settings, or off)."""
-    before, was_turned_off = _settings, _turned_off
+    global _turned_off
+    before, was_turned_off, was_hooked = _settings, _turned_off, _hook_installed()
     try:
         yield enable(**settings)
     finally:
@@ -169,8 +172,17 @@ def enabled(**settings: Any) -> Iterator[DriverSettings]:
             _switch_on(before)
         else:
             disable()
-            if not was_turned_off:  # FASTA_SM_INDUCTOR=1 may have been waiting for Inductor's codegen: it waits again
-                autoload()
+            if not was_turned_off:  # off, not disabled: a cached kernel's hook still works, as before the block
+                _turned_off = False
+                if was_hooked:
+                    sys.modules[f"{__name__}.autotuner"].install()
+                autoload()  # FASTA_SM_INDUCTOR=1 may have been waiting for Inductor's codegen: it waits again
+
+
+def _hook_installed() -> bool:
+    """Whether the dispatcher is installed (by `enable()`, or by a cached kernel's hook without it)."""
+    hooked = sys.modules.get(f"{__name__}.autotuner")
+    return hooked is not None and hooked.triton_heuristics.cached_autotune is hooked.cached_autotune
 
 
 def autoload() -> None:

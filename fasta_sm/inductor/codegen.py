@@ -21,6 +21,8 @@ IMPORT_LINE = "from torch._inductor.runtime import triton_helpers, triton_heuris
 HOOK_LINE = "import fasta_sm.inductor.hook  # noqa: F401  fasta-sm autotuner, also in compile workers"
 HEURISTIC = re.compile(r"@triton_heuristics\.(pointwise|reduction|persistent_reduction)\(")
 META_OPEN = "inductor_meta={"
+TRIPLE_QUOTE = "'''"
+"""What ends the string literal Inductor's output code holds a kernel's source in."""
 
 
 def rewrite_source(source: str, settings: dict[str, Any]) -> str:
@@ -42,12 +44,16 @@ def without_settings(source: str, settings: dict[str, Any]) -> str:
 
 
 def source_safe(settings: dict[str, Any]) -> None:
-    """Refuse, naming it, a setting whose text holds a backslash: Inductor embeds a kernel's source in a
-    string literal of its output code, which would read the escape a second time (a state dir `tunes\\new`
-    would become `tunes`, a newline and `ew`)."""
+    """Refuse, naming it, a setting whose text holds a backslash or three single quotes: Inductor embeds a
+    kernel's source in a triple-quoted string literal of its output code, which would read the escape a second
+    time (a state dir `tunes\\new` would become `tunes`, a newline and `ew`) and end at the quotes (the output
+    code would not parse, and torch.compile fail)."""
     for name, value in settings.items():
-        if "\\" in repr(value):
+        text = repr(value)
+        if "\\" in text:
             raise ValueError(f"{name}={value!r} cannot travel in kernel source: its text needs a backslash escape")
+        if TRIPLE_QUOTE in text:
+            raise ValueError(f"{name}={value!r} cannot travel in kernel source: its text holds {TRIPLE_QUOTE}")
 
 
 def _entry(settings: dict[str, Any]) -> str:

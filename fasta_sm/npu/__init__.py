@@ -27,6 +27,7 @@ from typing import Any
 from ..driver import (
     DriverSettings,
     call_after_import,
+    cancel_after_import,
     default_policy,
     integration_params,
     seed_setting,
@@ -131,6 +132,7 @@ def disable() -> None:
     """
     global _saved_env, _turned_off
     _turned_off = True
+    cancel_after_import(SLOT_MODULE)  # a FASTA_SM_NPU=1 still waiting for torch_npu's slot must not install it
     autotuner = sys.modules.get(f"{__name__}.autotuner")
     if autotuner is not None:
         autotuner.uninstall()

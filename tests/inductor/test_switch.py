@@ -415,3 +415,37 @@ def test_a_kernel_loaded_after_disable_that_imports_the_hook_installs_nothing(tm
     fi.disable()
     importlib.reload(importlib.import_module("fasta_sm.inductor.hook"))  # a cached kernel's source runs it
     assert triton_heuristics.cached_autotune is original
+
+
+def test_disable_before_inductors_codegen_loads_keeps_the_environment_switch_from_turning_it_on(tmp_path):
+    code = (
+        "import torch, fasta_sm.inductor as fi\n"
+        "fi.autoload()\n"  # what torch's entry point does at `import torch` under FASTA_SM_INDUCTOR=1
+        "fi.disable()\n"
+        "import torch._inductor.codegen.triton\n"
+        "print(fi.is_enabled())\n"
+    )
+    env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.stdout.split() == ["False"], out.stderr[-2000:]
+
+
+def test_a_setting_that_would_end_the_string_inductor_embeds_kernel_source_in_is_refused_by_enable(tmp_path):
+    with pytest.raises(ValueError, match=r"state_dir=.*cannot travel in kernel source"):
+        fi.enable(state_dir=tmp_path / "a'''b")
+    assert not fi.is_enabled()
+
+
+def test_an_enabled_block_in_a_process_that_never_called_disable_does_not_switch_it_off_for_good(tmp_path,
+                                                                                              monkeypatch):
+    import importlib
+
+    from fasta_sm.inductor import autotuner
+
+    monkeypatch.setattr(fi, "_turned_off", False)  # a process that never called disable() (this file's fixture did)
+    with fi.enabled(state_dir=tmp_path):
+        pass
+    importlib.reload(importlib.import_module("fasta_sm.inductor.hook"))  # a kernel cached with fasta-sm on
+    assert not fi.turned_off() and triton_heuristics.cached_autotune is autotuner.cached_autotune

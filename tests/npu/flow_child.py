@@ -105,6 +105,15 @@ elif scenario == "autoload":
     from torch_npu._inductor.runtime import fasta_autotune
 
     seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
+elif scenario == "autoload_then_disable":
+    import fasta_sm.npu
+
+    fasta_sm.npu.autoload()
+    fasta_sm.npu.disable()  # before torch_npu's first import of the slot
+    import torch_npu._inductor  # noqa: F401
+    from torch_npu._inductor.runtime import fasta_autotune
+
+    seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
 elif scenario == "autoload_then_import_the_class":
     import fasta_sm.npu
 

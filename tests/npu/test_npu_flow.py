@@ -90,6 +90,11 @@ def test_fasta_sm_npu_alone_lets_torch_npu_import_and_installs_the_class(table_f
     assert seen["slot"] == "FastaNPUAutotuner"
 
 
+def test_disable_before_torch_npu_loads_its_slot_keeps_fasta_sm_npu_from_installing_the_class(table_file, state_dir):
+    seen = scenario("autoload_then_disable", table_file, state_dir, FASTA_SM_NPU="1")
+    assert seen["slot"] == "NPUFastAutotuner"
+
+
 def test_fasta_sm_npu_alone_installs_the_class_when_its_own_import_loads_torch_npus_slot(table_file, state_dir):
     seen = scenario("autoload_then_import_the_class", table_file, state_dir, FASTA_SM_NPU="1")
     assert seen["is_ours"] is True
