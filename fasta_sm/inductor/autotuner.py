@@ -35,6 +35,9 @@ KIND_OF = {
 }
 _UNTOUCHED_META = ("RSPLIT_SIZE", "tma_min_block_sizes", "profile_bandwidth", "deterministic")
 """Kernel variants whose configs carry constraints the tile generator does not model."""
+_UNNAMED = "Placeholder."
+"""The start of a kernel name Inductor never filled in: a kernel it compiles only to time a fusion choice
+(`benchmark_fusion`), not one the program runs. Tuned, each would be a tune of its own under one shared name."""
 _DETERMINISTIC_REDUCTION_META = (
     "force_filter_reduction_configs",
     "are_deterministic_algorithms_enabled",
@@ -124,6 +127,7 @@ def cached_autotune(*args: Any, **kwargs: Any) -> Any:
         or any(inductor_meta.get(k) for k in _UNTOUCHED_META)
         or (kind != "pointwise" and any(inductor_meta.get(k) for k in _DETERMINISTIC_REDUCTION_META))
         or (a.get("triton_meta") or {}).get("native_matmul")
+        or str(inductor_meta.get("kernel_name", "")).startswith(_UNNAMED)
     ):
         return original(*args, **kwargs)
     settings = DriverSettings.from_dict(raw)

@@ -232,6 +232,12 @@ def test_a_strict_sum_whose_r0_block_inductor_pinned_is_left_to_inductor(tmp_pat
     assert type(kept) is triton_heuristics.CachingAutotuner
 
 
+def test_a_kernel_inductor_compiles_only_to_time_a_fusion_choice_is_left_to_inductor(tmp_path):
+    fi.enable(state_dir=tmp_path)
+    kept = make_reduction(tmp_path, fi.current_settings(), kernel_name="Placeholder.DESCRIPTIVE_NAME")
+    assert type(kept) is triton_heuristics.CachingAutotuner
+
+
 def test_autotuner_pickle_round_trip(tmp_path):
     fi.enable(state_dir=tmp_path, max_configs=12)
     kernel = make_pointwise(tmp_path, fi.current_settings())
