@@ -30,6 +30,21 @@ if interpret:
     inductor_config.cpu_backend = "triton"
     triton_utils.triton_hash_with_backend = lambda: "cpu-interpreter"  # no Triton driver on a CPU box
 
+if os.environ.get("FASTA_SM_TEST_BENCHMARK_FUSION"):
+    inductor_config.benchmark_fusion = True  # Inductor compiles and times kernels to choose fusions
+
+from torch._inductor.runtime import triton_heuristics
+
+names = []  # the name of every autotuner built in this process, fasta-sm's or Inductor's
+base_init = triton_heuristics.CachingAutotuner.__init__
+
+
+def name_spy(self, *args, **kwargs):
+    base_init(self, *args, **kwargs)
+    names.append(str(self.inductor_meta.get("kernel_name")))
+
+
+triton_heuristics.CachingAutotuner.__init__ = name_spy
 built = []
 init = FastaCachingAutotuner.__init__
 
@@ -60,6 +75,15 @@ def f(x, y):
     return torch.relu(x + y).sum(dim=-1), (x * 2 + y).amax(0)
 
 
+def softmax_like(x, y):  # a reduction and its consumers: fusions that benchmark_fusion times
+    shifted = x - x.amax(-1, keepdim=True)
+    return shifted.exp() / shifted.exp().sum(-1, keepdim=True) + y
+
+
+if os.environ.get("FASTA_SM_TEST_BENCHMARK_FUSION"):
+    f = softmax_like  # noqa: F811
+
+
 x = torch.randn(32, 128, device=device)
 y = torch.randn(32, 128, device=device)
 out = torch.compile(f)(x, y)
@@ -72,6 +96,7 @@ print(json.dumps({
     "kernels": [{"kind": k.heuristic_type.name, "space": len(k._fasta_space),
                  "tuned": k._fasta_plan is not None, "must": k._fasta_plan.must if k._fasta_plan else []}
                 for k in built],
+    "names": names,
     "states": [{"kernel": s.kernel, "position": s.position(), "configs": s.n_configs,
                 "measured": s.measured_count()} for s in states],
 }))
