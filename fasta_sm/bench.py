@@ -36,6 +36,14 @@ EXHAUSTIVE_IN_BENCH = (
 BUDGET_IN_PARAMS = "the first policy's budget is set by --budget (bench's `budget`), not as one of its params"
 
 
+class _QuietRollback(logging.Filter):
+    """Drops the engine's per-tune "state kept at the last checkpoint" warning: a bench keeps no state, and
+    counts the runs that found nothing itself (one warning per kernel and policy)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "state kept at the last checkpoint" not in record.getMessage()
+
+
 @dataclass(frozen=True)
 class Run:
     """One tune of one policy on one table under one seed."""
@@ -65,11 +73,15 @@ def run_policy(
         chunk_size=n,
         benchmark_chunk=n,
     )
+    quiet = _QuietRollback()
+    machine_log = logging.getLogger("fasta_sm.machine")
+    machine_log.addFilter(quiet)
     try:
         state = tune.drive()
     except TuneFailed:
         state = tune.state
     finally:
+        machine_log.removeFilter(quiet)
         tune.close()
     tried = state.measured_count() + len(state.failed)
     cost = state.cost.compile_s + state.cost.benchmark_s
@@ -189,6 +201,10 @@ def bench(
             row.update(_summary(runs[policy], n, exhaustive))
             kernels.append(row)
             regrets[policy] += [r.regret_pct for r in runs[policy]]
+            nothing = sum(math.isinf(r.regret_pct) for r in runs[policy])
+            if nothing:
+                log.warning("bench: %s on %s: %d of %d runs found no config that ran (regret inf)",
+                            policy, label, nothing, len(runs[policy]))
         log.info("bench: %s done (%d configs)", table.kernel, n)
     overall: dict[str, dict[str, float]] = {}
     for policy in policies:

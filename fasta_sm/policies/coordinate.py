@@ -1,14 +1,19 @@
 """Coordinate descent in the style of Inductor's CoordescTuner, at a budget.
 
-Start from a default config, try its neighbours one field at a time (the
-next smaller and next larger value of that field, every other field equal),
-move to the best improvement, and repeat until no neighbour improves or the
-budget runs out. A bench baseline: it shows what local search finds for the
+Start from a default config and sweep the fields one at a time, as
+CoordescTuner.autotune does: time the next larger and then the next smaller
+value of the field (every other field equal), keep a candidate at once when
+it beats the best by more than 0.1 %, go on to the next field from there, and
+sweep again until a whole sweep improves nothing or the budget runs out. A
+config that fails counts as an infinite timing (CoordescTuner's
+compare_config), so a default config that fails is improved on by any
+neighbour that runs. A bench baseline: it shows what local search finds for the
 same number of evaluations.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +25,12 @@ from . import register
 from .baseline import budget_count
 from .fasta.features import extract_features
 
+_INDUCTOR_FIELDS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K",
+                    "num_warps", "num_stages")
+"""CoordescTuner's order of tunable fields; a table's other fields are swept after them, in column order."""
+IMPROVEMENT = 0.001
+"""CoordescTuner.has_improvement: a candidate is kept when it is more than 0.1 % faster than the best."""
+
 
 @register("coordesc")
 class CoordinateDescent:
@@ -30,7 +41,12 @@ class CoordinateDescent:
     def __init__(self, configs: Sequence[Config], budget: float = 0.2) -> None:
         self._n = len(configs)
         self._count = budget_count(self._n, budget)
-        self._levels = extract_features(configs).levels
+        features = extract_features(configs)
+        self._levels = features.levels
+        short = [name.removeprefix("kwargs.") for name in features.names]
+        known = [short.index(f) for f in _INDUCTOR_FIELDS if f in short]
+        self._order = known + [j for j in range(len(short)) if j not in known]
+        self._neighbours: dict[tuple[int, int], list[int]] = {}  # each refine replays the sweep from the start
 
     def _start(self) -> int:
         """The config nearest the middle value of every field: Inductor's default sits mid-range."""
@@ -40,21 +56,42 @@ class CoordinateDescent:
         distance = np.abs(self._levels - middle).sum(axis=1)
         return int(np.argmin(distance))
 
-    def _neighbours(self, index: int) -> list[int]:
-        """Configs one step away in one field; a missing grid point is skipped over."""
+    def _field_neighbours(self, index: int, j: int) -> list[int]:
+        """The configs one step up, then one step down, from `index` in field `j` (CoordescTuner's order)."""
+        if (index, j) not in self._neighbours:
+            self._neighbours[index, j] = self._find_neighbours(index, j)
+        return self._neighbours[index, j]
+
+    def _find_neighbours(self, index: int, j: int) -> list[int]:
         row = self._levels[index]
+        same_elsewhere = np.all(np.delete(self._levels, j, axis=1) == np.delete(row, j), axis=1)
+        others = np.flatnonzero(same_elsewhere)
+        values = self._levels[others, j]
+        below = others[values < row[j]]
+        above = others[values > row[j]]
         found = []
-        for j in range(self._levels.shape[1]):
-            same_elsewhere = np.all(np.delete(self._levels, j, axis=1) == np.delete(row, j), axis=1)
-            others = np.flatnonzero(same_elsewhere)
-            values = self._levels[others, j]
-            below = others[values < row[j]]
-            above = others[values > row[j]]
-            if below.size:
-                found.append(int(below[np.argmax(self._levels[below, j])]))
-            if above.size:
-                found.append(int(above[np.argmin(self._levels[above, j])]))
+        if above.size:
+            found.append(int(above[np.argmin(self._levels[above, j])]))
+        if below.size:
+            found.append(int(below[np.argmax(self._levels[below, j])]))
         return found
+
+    def _next(self, durations: np.ndarray) -> int | None:
+        """CoordescTuner.autotune replayed on the timings so far: the first config it would time that has not
+        been, or None where it stops (a whole sweep kept nothing). Failed configs are timed inf."""
+        best = self._start()
+        best_us = float(durations[best])
+        improved = True
+        while improved:
+            improved = False
+            for j in self._order:
+                for candidate in self._field_neighbours(best, j):
+                    timing = float(durations[candidate])
+                    if math.isnan(timing):
+                        return candidate
+                    if timing < best_us * (1.0 - IMPROVEMENT):
+                        best, best_us, improved = candidate, timing, True
+        return None
 
     def plan(self, rng: np.random.Generator) -> Decision:
         return Decision(batch=[self._start()], reason="coordesc: the default config")
@@ -62,17 +99,12 @@ class CoordinateDescent:
     def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
         durations = np.asarray(observed.duration_us, dtype=float)
         tried = int(np.sum(~np.isnan(durations)))
-        left = self._count - tried
-        finite = np.flatnonzero(np.isfinite(durations))
-        if finite.size == 0:
-            return Decision(batch=[], reason="coordesc: the default config failed; no config to step from")
-        if left <= 0:
+        if self._count - tried <= 0:
             return Decision(batch=[], reason=f"coordesc: budget of {self._count} configs spent")
-        best = int(finite[np.argmin(durations[finite])])
-        fresh = [i for i in self._neighbours(best) if np.isnan(durations[i])]
-        if not fresh:
-            return Decision(batch=[], reason="coordesc: no neighbour of the best improves")
-        return Decision(batch=fresh[:left], reason=f"coordesc: neighbours of config #{best}")
+        candidate = self._next(durations)
+        if candidate is None:
+            return Decision(batch=[], reason="coordesc: a whole sweep of the fields kept no improvement")
+        return Decision(batch=[candidate], reason=f"coordesc: config #{candidate}, one field from the best")
 
     def state_dict(self) -> dict[str, Any]:
         return {}
