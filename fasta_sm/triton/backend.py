@@ -109,8 +109,10 @@ class TritonBackend:
     `fn` is the `triton.jit` function or a wrapper of it (`triton.heuristics`),
     launched as given; only a bare jit function is compiled in the worker pool,
     since a wrapper may add arguments the workers would not see.
-    `pre_hook`/`post_hook`, when given, replace the default reset/restore hooks
-    exactly as in `triton.autotune`.
+    `pre_hook`/`post_hook`, when given, replace the default reset (zeroing
+    `reset_to_zero`) and restore as in `triton.autotune`; `restore_value`
+    arguments are saved either way, so a user `pre_hook` without a
+    `post_hook` still has them put back, where Triton puts back nothing.
     """
 
     def __init__(
@@ -345,13 +347,13 @@ class TritonBackend:
             try:
                 self.launcher.run(*self.args, grid=self.grid, warmup=False, **launch_kwargs)
             except Exception as error:
-                try:
-                    if self.post_hook is not None:
-                        self.post_hook(nargs, exception=error)
-                    else:  # as Triton's own post hook: a launch that failed part-way leaves its writes behind
-                        restore_args(nargs, saved)
-                except Exception as cleanup:  # noqa: BLE001  the launch's error says what went wrong, as in Triton
-                    logger.warning("after a failed launch of %s: %s", config.label(), describe_error(cleanup))
+                # As Triton's kernel_call (`try: post_hook(...) finally: raise`): an error of the hook's own is
+                # what propagates, chained to the launch's, and stops the tune instead of passing for the
+                # config's failure.
+                if self.post_hook is not None:
+                    self.post_hook(nargs, exception=error)
+                else:  # as Triton's own post hook: a launch that failed part-way leaves its writes behind
+                    restore_args(nargs, saved)
                 raise
             if self.post_hook is not None:
                 self.post_hook(nargs, exception=None)

@@ -715,6 +715,22 @@ def test_a_launch_that_fails_part_way_has_its_restore_value_arguments_put_back(t
     assert x.unique().tolist() == [1.0]  # the winner's one launch, on the input as it was
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="on a GPU BLOCK 16 fails its compile, before any hook runs")
+def test_an_error_in_the_post_hook_after_a_failed_launch_stops_the_tune_as_in_triton(tmp_path):
+    """Triton's timed call runs `try: post_hook(..., exception=e) finally: raise`: the hook's own error is
+    what propagates, and it is no config failure."""
+
+    def post_hook(nargs, exception):
+        if exception is not None:
+            raise KeyError("a bug in the post_hook")
+
+    configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (16, 32, 64)]
+    kernel = fasta_sm.autotune(configs, key=["n"], policy="exhaustive", do_bench=once, state_dir=str(tmp_path),
+                               post_hook=post_hook)(increment_failing_late_kernel)
+    with pytest.raises(KeyError, match="a bug in the post_hook"):
+        kernel[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](torch.zeros(64, device=DEVICE), 64)
+
+
 @triton.jit
 def double_helper(x):
     return x * 2
