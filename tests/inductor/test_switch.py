@@ -175,6 +175,13 @@ def test_disable_puts_back_the_dispatcher_a_cached_kernels_hook_installed_withou
     assert triton_heuristics.cached_autotune is autotuner.ORIGINAL_CACHED_AUTOTUNE and fi.turned_off()
 
 
+def under_the_env_switch(code: str, state_dir) -> subprocess.CompletedProcess:
+    """`code` in a fresh process with FASTA_SM_INDUCTOR=1 and `state_dir` as the default state dir."""
+    env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(state_dir)}
+    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
 def test_an_enabled_block_gives_the_environment_switch_back(tmp_path):
     code = (
         "import torch, fasta_sm.inductor as fi\n"
@@ -183,10 +190,7 @@ def test_an_enabled_block_gives_the_environment_switch_back(tmp_path):
         "    pass\n"
         "print(fi.is_enabled(), fi.current_settings()['state_dir'])\n"
     )
-    env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(tmp_path / "env")}
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env
-    )
+    out = under_the_env_switch(code, tmp_path / "env")
     assert out.stdout.split() == ["True", str(tmp_path / "env")], out.stderr[-2000:]
 
 
@@ -280,10 +284,7 @@ def test_env_var_switches_it_on_when_inductor_codegen_loads(tmp_path):
         "import torch._inductor.codegen.triton\n"
         "print(fi.is_enabled())\n"
     )
-    env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env
-    )
+    out = under_the_env_switch(code, tmp_path)
     lines = out.stdout.split()
     if lines and lines[0] == "True":
         pytest.skip("torch's `torch.backends` entry point already enabled it (installed entry point)")
@@ -431,10 +432,7 @@ def test_disable_before_inductors_codegen_loads_keeps_the_environment_switch_fro
         "import torch._inductor.codegen.triton\n"
         "print(fi.is_enabled())\n"
     )
-    env = {**os.environ, "FASTA_SM_INDUCTOR": "1", "FASTA_SM_STATE_DIR": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env
-    )
+    out = under_the_env_switch(code, tmp_path)
     assert out.stdout.split() == ["False"], out.stderr[-2000:]
 
 
