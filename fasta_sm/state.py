@@ -369,17 +369,18 @@ def _check_config_entry(entry: Any, position: int, source: str) -> None:
 def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
     """Decode msgpack bytes into a TuneState, or raise StateFileError naming `source`.
 
-    StateFileError is the only error this raises, whatever the bytes.
+    StateFileError is the only error this raises, whatever the bytes; MemoryError, which says nothing of
+    them, is passed on (a sound file must not be set aside for it).
     """
     try:
         data = _read_top_map(blob, source)
-    except StateFileError:
+    except (StateFileError, MemoryError):
         raise
     except Exception as exc:  # msgpack raises many types on damaged input
         raise StateFileError(f"{source}: not a msgpack state file ({type(exc).__name__}: {exc})") from None
     try:
         return _state_from_data(data, source)
-    except StateFileError:
+    except (StateFileError, MemoryError):
         raise
     except Exception as exc:
         raise StateFileError(f"{source}: malformed state ({type(exc).__name__}: {exc})") from None
@@ -772,6 +773,16 @@ def _check_rounds(state: TuneState, source: str) -> None:
                 f"{source}: rounds[{position}] is {record.phase} round {record.round}, "
                 f"expected {round_name(*expected)}"
             )
+    if len(set(state.pending)) != len(state.pending):
+        raise StateFileError(f"{source}: at {state.position()} the pending batch lists a config twice")
+    timed = set(state.round_done)
+    if len(timed) != len(state.round_done) or not timed <= set(state.pending):
+        raise StateFileError(f"{source}: at {state.position()} round_done lists a config twice or off the batch")
+    untimed = timed.difference(state.durations, state.failed)
+    if untimed:
+        raise StateFileError(
+            f"{source}: at {state.position()} config #{min(untimed)} is listed as timed but has no timing"
+        )
     if not state.rounds:
         return
     last = state.rounds[-1]
@@ -783,16 +794,6 @@ def _check_rounds(state: TuneState, source: str) -> None:
         return
     if state.pending != last.batch or state.retime != last.retime:
         raise StateFileError(f"{source}: at {state.position()} the pending batch is not {last.name}'s")
-    if len(set(state.pending)) != len(state.pending):
-        raise StateFileError(f"{source}: at {state.position()} the pending batch lists a config twice")
-    timed = set(state.round_done)
-    if len(timed) != len(state.round_done) or not timed <= set(state.pending):
-        raise StateFileError(f"{source}: at {state.position()} round_done lists a config twice or off the batch")
-    untimed = timed.difference(state.durations, state.failed)
-    if untimed:
-        raise StateFileError(
-            f"{source}: at {state.position()} config #{min(untimed)} is listed as timed but has no timing"
-        )
 
 
 def _check_carried(state: TuneState, source: str) -> None:

@@ -248,17 +248,18 @@ class StateStore:
     def read(path: Path) -> TuneState:
         """Decode one state file; StateFileError if it is not a valid state, StateDirError if it cannot be read
         for now (the file may be sound)."""
+        for_now = f"cannot read state file {path} for now ({{}}); it is left as it is"
         try:
             blob = _read_regular(path)
+            return unpack_state(blob, source=str(path))
         except FileNotFoundError:
             raise
+        except MemoryError:  # says nothing of the file, like ENOMEM: it may be sound
+            raise StateDirError(for_now.format("out of memory")) from None
         except OSError as exc:
             if exc.errno in _PASSING_ERRNOS:
-                raise StateDirError(
-                    f"cannot read state file {path} for now ({exc.strerror or exc}); it is left as it is"
-                ) from None
+                raise StateDirError(for_now.format(exc.strerror or exc)) from None
             raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
-        return unpack_state(blob, source=str(path))
 
     @staticmethod
     def read_kernel(path: Path) -> str | None:

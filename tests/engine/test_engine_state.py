@@ -595,3 +595,15 @@ def test_an_rng_state_a_checkpoint_could_not_write_back_is_refused():
 def test_a_launch_option_named_by_no_string_is_a_config_error_not_a_twin_of_its_text():
     with pytest.raises(ConfigError, match=r"option name 1 is not a string"):
         Config({"BLOCK": 16}, options={1: 2})
+
+
+def test_a_done_state_whose_round_done_or_pending_contradicts_itself_is_refused():
+    # docs/state-format.md rejects "a pending batch that lists a config twice" and "a `round_done` that lists a
+    # config twice, one off the batch, or one with neither a timing nor a failure", at any position
+    done = dict(phase="DONE", step="done", round=1, pending=[], round_done=[], retime=False,
+                rounds=[RoundRecord(phase="R1", round=0, batch=[0, 1, 2], reason="sample", started=1.0, finished=2.0),
+                        RoundRecord(phase="R2", round=1, batch=[1, 4], reason="guided", started=2.0, finished=3.0)])
+    unpack_state(pack_state(sample_state(**done)))  # the DONE state the machine writes loads
+    for changes in ({"round_done": [3]}, {"round_done": [1, 1], "pending": [1]}, {"pending": [5, 5]}):
+        with pytest.raises(StateFileError, match="twice|off the batch|no timing"):
+            unpack_state(pack_state(sample_state(**{**done, **changes})), source="f.fsm")

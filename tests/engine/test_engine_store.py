@@ -974,3 +974,27 @@ def test_a_named_pipe_in_place_of_a_state_file_is_set_aside_not_waited_on(table,
         store.read(store.file_for(KEY))
     result = run_tune(table, backend, store)
     assert result.state.done and len(list(store.path.glob("*.corrupt-*"))) == 1
+
+
+@pytest.mark.parametrize("stage", ["read", "decode"])
+def test_a_state_file_that_cannot_be_read_for_lack_of_memory_is_left_in_place_and_named(
+        stage, store, table, backend, monkeypatch):
+    # docs/state-format.md: "A file it cannot read for now (too many open files, an I/O error, no memory) is left
+    # where it is, and the tune stops with StateDirError naming it"
+    from fasta_sm import state as state_module
+
+    tune(KEY, table.kernel, table.configs, backend, policy="random", store=store)
+    path = store.file_for(KEY)
+    before = path.read_bytes()
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    if stage == "read":
+        monkeypatch.setattr(store_module, "_read_regular", out_of_memory)
+    else:
+        monkeypatch.setattr(state_module, "_decode_configs", out_of_memory)
+    with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {path} for now")):
+        store.load(KEY)
+    monkeypatch.undo()
+    assert path.read_bytes() == before and not list(store.path.glob("*.corrupt-*"))
