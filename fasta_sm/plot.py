@@ -160,9 +160,28 @@ def tune_figure(state: TuneState):
             transform=right.transAxes,
             fontsize=8,
         )
+    for axis in (left.xaxis, left.yaxis, right.yaxis):
+        _readable_log_ticks(axis)
     best = "-" if state.best is None else f"#{state.best} {state.configs[state.best].label()}"
     fig.suptitle(
         f"{state.kernel}: {state.position()}, {state.measured_count()}/{state.n_configs} measured, winner {best}",
         fontsize=11,
     )
     return fig
+
+
+def _readable_log_ticks(axis) -> None:
+    """A log axis spanning less than a decade labels its minor ticks (`1.25×10²`, `1.3×10²`, …), which run
+    into each other: there, five plain labels instead."""
+    from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
+
+    if axis.get_scale() != "log":
+        return
+    low, high = sorted(axis.get_view_interval())
+    if not 0 < low < high < 10 * low:
+        return
+    axis.set_major_locator(MaxNLocator(nbins=5))
+    formatter = ScalarFormatter()
+    formatter.set_scientific(False)
+    axis.set_major_formatter(formatter)
+    axis.set_minor_formatter(NullFormatter())

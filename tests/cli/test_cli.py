@@ -933,6 +933,22 @@ def test_the_plot_draws_no_legend_entry_per_re_time_round_and_durations_on_log_a
     plt.close(figure)
 
 
+def test_the_plots_log_axes_within_a_decade_carry_a_few_plain_labels(state_dir):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from fasta_sm.plot import tune_figure
+
+    invoke("tune", "--replay", "softmax_fp32", "--state-dir", str(state_dir))  # durations 140–200 µs
+    figure = tune_figure(StateStore.read(next(state_dir.glob("*.fsm"))))
+    figure.canvas.draw()
+    left = figure.axes[0]
+    for labels in (left.get_xticklabels(which="both"), left.get_yticklabels(which="both")):
+        texts = [label.get_text() for label in labels if label.get_text()]
+        assert 2 <= len(texts) <= 8 and not any("times" in text or "^" in text for text in texts), texts
+    plt.close(figure)
+
+
 def test_show_finds_a_tune_by_its_file_name_without_the_suffix(table_file, state_dir):
     tune(table_file, state_dir)
     stem = next(state_dir.glob("*.fsm")).stem
