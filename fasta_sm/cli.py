@@ -326,14 +326,14 @@ def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[P
         except (OSError, FastaError):
             unreadable.append(path.name)
     found = [(path, state) for path, state in readable if state.kernel == kernel]
-    if len(found) == 1 and unreadable:
-        notes.print(
-            f"note: {len(unreadable)} other file{'s' if len(unreadable) > 1 else ''} in {store.path} cannot be "
-            f"read and may hold another tune of {kernel!r}: {', '.join(unreadable)}"
-        )
     if not found:  # `add_kernel` for the `module.add_kernel` a Triton tune records
         found = [(path, state) for path, state in readable if state.kernel.endswith("." + kernel)]
     if len(found) == 1:
+        if unreadable:
+            notes.print(
+                f"note: {len(unreadable)} other file{'s' if len(unreadable) > 1 else ''} in {store.path} cannot be "
+                f"read and may hold another tune of {kernel!r}: {', '.join(unreadable)}"
+            )
         return found[0]
     if found:
         tunes = "".join(f"\n  {path.name}  {state.kernel} {key_values(state)}" for path, state in found)
