@@ -70,6 +70,21 @@ def sample_mean(samples: Sequence[float]) -> float:
     return total / len(samples)
 
 
+def _compensated_mean(samples: Sequence[float]) -> float:
+    """The mean as `sum(samples) / len(samples)` gives it on Python 3.12+ (Neumaier's compensated sum)."""
+    total = compensation = 0.0
+    for sample in samples:
+        step = total + sample
+        if abs(total) >= abs(sample):
+            compensation += (total - step) + sample
+        else:
+            compensation += (sample - step) + total
+        total = step
+    if compensation and math.isfinite(compensation):
+        total += compensation
+    return total / len(samples)
+
+
 def round_name(phase: str, number: int) -> str:
     """'R1' for R1, 'R2_<number>' for a guided round."""
     return "R1" if phase == "R1" else f"R2_{number}"
@@ -731,7 +746,9 @@ def _check_consistent(state: TuneState, source: str) -> None:
         raise StateFileError(f"{source}: best={state.best!r} with best_us={state.best_us!r}")
     if state.best is not None and state.best not in state.durations:
         raise StateFileError(f"{source}: best config #{state.best} was never measured")
-    if state.best is not None and state.best_us != state.mean_us(state.best):
+    if state.best is not None and state.best_us not in (
+        state.mean_us(state.best), _compensated_mean(state.durations[state.best])
+    ):  # the second as Python 3.12+'s sum() gave it, for files written there before sample_mean
         raise StateFileError(
             f"{source}: best_us={state.best_us!r} is not the mean timing of config #{state.best} "
             f"({state.mean_us(state.best)!r})"

@@ -234,7 +234,7 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
         for name in _CONFIG_FIELDS:
             if name not in row:
                 raise TableError(f"{where}: missing field {name!r}")
-        key = _repeat_in(row, _CONFIG_FIELDS) or _repeat_in(row["kwargs"])
+        key = _repeat_in(row, (*_CONFIG_FIELDS, "options")) or _repeat_in(row["kwargs"])
         _refuse_repeats(f"{source}: key {key!r} appears twice in configs[{index}]", key)
         try:
             config = Config(kwargs=row["kwargs"], num_warps=row["num_warps"], num_stages=row["num_stages"])

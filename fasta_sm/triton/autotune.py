@@ -490,8 +490,26 @@ def _python_source(python: Any) -> tuple[str, list[tuple[str, tuple[str, ...]]]]
         code = getattr(python, "__code__", None)
         if code is None:
             return "", []
-        return _code_text(code), [(name, ()) for name in _code_names(code)]
+        return _code_text(code) + _signature_text(python), [(name, ()) for name in _code_names(code)]
     return source, _reads(source)
+
+
+def _signature_text(python: Any) -> str:
+    """What the source of a `def` line says and its code does not: defaults, argument names and annotations
+    (`BLOCK: tl.constexpr`), as text that is the same in every process."""
+
+    def plain(value: Any) -> str:
+        if isinstance(value, type):
+            return f"{value.__module__}.{value.__qualname__}"
+        return repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+
+    code = python.__code__
+    defaults = tuple(getattr(python, "__defaults__", None) or ())
+    kwdefaults = sorted((getattr(python, "__kwdefaults__", None) or {}).items())
+    annotations = sorted((getattr(python, "__annotations__", None) or {}).items())
+    return (f"|{','.join(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])}"
+            f"|{','.join(map(plain, defaults))}|{','.join(k + '=' + plain(v) for k, v in kwdefaults)}"
+            f"|{','.join(k + ':' + plain(v) for k, v in annotations)}")
 
 
 def _code_text(code: types.CodeType) -> str:

@@ -607,3 +607,12 @@ def test_a_done_state_whose_round_done_or_pending_contradicts_itself_is_refused(
     for changes in ({"round_done": [3]}, {"round_done": [1, 1], "pending": [1]}, {"pending": [5, 5]}):
         with pytest.raises(StateFileError, match="twice|off the batch|no timing"):
             unpack_state(pack_state(sample_state(**{**done, **changes})), source="f.fsm")
+
+
+def test_a_state_written_on_python_312_before_sample_mean_still_reads():
+    """Python 3.12+'s sum() compensates: the best_us it stored can differ from sample_mean by one ulp."""
+    timings = [1.0, 1e-16, 1e-16]
+    best_us_312 = math.fsum(timings) / 3  # 1.0000000000000002 / 3, as sum(timings) / 3 gives on 3.12+
+    assert best_us_312 != sample_mean(timings)
+    state = sample_state(durations={0: [10.5], 1: timings}, best=1, best_us=best_us_312)
+    assert unpack_state(pack_state(state)).best_us == best_us_312

@@ -44,3 +44,12 @@ def test_an_extra_field_holding_an_escaped_byte_does_not_refuse_the_table(where,
     path = tmp_path / "extra_escape.json"
     path.write_text(json.dumps(data))  # ensure_ascii: the file is ASCII, valid UTF-8
     assert len(load_table(path).configs) == len(table_data["configs"])
+
+
+def test_a_rows_options_written_twice_is_refused(tmp_path, table_data):
+    text = json.dumps(table_data).replace(
+        '"duration_us": ', '"options": {"num_ctas": 2}, "options": {"num_ctas": 1}, "duration_us": ', 1)
+    path = tmp_path / "options_twice.json"
+    path.write_text(text)
+    with pytest.raises(TableError, match="'options' appears twice"):
+        load_table(path)

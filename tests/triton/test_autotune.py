@@ -836,6 +836,25 @@ def test_a_kernel_made_by_exec_is_keyed_by_its_code_so_an_edit_makes_a_new_key()
     assert _source_hash(exec_kernel("2")) == _source_hash(exec_kernel("2"))
 
 
+EXEC_KERNEL_WITH_DEFAULT = """
+@triton.jit
+def exec_kernel(x_ptr, n, BLOCK: tl.constexpr, SCALE: tl.constexpr = DEFAULT):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * SCALE, mask=offs < n)
+"""
+
+
+def exec_kernel_with_default(default):
+    namespace = {"triton": triton, "tl": tl}
+    exec(EXEC_KERNEL_WITH_DEFAULT.replace("DEFAULT", default), namespace)
+    return namespace["exec_kernel"]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="only the interpreter takes a kernel whose source cannot be read")
+def test_a_kernel_made_by_exec_whose_default_is_edited_gets_a_new_key():
+    assert _source_hash(exec_kernel_with_default("2")) != _source_hash(exec_kernel_with_default("3"))
+
+
 GLOBAL_CONSTEXPR_MODULE = '''
 import triton
 import triton.language as tl
