@@ -183,5 +183,6 @@ def _readable_log_ticks(axis) -> None:
     axis.set_major_locator(MaxNLocator(nbins=5))
     formatter = ScalarFormatter()
     formatter.set_scientific(False)
+    formatter.set_useOffset(False)  # 1000.1, not 0.1 and "+1e3" at the axis end
     axis.set_major_formatter(formatter)
     axis.set_minor_formatter(NullFormatter())
