@@ -818,41 +818,28 @@ def test_kernels_a_factory_makes_with_different_captured_dtypes_have_different_k
 
 EXEC_KERNEL = """
 @triton.jit
-def exec_kernel(x_ptr, n, BLOCK: tl.constexpr):
+def exec_kernel(x_ptr, n, BLOCK: tl.constexpr, SCALE: tl.constexpr = DEFAULT):
     offs = tl.arange(0, BLOCK)
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * FACTOR, mask=offs < n)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * SCALE * FACTOR, mask=offs < n)
 """
 
 
-def exec_kernel(factor):
+def exec_kernel(factor="2", default="1"):
+    """A kernel made by `exec`, which has no source file to read: its body's factor and its default given."""
     namespace = {"triton": triton, "tl": tl}
-    exec(EXEC_KERNEL.replace("FACTOR", factor), namespace)
+    exec(EXEC_KERNEL.replace("FACTOR", factor).replace("DEFAULT", default), namespace)
     return namespace["exec_kernel"]
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="only the interpreter takes a kernel whose source cannot be read")
 def test_a_kernel_made_by_exec_is_keyed_by_its_code_so_an_edit_makes_a_new_key():
-    assert _source_hash(exec_kernel("2")) != _source_hash(exec_kernel("3"))
-    assert _source_hash(exec_kernel("2")) == _source_hash(exec_kernel("2"))
-
-
-EXEC_KERNEL_WITH_DEFAULT = """
-@triton.jit
-def exec_kernel(x_ptr, n, BLOCK: tl.constexpr, SCALE: tl.constexpr = DEFAULT):
-    offs = tl.arange(0, BLOCK)
-    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * SCALE, mask=offs < n)
-"""
-
-
-def exec_kernel_with_default(default):
-    namespace = {"triton": triton, "tl": tl}
-    exec(EXEC_KERNEL_WITH_DEFAULT.replace("DEFAULT", default), namespace)
-    return namespace["exec_kernel"]
+    assert _source_hash(exec_kernel(factor="2")) != _source_hash(exec_kernel(factor="3"))
+    assert _source_hash(exec_kernel(factor="2")) == _source_hash(exec_kernel(factor="2"))
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="only the interpreter takes a kernel whose source cannot be read")
 def test_a_kernel_made_by_exec_whose_default_is_edited_gets_a_new_key():
-    assert _source_hash(exec_kernel_with_default("2")) != _source_hash(exec_kernel_with_default("3"))
+    assert _source_hash(exec_kernel(default="2")) != _source_hash(exec_kernel(default="3"))
 
 
 GLOBAL_CONSTEXPR_MODULE = '''
