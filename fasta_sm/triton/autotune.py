@@ -501,7 +501,7 @@ def _signature_text(python: Any) -> str:
     def plain(value: Any) -> str:
         if isinstance(value, type):
             return f"{value.__module__}.{value.__qualname__}"
-        return repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+        return repr(value) if _plain_value(value) else type(value).__name__  # a constexpr default by its value
 
     code = python.__code__
     defaults = tuple(getattr(python, "__defaults__", None) or ())
