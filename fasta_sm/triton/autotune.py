@@ -39,7 +39,7 @@ from ..driver import integration_params, plain_literal, seed_setting, to_fasta_c
 from ..errors import ConfigError, FastaError, StateDirError, add_note
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
-from ..state import remember_configs
+from ..state import TuneState, remember_configs, sample_mean
 from ..store import StateStore, refuse_non_directory, state_dir_path
 from ..tuner import TuneResult, tune
 from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
@@ -210,6 +210,7 @@ class Autotuner(TritonAutotuner):
         self.results: dict[tuple, TuneResult] = {}
         self.best_config: triton.Config | None = None
         self.bench_time: float | None = None
+        self.configs_timings: dict[triton.Config, list[float]] = {}
         if len(self.configs) > 1 and _compiles_in_pool(fn):
             note_kernel_module(base.__module__, getattr(base, "__globals__", {}))
             start_fork_server()
@@ -406,6 +407,7 @@ class Autotuner(TritonAutotuner):
         if not result.reused or key not in self.results:  # a thread that waited and reused keeps the tuner's
             self.results[key] = result
         best = by_identity[result.best_config.identity]
+        self.configs_timings = _configs_timings(result.state, by_identity)
         if not result.reused:
             self.bench_time = time.perf_counter() - start
             self._reset({**nargs, **best.all_kwargs()})
@@ -422,7 +424,23 @@ class Autotuner(TritonAutotuner):
             result.best_us,
             "reused" if result.reused else "tuned",
         )
+        self._tell_listener(key, best, result.reused)
         return best
+
+    def _tell_listener(self, key: tuple, best: triton.Config, reused: bool) -> None:
+        """Call `triton.knobs.autotuning.listener` as triton.autotune does after each key it settles: a
+        reuse of a done tune is its cache hit (no duration), as a hit on Triton's autotuning disk cache is."""
+        listener = getattr(getattr(getattr(triton, "knobs", None), "autotuning", None), "listener", None)
+        if listener is None:  # unset, or a Triton without the knob
+            return
+        listener(
+            fn=unwrap_jit(self.fn),
+            key=key,
+            best_config=best,
+            configs_timings=self.configs_timings,
+            duration=None if reused else self.bench_time,
+            cache_hit=reused,
+        )
 
     def _reset(self, nargs: Mapping[str, Any]) -> None:
         """Undo the tune's launches on outputs that accumulate, as triton.autotune does."""
@@ -430,6 +448,20 @@ class Autotuner(TritonAutotuner):
             self.user_pre_hook(dict(nargs), reset_only=True)
             return
         zero_args(nargs, self.reset_to_zero)
+
+
+def _configs_timings(state: TuneState, by_identity: Mapping[str, triton.Config]) -> dict[triton.Config, list[float]]:
+    """Triton's `configs_timings` for a tune: each config it timed → [mean, fastest, slowest] of its timings
+    in ms (Triton's three values are do_bench's median, 20th and 80th percentiles of its one timing), each
+    config that failed → three infinities, as Triton scores one; configs the policy left untried are absent."""
+    timings: dict[triton.Config, list[float]] = {}
+    for index, samples in state.durations.items():
+        if samples:
+            ms = [us / 1000.0 for us in samples]
+            timings[by_identity[state.configs[index].identity]] = [sample_mean(ms), min(ms), max(ms)]
+    for index in state.failed:
+        timings[by_identity[state.configs[index].identity]] = [float("inf")] * 3
+    return timings
 
 
 def _names(kernel: str, what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[str]:

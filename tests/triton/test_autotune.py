@@ -1014,3 +1014,65 @@ def test_after_a_stale_winner_failed_a_failure_of_a_config_pruned_to_alone_carri
     with pytest.raises(config_failures(interpreting())) as raised:
         later[launch_grid](x, out, 256, HEAD_D=16)  # the prune leaves BLOCK=64 alone: nothing was reused
     assert not [note for note in notes_of(raised.value) if "earlier tune" in note]
+
+
+def test_configs_timings_holds_each_timed_config_as_mean_fastest_slowest_ms_so_its_min_is_the_winner(tuned_dir):
+    _, kernel, _, _ = tuned_dir
+    (result,) = kernel.results.values()
+    state = result.state
+    assert len(kernel.configs_timings) == len(state.durations) + len(state.failed)
+    for config, (mean, fastest, slowest) in kernel.configs_timings.items():
+        samples = state.durations[state.configs.index(to_fasta_config(config))]
+        assert fastest == min(samples) / 1000 and slowest == max(samples) / 1000
+        assert mean == pytest.approx(sum(samples) / len(samples) / 1000)
+    assert min(kernel.configs_timings, key=kernel.configs_timings.get) == kernel.best_config  # as users read it
+
+
+def test_configs_timings_of_a_reused_tune_are_those_of_the_tune_it_reuses(tuned_dir):
+    state_dir, first, _, _ = tuned_dir
+    kernel = make_tuned(str(state_dir))
+    launch(kernel)
+    assert kernel.configs_timings == first.configs_timings
+
+
+def test_configs_timings_score_a_config_that_failed_as_three_infinities_as_triton_does(tmp_path):
+    configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (16, 32, 64)]
+    kernel = fasta_sm.autotune(configs, key=["n"], restore_value=["x_ptr"], policy="exhaustive", do_bench=once,
+                               state_dir=str(tmp_path))(increment_failing_late_kernel)
+    kernel[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](torch.zeros(64, device=DEVICE), 64)
+    assert kernel.configs_timings[configs[0]] == [float("inf")] * 3
+    assert all(np.isfinite(kernel.configs_timings[config]).all() for config in configs[1:])
+
+
+needs_listener = pytest.mark.skipif(not hasattr(getattr(triton, "knobs", None), "autotuning")
+                                    or not hasattr(triton.knobs.autotuning, "listener"),
+                                    reason="this Triton has no triton.knobs.autotuning.listener")
+
+
+@pytest.fixture
+def listened(monkeypatch):
+    """What `triton.knobs.autotuning.listener` is called with, a dict per call."""
+    calls = []
+    monkeypatch.setattr(triton.knobs.autotuning, "listener", lambda **kwargs: calls.append(kwargs))
+    return calls
+
+
+@needs_listener
+def test_the_autotuning_listener_hears_a_tune_with_its_duration_and_no_cache_hit(tmp_path, listened):
+    kernel = make_tuned(str(tmp_path), policy="exhaustive", do_bench=once)
+    launch(kernel)
+    launch(kernel)  # this process's cache: Triton calls the listener only for a key it settles
+    ((key, result),) = kernel.results.items()
+    (call,) = listened
+    assert call["fn"] is accumulate_kernel and call["key"] == key
+    assert call["best_config"] == kernel.best_config and call["configs_timings"] is kernel.configs_timings
+    assert call["duration"] == kernel.bench_time and call["cache_hit"] is False
+
+
+@needs_listener
+def test_the_autotuning_listener_hears_a_reused_tune_as_a_cache_hit_without_a_duration(tuned_dir, listened):
+    state_dir, _, _, _ = tuned_dir
+    kernel = make_tuned(str(state_dir))
+    launch(kernel)
+    (call,) = listened
+    assert call["cache_hit"] is True and call["duration"] is None and call["best_config"] == kernel.best_config
