@@ -105,7 +105,7 @@ def _check_writable(out_dir: Path) -> None:
     "--limit",
     type=click.IntRange(min=1),
     default=None,
-    help="Record only an evenly spaced subset of N configs (smoke runs).",
+    help="Record only an evenly spaced subset of N configs (smoke runs), as the kernel <name>_subsetN.",
 )
 @click.option("--no-check", is_flag=True, help="Skip checking each config's output against the reference.")
 @click.option("--force", is_flag=True, help="Replace a table already in --out (otherwise that kernel is refused).")
@@ -173,13 +173,17 @@ def record_command(
                 click.echo(f"deadline reached: {name} not recorded", err=True)
                 continue
             spec = load_spec(_spec_path(name), **spec_params)
+            space = len(spec.configs)
+            spec.configs = spread(spec.configs, limit)
+            if len(spec.configs) < space:  # a subset is named as one: it must not pass for the kernel's space
+                spec.name = f"{spec.name}_subset{len(spec.configs)}"
             target = Path(out_dir) / f"{spec.name}.json"
             if target.exists() and not force:  # a recording costs GPU minutes; a smoke run must not replace it
                 click.echo(f"error: {target} exists; pass --force to replace it", err=True)
                 unwritten.append(spec.name)
                 continue
-            spec.configs = spread(spec.configs, limit)
-            click.echo(f"recording {spec.name}: {len(spec.configs)} configs")
+            of_space = f" (an evenly spaced subset of {space})" if len(spec.configs) < space else ""
+            click.echo(f"recording {spec.name}: {len(spec.configs)} configs{of_space}")
             warm = compiled_before(spec)
             if warm:
                 click.echo(

@@ -61,6 +61,17 @@ def test_a_zoo_kernel_at_a_size_that_is_no_size_is_refused_naming_it(spec, sizes
         spec(**sizes)
 
 
+def test_a_limited_recording_is_named_as_a_subset_and_leaves_the_full_table_in_place(tmp_path):
+    full = tmp_path / "row_sum_fp32_3x700.json"
+    full.write_text("the whole space, recorded before")
+    result = record_row_sum(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "recording row_sum_fp32_3x700_subset1: 1 configs (an evenly spaced subset of" in result.output
+    assert json.loads((tmp_path / "row_sum_fp32_3x700_subset1.json").read_text())["kernel"] == (
+        "row_sum_fp32_3x700_subset1")
+    assert full.read_text() == "the whole space, recorded before"
+
+
 def test_spread_keeps_an_evenly_spaced_subset():
     configs = zoo.spec_transpose().configs
     assert spread(configs, 5)[0] == configs[0] and len(spread(configs, 5)) == 5
@@ -74,8 +85,8 @@ def test_record_command_writes_one_table_per_spec(tmp_path):
     ])
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in tmp_path.glob("*.json"))
-    assert names == ["rmsnorm_bf16_3x700.json", "row_sum_fp32_3x700.json"]
-    table = json.loads((tmp_path / "row_sum_fp32_3x700.json").read_text())
+    assert names == ["rmsnorm_bf16_3x700_subset2.json", "row_sum_fp32_3x700_subset2.json"]
+    table = json.loads((tmp_path / "row_sum_fp32_3x700_subset2.json").read_text())
     assert table["shape"] == {"M": 3, "N": 700, "dtype": "fp32"} and len(table["configs"]) == 2
 
 
@@ -88,7 +99,7 @@ def test_a_kernel_already_in_tritons_cache_is_recorded_with_a_warning_naming_the
         "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
     ], env={"TRITON_CACHE_DIR": str(cache)})
     assert result.exit_code == 0, result.output
-    assert f"row_sum_fp32_3x700: Triton's cache {cache} already holds 1 build of its kernel" in result.output
+    assert f"row_sum_fp32_3x700_subset1: Triton's cache {cache} already holds 1 build of its kernel" in result.output
 
 
 def test_a_recording_whose_two_passes_disagree_past_noise_ends_with_a_warning_to_record_it_again(
@@ -108,9 +119,8 @@ def test_a_recording_whose_two_passes_disagree_past_noise_ends_with_a_warning_to
         "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
     ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
     assert result.exit_code == 0, result.output
-    assert f"warning: {tmp_path / 'out' / 'row_sum_fp32_3x700.json'}: 2 of 2 configs were timed over 1.5x apart" in (
-        result.output.replace("\n", "")
-    )
+    table = tmp_path / "out" / "row_sum_fp32_3x700_subset2.json"
+    assert f"warning: {table}: 2 of 2 configs were timed over 1.5x apart" in result.output.replace("\n", "")
 
 
 def test_a_kernel_whose_every_config_fails_is_written_and_the_next_is_recorded(tmp_path, monkeypatch):
@@ -126,8 +136,8 @@ def test_a_kernel_whose_every_config_fails_is_written_and_the_next_is_recorded(t
         "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
     ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
     assert result.exit_code == 0, result.output
-    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["rmsnorm_bf16_3x700.json",
-                                                                         "row_sum_fp32_3x700.json"]
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["rmsnorm_bf16_3x700_subset1.json",
+                                                                         "row_sum_fp32_3x700_subset1.json"]
 
 
 def test_a_kernel_new_to_the_cache_is_recorded_without_the_warm_cache_warning(tmp_path):
@@ -205,7 +215,7 @@ def test_a_table_names_the_fasta_sm_record_command_that_made_it(tmp_path):
         capture_output=True, text=True,
     )
     assert done.returncode == 0, done.stderr
-    command = json.loads((tmp_path / "row_sum_fp32_3x700.json").read_text())["command"]
+    command = json.loads((tmp_path / "row_sum_fp32_3x700_subset1.json").read_text())["command"]
     assert command.startswith("fasta-sm record row_sum --out ")
 
 
@@ -219,7 +229,7 @@ def test_a_command_line_with_bytes_no_text_holds_is_kept_escaped_and_the_table_r
     )
     assert done.returncode == 0, done.stderr
     assert "tables-\\udcff" in done.stdout  # "wrote ...": the path printed, its byte escaped
-    table = load_table(out / "row_sum_fp32_3x700.json")
+    table = load_table(out / "row_sum_fp32_3x700_subset1.json")
     assert "tables-\\udcff" in table.meta["command"]
 
 
@@ -355,7 +365,7 @@ def record_row_sum(out, *more):
 
 
 def test_record_refuses_to_replace_a_table_already_in_out_without_force(tmp_path):
-    table = tmp_path / "row_sum_fp32_3x700.json"
+    table = tmp_path / "row_sum_fp32_3x700_subset1.json"
     table.write_text("a recording that took GPU minutes")
     refused = record_row_sum(tmp_path)
     assert refused.exit_code == 1 and f"{table} exists; pass --force to replace it" in refused.output
