@@ -151,7 +151,7 @@ def load_table(path: str | Path) -> ReplayTable:
     twice; extra fields are kept or ignored, whatever they hold (the format is lenient about them)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # UTF-8, its byte-order mark (as some editors write) read past
     except FileNotFoundError:
         raise TableError(f"{path}: no such replay table") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -53,3 +53,9 @@ def test_a_rows_options_written_twice_is_refused(tmp_path, table_data):
     path.write_text(text)
     with pytest.raises(TableError, match="'options' appears twice"):
         load_table(path)
+
+
+def test_a_table_written_with_a_utf8_byte_order_mark_loads_as_without_one(tmp_path, table_data):
+    path = tmp_path / "with_bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(table_data).encode())
+    assert len(load_table(path).configs) == len(table_data["configs"])
