@@ -23,13 +23,18 @@ def check_budget(budget: float, prefix: str = "") -> float:
     return float(budget)
 
 
-def budget_count(n_configs: int, budget: float) -> int:
-    """How many configs a fractional budget buys: at least one, at most all.
+def bought(n_configs: int, fraction: float) -> int:
+    """Configs a budget fraction buys in a space of `n_configs`, before any floor or cap.
 
     The product is rounded to 9 digits first, so that a budget of k / N buys
     exactly k configs and not k + 1 through a floating-point residue.
     """
-    return max(1, min(n_configs, math.ceil(round(check_budget(budget) * n_configs, 9))))
+    return math.ceil(round(fraction * n_configs, 9))
+
+
+def budget_count(n_configs: int, budget: float) -> int:
+    """How many configs a fractional budget buys: at least one, at most all."""
+    return max(1, min(n_configs, bought(n_configs, check_budget(budget))))
 
 
 @register("exhaustive")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..baseline import check_budget
+from ..baseline import bought, check_budget
 from .params import FastaParams
 
 
@@ -18,14 +18,6 @@ class BudgetPlan:
     total: int
     r1: int
     path: str
-
-
-def bought(n: int, fraction: float) -> int:
-    """Configs a budget fraction buys in a space of `n`, before any floor.
-
-    The product is rounded to 9 digits first, as in `budget_count`: a budget of k / N buys k configs, not k + 1.
-    """
-    return math.ceil(round(fraction * n, 9))
 
 
 def class_total(n: int, fraction: float, params: FastaParams) -> int:

@@ -22,9 +22,9 @@ from ...errors import ConfigError, PolicyError
 from ...failures import shared_memory_overshoot
 from ...protocols import Decision, Observations
 from .. import register
-from ..baseline import check_budget
+from ..baseline import bought, check_budget
 from ..config_optimizer import optimize_configs
-from .budget import BudgetPlan, bought, class_total, route_budget
+from .budget import BudgetPlan, class_total, route_budget
 from .contract import check_observations
 from .feasibility import (
     failure_chance,
