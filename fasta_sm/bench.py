@@ -20,7 +20,7 @@ import numpy as np
 
 from .backends.replay import ReplayBackend, ReplayTable, load_table
 from .errors import TableError, TuneFailed
-from .machine import Tune
+from .machine import ROLLBACK, Tune
 from .policies import make_policy, with_environment
 
 log = logging.getLogger("fasta_sm.bench")
@@ -41,7 +41,7 @@ class _QuietRollback(logging.Filter):
     counts the runs that found nothing itself (one warning per kernel and policy)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "state kept at the last checkpoint" not in record.getMessage()
+        return not getattr(record, ROLLBACK, False)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,8 @@ from .state import (
 )
 
 log = logging.getLogger("fasta_sm.machine")
+ROLLBACK = "fasta_sm_rollback"
+"""Set on the record of the warning that a failed step was rolled back to the last checkpoint."""
 
 DEFAULT_CHUNK = 16
 DEFAULT_BENCHMARK_CHUNK = 4
@@ -534,7 +536,8 @@ class Tune:
         self._adopt(restored)
         shared_machine().set_state(restored.phase, model=self)
         self._decision = None
-        log.warning("kernel %s: %s; state kept at the last checkpoint", restored.kernel, restored.last_error)
+        log.warning("kernel %s: %s; state kept at the last checkpoint", restored.kernel, restored.last_error,
+                    extra={ROLLBACK: True})
         self._checkpoint()
 
 
