@@ -395,6 +395,39 @@ def test_retime_rounds_stop_at_their_share_of_the_seconds_spent():
     assert retime_s <= 0.02 * spent_before + 0.125 * 4  # the first round is always allowed
 
 
+def test_a_stop_after_settled_re_timing_says_it_settled():
+    final = drive(FastaPolicy(MATMUL.configs), MATMUL, seed=0).decisions[-1]
+    assert final.reason == "fasta: budget spent; re-timing settled: no other config in contention with the best"
+
+
+def test_a_stop_at_the_re_time_round_cap_names_the_contenders_still_open():
+    final = drive(FastaPolicy(MATMUL.configs, retime_rounds=2), MATMUL, seed=0).decisions[-1]
+    assert re.fullmatch(r"fasta: budget spent; re-timing stopped at retime_rounds=2 with (#\d+, )*#\d+ still in "
+                        r"contention with #\d+", final.reason), final.reason
+
+
+def test_a_stop_at_the_re_time_cost_cap_says_so_and_names_the_contenders_still_open():
+    policy = FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=20, retime_z=0.0,
+                         retime_decay=1.0, retime_cost=0.02)  # every round re-times the four fastest
+    final = drive(policy, MATMUL, seed=0).decisions[-1]
+    assert re.fullmatch(r"fasta: budget spent; re-timing stopped at its cost cap \(retime_cost 0.02\) with "
+                        r"(#\d+, )*#\d+ still in contention with #\d+", final.reason), final.reason
+
+
+def test_a_stop_without_re_timing_says_nothing_of_it():
+    assert drive(FastaPolicy(MATMUL.configs, retime_top=0), MATMUL, seed=0).decisions[-1].reason == (
+        "fasta: budget spent")
+
+
+def test_the_final_stop_predicts_every_config_by_a_model_that_saw_every_timing():
+    """`fasta-sm show`'s "final pred": the last guided round's model predicted its own picks before timing them."""
+    trace = drive(FastaPolicy(MATMUL.configs), MATMUL, seed=0)
+    last_guided = [d for d in trace.decisions if d.predicted_us is not None and len(d.batch)][-1]
+    final = trace.decisions[-1].predicted_us
+    assert final is not None and final.shape == (len(MATMUL.configs),) and np.all(final > 0)
+    assert not np.allclose(final, last_guided.predicted_us)
+
+
 def _retime_rounds(**params):
     return sum(d.retime for d in drive(FastaPolicy(MATMUL.configs, **params), MATMUL, seed=0).decisions)
 

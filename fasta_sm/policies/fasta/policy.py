@@ -578,20 +578,49 @@ class FastaPolicy:
         costs a benchmark, no compile.
         """
         self._stop_reason = why
-        if self.params.retime_top > 0 and self._retimes < self.params.retime_rounds:
+        params = self.params
+        close: list[int] = []
+        cut = ""
+        if params.retime_top > 0 and self._retimes < params.retime_rounds:
             close = self._retime_candidates(durations, observed.samples)
-            if len(close) >= self.params.retime_min and self._retime_affordable(observed.spent_s, len(close)):
-                for i in close:
-                    if observed.samples[i] == 1:  # a mean of timings carried over has no spread to learn from
-                        self._timings.setdefault(str(i), [float(durations[i])])
-                self._phase = "retime"
-                self._retimes += 1
-                self._retime_timings += len(close)
-                self._history.append({"stop": why, "retime": close})
-                self._last_batch = close
-                return Decision(batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best", retime=True)
+            if len(close) >= params.retime_min:
+                if self._retime_affordable(observed.spent_s, len(close)):
+                    for i in close:
+                        if observed.samples[i] == 1:  # a mean of timings carried over has no spread to learn from
+                            self._timings.setdefault(str(i), [float(durations[i])])
+                    self._phase = "retime"
+                    self._retimes += 1
+                    self._retime_timings += len(close)
+                    self._history.append({"stop": why, "retime": close})
+                    self._last_batch = close
+                    return Decision(batch=close, reason=f"fasta: {why}; re-timing the {len(close)} near-best",
+                                    retime=True)
+                cut = f"its cost cap (retime_cost {params.retime_cost:g})"
+        elif self._retimes and self._retimes >= params.retime_rounds:
+            close, cut = self._retime_candidates(durations, observed.samples), f"retime_rounds={params.retime_rounds}"
         self._history.append({"stop": why})
-        return self._stop(f"fasta: {why}")
+        return self._stop(f"fasta: {why}{self._retime_ending(close, cut)}", self._final_predictions(durations))
+
+    def _retime_ending(self, close: list[int], cut: str) -> str:
+        """How re-timing ended, for the stop reason: settled, or cut short with contenders still open."""
+        if not self._retimes:
+            return ""
+        best, *open_ = close or [None]
+        if not cut or not open_:
+            return "; re-timing settled: no other config in contention with the best"
+        listed = ", ".join(f"#{i}" for i in open_)
+        return f"; re-timing stopped at {cut} with {listed} still in contention with #{best}"
+
+    def _final_predictions(self, durations: np.ndarray) -> np.ndarray | None:
+        """Every config's prediction by the final model: the basis of the last guided round (or the polish's
+        first) refitted on every config measured, so that a config the last rounds picked is predicted by a
+        model that saw its timing. None on the coverage path, which fits no model."""
+        if self.plan_budget.path == "coverage" or not np.isfinite(durations).any():
+            return None
+        rows, _, target = self._training_set(durations)
+        basis = next((h["basis"] for h in reversed(self._history) if "basis" in h), self._first_basis())
+        fit = fit_ridge(basis, self._designs[basis], rows, target, self.params.ridge_lambda)
+        return np.exp(fit.predict(self._designs[fit.basis]))
 
     def _retime_candidates(self, durations: np.ndarray, samples: np.ndarray) -> list[int]:
         """The configs to time again: near the best by a fixed tolerance first, then by the noise seen.
@@ -663,9 +692,9 @@ class FastaPolicy:
         self._last_batch = batch
         return Decision(batch=batch, reason=reason, predicted_us=predicted_us)
 
-    def _stop(self, reason: str) -> Decision:
+    def _stop(self, reason: str, predicted_us: np.ndarray | None = None) -> Decision:
         self._phase = "done"
-        return Decision(batch=[], reason=reason)
+        return Decision(batch=[], reason=reason, predicted_us=predicted_us)
 
     # ------------------------------------------------------------------ state
 
