@@ -408,9 +408,9 @@ class Autotuner(TritonAutotuner):
             self.results[key] = result
         best = by_identity[result.best_config.identity]
         self.configs_timings = _configs_timings(result.state, by_identity)
+        self._reset({**nargs, **best.all_kwargs()})  # a reuse stands for the tune Triton would run here
         if not result.reused:
             self.bench_time = time.perf_counter() - start
-            self._reset({**nargs, **best.all_kwargs()})
             if _print_autotuning():  # as triton.autotune reports a tune it ran, for whoever greps its words
                 print(
                     f"Triton autotuning for function {self.base_fn.__name__},\nwith key as {key},\n"

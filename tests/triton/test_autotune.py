@@ -79,6 +79,18 @@ def test_a_new_process_view_reuses_the_done_tune_and_times_nothing(tuned_dir, mo
     assert result.reused and kernel.best_config == first.best_config
 
 
+def test_a_reused_tune_zeroes_reset_to_zero_arguments_before_its_first_launch_as_a_tune_would(tuned_dir):
+    """Triton tunes each key again in every process and zeroes `reset_to_zero` after it: an output left
+    uninitialised (torch.empty) is right there, and must be here when the tune is reused instead."""
+    state_dir, _, _, _ = tuned_dir
+    kernel = make_tuned(str(state_dir))
+    x = torch.randn(2048, device=DEVICE)
+    out = torch.full((2048,), 7.0, device=DEVICE)
+    kernel[grid](x, out, 2048, 2.0)
+    assert next(iter(kernel.results.values())).reused
+    torch.testing.assert_close(out, 2.0 * x)
+
+
 def test_decorating_a_kernel_converts_each_config_once(tmp_path, monkeypatch):
     """Checking for repeats and keeping the conversions for launches share one conversion per config."""
     from fasta_sm.config import Config
