@@ -211,6 +211,7 @@ class Autotuner(TritonAutotuner):
         self.best_config: triton.Config | None = None
         self.bench_time: float | None = None
         self.configs_timings: dict[triton.Config, list[float]] = {}
+        self.nargs: dict[str, Any] | None = None  # set by code that calls `prune_configs` as Triton's
         if len(self.configs) > 1 and _compiles_in_pool(fn):
             note_kernel_module(base.__module__, getattr(base, "__globals__", {}))
             start_fork_server()
@@ -334,10 +335,15 @@ class Autotuner(TritonAutotuner):
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config (after pruning) without launching or tuning, as `triton.autotune` does."""
-        pruned = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
+        pruned = self._prune(dict(zip(self.arg_names, args)), kwargs)
         return [self.fn.warmup(*args, **kwargs, **c.all_kwargs()) for c in pruned]
 
-    def prune_configs(self, positional: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[triton.Config]:
+    def prune_configs(self, kwargs: Mapping[str, Any]) -> list[triton.Config]:
+        """Triton's own entry point, for code that calls it as Triton's (`kernel.nargs = named; kernel.prune_configs(
+        kwargs)`): the positional arguments by name are `self.nargs`."""
+        return self._prune(self.nargs or {}, kwargs)
+
+    def _prune(self, positional: Mapping[str, Any], kwargs: Mapping[str, Any]) -> list[triton.Config]:
         """`prune_configs_by` exactly as triton.autotune applies it.
 
         As there, both callbacks get the positional arguments by name and
@@ -355,7 +361,7 @@ class Autotuner(TritonAutotuner):
             top_k = self.configs_top_k
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(configs) * top_k))
-            elif isinstance(top_k, bool) or not isinstance(top_k, int):
+            elif not isinstance(top_k, int):  # True is 1, as in Triton
                 raise TypeError(f"{self.kernel_name}: top_k={top_k!r} must be a float ≤ 1.0 or an int, as in Triton")
             if len(configs) > top_k:
                 estimate = {id(c): self.perf_model(**positional, **kwargs, **c.all_kwargs()) for c in configs}
@@ -364,7 +370,7 @@ class Autotuner(TritonAutotuner):
 
     def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
         launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-        candidates = self.prune_configs(dict(zip(self.arg_names, args)), kwargs)
+        candidates = self._prune(dict(zip(self.arg_names, args)), kwargs)
         # a prune that clamps tiles makes twins; one that edits configs in place needs them converted again
         as_fasta = self._converted_again if self.early_config_prune else self._fasta
         candidates = _distinct(self.kernel_name, candidates, decorated=False, as_fasta=as_fasta)
@@ -465,9 +471,14 @@ def _configs_timings(state: TuneState, by_identity: Mapping[str, triton.Config])
 
 
 def _names(kernel: str, what: str, names: Sequence[str], arg_names: Sequence[str]) -> list[str]:
+    """`names` as a list of the kernel's argument names; a string that names one argument is that argument
+    (Triton reads a string letter by letter, which for a one-letter name, `key="n"`, comes to the same)."""
     if isinstance(names, str):
+        if names in arg_names:
+            return [names]
         raise TypeError(
-            f"fasta_sm.autotune({kernel}): {what} must be a list of argument names, not the string {names!r}"
+            f"fasta_sm.autotune({kernel}): {what} must be a list of argument names, not the string {names!r} "
+            "(Triton would read it letter by letter)"
         )
     names = list(names)  # once: a generator read twice would be empty the second time
     unknown = [name for name in names if name not in arg_names]

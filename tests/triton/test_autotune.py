@@ -202,11 +202,37 @@ def test_a_fractional_top_k_is_a_share_of_what_early_pruning_left_as_in_triton_3
     prune = {"early_config_prune": lambda configs, nargs, **kwargs: configs[: len(configs) // 2],
              "perf_model": lambda **kwargs: kwargs["BLOCK"], "top_k": 0.25}
     ours = fasta_sm.autotune(CONFIGS, key=["n"], prune_configs_by=prune, state_dir=str(tmp_path))(accumulate_kernel)
-    positional = {"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}
-    assert len(ours.prune_configs(positional, {})) == int(len(CONFIGS) // 2 * 0.25)
+    ours.nargs = {"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}
+    assert len(ours.prune_configs({})) == int(len(CONFIGS) // 2 * 0.25)
     tiny = {**prune, "top_k": 0.01}
     ours = fasta_sm.autotune(CONFIGS, key=["n"], prune_configs_by=tiny, state_dir=str(tmp_path))(accumulate_kernel)
-    assert len(ours.prune_configs(positional, {})) == 1
+    ours.nargs = {"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}
+    assert len(ours.prune_configs({})) == 1
+
+
+def test_prune_configs_takes_the_launch_kwargs_and_reads_the_positional_arguments_from_nargs_as_triton_does(
+    tmp_path
+):
+    """Code written for Triton's Autotuner (jax-triton, precompile helpers) sets `nargs`, then calls this."""
+    seen = {}
+
+    def early(configs, named_args, **kwargs):
+        seen.update(named=named_args, kwargs=kwargs)
+        return configs[:3]
+
+    ours = fasta_sm.autotune(CONFIGS, key=["n"], prune_configs_by={"early_config_prune": early},
+                             state_dir=str(tmp_path))(accumulate_kernel)
+    ours.nargs = {"x_ptr": None, "out_ptr": None, "n": 512}
+    assert ours.prune_configs({"scale": 2.0}) == CONFIGS[:3]
+    assert seen == {"named": {"x_ptr": None, "out_ptr": None, "n": 512}, "kwargs": {"scale": 2.0}}
+
+
+def test_a_top_k_of_true_keeps_one_config_as_in_triton(tmp_path):
+    prune = {"perf_model": lambda **kwargs: -kwargs["BLOCK"], "top_k": True}
+    ours = fasta_sm.autotune(CONFIGS, key=["n"], prune_configs_by=prune, state_dir=str(tmp_path))(accumulate_kernel)
+    ours.nargs = {"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}
+    (kept,) = ours.prune_configs({})
+    assert kept.kwargs["BLOCK"] == 512
 
 
 @pytest.mark.skipif("ir_override" not in inspect.signature(triton.Config).parameters,
@@ -225,7 +251,8 @@ def test_a_top_k_that_is_neither_a_share_nor_a_count_is_a_type_error_naming_it_a
     prune = {"perf_model": lambda **kwargs: kwargs["BLOCK"], "top_k": 2.0}
     ours = fasta_sm.autotune(CONFIGS, key=["n"], prune_configs_by=prune, state_dir=str(tmp_path))(accumulate_kernel)
     with pytest.raises(TypeError, match=r"accumulate_kernel: top_k=2\.0 must be a float ≤ 1\.0 or an int"):
-        ours.prune_configs({"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}, {})
+        ours.nargs = {"x_ptr": None, "out_ptr": None, "n": 512, "scale": 2.0}
+        ours.prune_configs({})
 
 
 def test_a_prune_that_edits_configs_in_place_is_timed_and_launched_as_edited(tmp_path):
@@ -1088,3 +1115,15 @@ def test_the_autotuning_listener_hears_a_reused_tune_as_a_cache_hit_without_a_du
     launch(kernel)
     (call,) = listened
     assert call["cache_hit"] is True and call["duration"] is None and call["best_config"] == kernel.best_config
+
+
+@pytest.mark.parametrize("what", ["key", "reset_to_zero"])
+def test_a_string_naming_one_argument_is_that_argument_as_in_triton_for_a_one_letter_name(what, tmp_path):
+    kernel = fasta_sm.autotune(CONFIGS, **{"key": ["n"], what: "n"}, state_dir=str(tmp_path))(accumulate_kernel)
+    assert getattr(kernel, "keys" if what == "key" else what) == ["n"]
+
+
+def test_a_string_that_names_no_argument_is_a_type_error_naming_it(tmp_path):
+    with pytest.raises(TypeError, match=r"accumulate_kernel\): key must be a list of argument names, not the "
+                                        r"string 'n,x_ptr'"):
+        fasta_sm.autotune(CONFIGS, key="n,x_ptr", state_dir=str(tmp_path))(accumulate_kernel)
