@@ -333,17 +333,19 @@ class TritonBackend:
         """Median time of one launch with hooks, in ms."""
         nargs = self.nargs(config)
         launch_kwargs = self._launch_kwargs(config)
-        saved = saved_args(nargs, self.restore_value)
+        saved = saved_args(nargs, self.restore_value) if self.pre_hook is not None else {}
 
         config_pre_hook = self.config_pre_hooks.get(config.identity)
 
         def call() -> None:
+            nonlocal saved
             if config_pre_hook is not None:
                 config_pre_hook(nargs)
             if self.pre_hook is not None:
                 self.pre_hook(nargs)
-            else:
+            else:  # as Triton's default pre_hook: zero, then save what the config's pre_hook left
                 zero_args(nargs, self.reset_to_zero)
+                saved = saved_args(nargs, self.restore_value)
             try:
                 self.launcher.run(*self.args, grid=self.grid, warmup=False, **launch_kwargs)
             except Exception as error:

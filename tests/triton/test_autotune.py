@@ -1127,3 +1127,26 @@ def test_a_string_that_names_no_argument_is_a_type_error_naming_it(tmp_path):
     with pytest.raises(TypeError, match=r"accumulate_kernel\): key must be a list of argument names, not the "
                                         r"string 'n,x_ptr'"):
         fasta_sm.autotune(CONFIGS, key="n,x_ptr", state_dir=str(tmp_path))(accumulate_kernel)
+
+
+@triton.jit
+def increment_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+def test_restore_value_saves_each_timed_launchs_input_after_the_configs_pre_hook_as_triton_does(tmp_path):
+    def add_100(nargs):
+        nargs["x_ptr"].add_(100)
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=1, num_stages=1, pre_hook=add_100) for b in (16, 32)]
+    launch_grid = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731
+    ends = []
+    for decorate in (triton.autotune(configs, key=["n"], restore_value=["x_ptr"], do_bench=once),
+                     fasta_sm.autotune(configs, key=["n"], restore_value=["x_ptr"], do_bench=once,
+                                       policy="exhaustive", state_dir=str(tmp_path))):
+        x = torch.zeros(40, device=DEVICE)
+        decorate(increment_kernel)[launch_grid](x, 40)
+        ends.append(x.sum().item())
+    assert ends[1] == ends[0]
