@@ -167,8 +167,8 @@ class TritonBackend:
             return [CompileOutcome(error=None, seconds=0.0) for _ in configs]
         jobs = self._jobs(configs)
         if jobs is None:
-            return self._compile_here(configs)
-        outcomes = self._compile_in_pool(configs, jobs, first=False)
+            return list(self._hooked_failures_deferred(configs, dict(enumerate(self._compile_here(configs)))).values())
+        outcomes = self._hooked_failures_deferred(configs, self._compile_in_pool(configs, jobs, first=False))
         return [outcomes[position] for position in range(len(configs))]
 
     def compile_first(self, configs: Sequence[Config]) -> dict[int, CompileOutcome]:
@@ -183,8 +183,29 @@ class TritonBackend:
             return dict(enumerate(self.compile(configs)))
         jobs = self._jobs(configs)
         if jobs is None:
-            return dict(enumerate(self._compile_here(configs)))
-        return self._compile_in_pool(configs, jobs, first=True)
+            return self._hooked_failures_deferred(configs, dict(enumerate(self._compile_here(configs))))
+        return self._hooked_failures_deferred(configs, self._compile_in_pool(configs, jobs, first=True))
+
+    def _hooked_failures_deferred(
+        self, configs: Sequence[Config], outcomes: dict[int, CompileOutcome]
+    ) -> dict[int, CompileOutcome]:
+        """A config that failed to compile is left to its first timed launch when a pre-hook runs before it.
+
+        Compiling ahead runs no hook, but a hook (the config's own, or the
+        tune's `pre_hook`) may set what the kernel is specialized on: a TMA
+        descriptor's block shape, which Triton's tutorials set in a config
+        `pre_hook` from a `[1, 1]` placeholder. Triton compiles inside the timed
+        call, after the hooks, so there the config compiles as launched; here
+        the timed launch compiles it the same way, and fails the config (the
+        post_hook told) if it fails then.
+        """
+        for position, outcome in outcomes.items():
+            hooked = self.pre_hook is not None or configs[position].identity in self.config_pre_hooks
+            if outcome.error is not None and hooked:
+                logger.debug("%s: compiled without its pre_hook: %s; left to its timed launch",
+                             configs[position].label(), outcome.error)
+                outcomes[position] = CompileOutcome(error=None, seconds=outcome.seconds)
+        return outcomes
 
     def _compile_in_pool(
         self, configs: Sequence[Config], jobs: list[CompileJob], first: bool

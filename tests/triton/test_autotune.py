@@ -1150,3 +1150,40 @@ def test_restore_value_saves_each_timed_launchs_input_after_the_configs_pre_hook
         decorate(increment_kernel)[launch_grid](x, 40)
         ends.append(x.sum().item())
     assert ends[1] == ends[0]
+
+
+@triton.jit
+def tma_matmul_kernel(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr):
+    """c = a @ b through host TMA descriptors, whose block shapes a config pre_hook sets (Triton's tutorials)."""
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.float16))
+
+
+def set_tma_blocks(nargs):
+    m, n, k = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [m, k]
+    nargs["b_desc"].block_shape = [k, n]
+    nargs["c_desc"].block_shape = [m, n]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability()[0] < 9, reason="TMA needs a CUDA GPU of sm_90+")
+def test_gpu_a_tma_kernel_whose_config_pre_hook_sets_the_block_shapes_tunes_and_computes_right(tmp_path):
+    """Compiled ahead without its hook, every config's descriptors are the [1, 1] placeholder and tl.dot refuses
+    them; as in Triton, each config must compile as launched, after its pre_hook."""
+    TensorDescriptor = pytest.importorskip("triton.tools.tensor_descriptor").TensorDescriptor
+    size = 256
+    a, b = (torch.randn(size, size, device="cuda", dtype=torch.float16) for _ in range(2))
+    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
+    descriptors = [TensorDescriptor.from_tensor(t, [1, 1]) for t in (a, b, c)]
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 64}, num_warps=4, num_stages=3,
+                             pre_hook=set_tma_blocks) for m in (64, 128) for n in (64, 128)]
+    kernel = fasta_sm.autotune(configs, key=["K"], policy="exhaustive", state_dir=str(tmp_path))(tma_matmul_kernel)
+    kernel[lambda meta: (size // meta["BLOCK_M"], size // meta["BLOCK_N"])](*descriptors, size)
+    (result,) = kernel.results.values()
+    assert result.state.failed == {} and len(result.state.durations) == len(configs)
+    torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=0.1, rtol=0.01)

@@ -85,6 +85,29 @@ def test_user_hooks_replace_the_default_reset_and_restore():
     assert not torch.allclose(out, before), "the default restore ran: out was put back after a launch"
 
 
+def failing_ahead(backend):
+    """`backend` as on a GPU, where each config compiles before it is timed, and every compile ahead fails."""
+    backend.interpreting = False
+    backend._jobs = lambda configs: None
+    backend._compile_here = lambda configs: [CompileOutcome(error="CompilationError: dot of [1, 1]", seconds=0.1)
+                                             for _ in configs]
+    return backend
+
+
+def test_a_config_whose_own_pre_hook_may_set_what_it_compiles_as_is_left_to_its_timed_launch_when_ahead_fails():
+    """A TMA kernel's config pre_hook sets its descriptors' block shape: compiled without it, the config fails."""
+    hooked, plain = configs(64, 128)
+    backend = failing_ahead(make_backend(config_pre_hooks={hooked.identity: lambda nargs: None})[0])
+    refused = "CompilationError: dot of [1, 1]"
+    assert [o.error for o in backend.compile([hooked, plain])] == [None, refused]
+    assert [o.error for o in backend.compile_first([hooked, plain]).values()] == [None, refused]
+
+
+def test_with_the_tunes_own_pre_hook_every_config_that_fails_ahead_is_left_to_its_timed_launch():
+    backend = failing_ahead(make_backend(pre_hook=lambda nargs: None)[0])
+    assert [o.error for o in backend.compile(configs(64, 128))] == [None, None]
+
+
 def test_custom_do_bench_is_called_like_triton_calls_it():
     seen = []
 
