@@ -1,8 +1,9 @@
 """A picture of one tune: what each round measured against what the surrogate predicted.
 
 Left: every measured config's duration against its prediction when it was
-picked, one colour per round, the winner starred (re-time rounds time configs
-drawn already, so they add no point). Right: the whole space sorted by the
+picked (hollow, against the final model's, for a round that stored none: R1, a
+polish round), one colour per round, the winner starred (re-time rounds time
+configs drawn already, so they add no point). Right: the whole space sorted by the
 final prediction, measured configs placed at their rank, so one sees whether
 the unmeasured configs were predicted slow. Durations are on log axes: a tune
 meets configs ten times slower than the best, and a linear axis would flatten
@@ -81,21 +82,19 @@ def tune_figure(state: TuneState):
                 facecolors="none" if hollow else colours[number],
                 edgecolors=colours[number],
             )
-    if state.best is not None:
-        picked = state.rounds[measured_round[state.best]] if state.best in measured_round else None
-        if picked is not None and picked.predicted_us:
-            position = list(picked.batch).index(state.best)
-            if math.isfinite(picked.predicted_us[position]):
-                left.scatter(
-                    [picked.predicted_us[position]],
-                    [state.best_us],
-                    marker="*",
-                    s=260,
-                    color="crimson",
-                    edgecolor="black",
-                    zorder=5,
-                    label="winner",
-                )
+    winner = _winner_prediction(state, measured_round, final)
+    if winner is not None:
+        predicted, versus_final = winner
+        left.scatter(
+            [predicted],
+            [state.best_us],
+            marker="*",
+            s=260,
+            color="crimson",
+            edgecolor="black",
+            zorder=5,
+            label="winner (vs final model)" if versus_final else "winner",
+        )
     if has_prediction:
         lo, hi = left.get_xlim()
         left.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8, linestyle="--", label="measured = predicted")
@@ -168,6 +167,23 @@ def tune_figure(state: TuneState):
         fontsize=11,
     )
     return fig
+
+
+def _winner_prediction(
+    state: TuneState, measured_round: dict[int, int], final: np.ndarray | None
+) -> tuple[float, bool] | None:
+    """Where the winner sits on the predicted axis, and whether that is the final model's prediction: a round
+    that stored no predictions (R1, a polish round) has its points drawn against the final model, and its
+    winner must be starred there too, not left a hollow point. None when neither model predicted it."""
+    if state.best is None or state.best not in measured_round:
+        return None
+    picked = state.rounds[measured_round[state.best]]
+    if picked.predicted_us:
+        at_pick = picked.predicted_us[list(picked.batch).index(state.best)]
+        return (at_pick, False) if math.isfinite(at_pick) else None
+    if final is not None and math.isfinite(final[state.best]):
+        return float(final[state.best]), True
+    return None
 
 
 def _readable_log_ticks(axis) -> None:

@@ -933,6 +933,22 @@ def test_the_plot_draws_no_legend_entry_per_re_time_round_and_durations_on_log_a
     plt.close(figure)
 
 
+def test_the_plot_stars_a_winner_whose_round_stored_no_predictions_against_the_final_model():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from fasta_sm.plot import tune_figure
+
+    state = StateStore.read(CORPUS / "v1-done-retime-contenders.fsm")
+    assert not next(record for record in state.rounds if state.best in record.batch).predicted_us  # a polish pick
+    figure = tune_figure(state)
+    left = figure.axes[0]
+    (star,) = [points for points in left.collections if points.get_label().startswith("winner")]
+    assert star.get_offsets().tolist() == [[state.predicted_us[state.best], state.best_us]]
+    assert star.get_label() in [text.get_text() for text in left.get_legend().get_texts()]
+    plt.close(figure)
+
+
 def test_the_plots_log_axes_within_a_decade_carry_a_few_plain_labels(state_dir):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
