@@ -409,7 +409,8 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         head.add_row("restarted", note)
     _print_table(head)
 
-    rounds = Table("round", "batch", "why", "compile s", "bench s", "policy ms", title="Rounds")
+    # a round's policy time is booked after its results, choosing what follows it: the header says so
+    rounds = Table("round", "batch", "why", "compile s", "bench s", "policy ms (after)", title="Rounds")
     for group in _round_groups(state.rounds):
         first, last = group[0], group[-1]
         if not first.retime:

@@ -50,6 +50,9 @@ class RoundRecord:
     compile_s: float = 0.0
     benchmark_s: float = 0.0
     policy_s: float = 0.0
+    """The policy's seconds after this round's results, choosing the next round or to stop, with the lookahead
+    that guessed the next round's picks while it ran; R1's also holds the plan that chose R1. The seconds that
+    chose a guided round are its predecessor's."""
 
     @property
     def name(self) -> str:

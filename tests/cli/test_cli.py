@@ -647,6 +647,12 @@ def test_show_folds_re_time_rounds_that_timed_the_same_configs_into_one_row_with
     assert cells[4] == "0.75" and "│ R2_19" not in out
 
 
+def test_show_heads_a_rounds_policy_time_as_spent_after_it_choosing_the_next_round():
+    out = invoke("show", str(CORPUS / "v1-done-with-failures.fsm"))
+    header = next(line for line in out.splitlines() if line.startswith("┃ round"))
+    assert [cell.strip() for cell in header.strip("┃ ").split("┃")][-1] == "policy ms (after)"
+
+
 def test_show_needs_a_positive_top():
     assert "--top" in refused("show", str(CORPUS / "v1-handler-error.fsm"), "--top", "0")
 
