@@ -229,7 +229,7 @@ def list_states(state_dir: Path | None) -> None:
     read: list[tuple[Path, TuneState | Exception]] = []
     for path in store.state_files():
         try:
-            read.append((path, store.read(path)))
+            read.append((path, store.read_listed(path)))
         except (StateFileError, OSError) as exc:
             read.append((path, exc))
     keys_of: dict[tuple[str, str], set[str]] = {}  # the keys of rows that would read the same but for their file
@@ -293,7 +293,9 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
     in_store = not given.is_file() and directory.is_dir()
     path = StateStore(directory, lock_timeout_s=0).resolve(key_or_file) if in_store else given
     try:
-        state = StateStore.read(path)
+        state = StateStore.read_listed(path)
+    except StateFileError as exc:  # there, as `ls` lists it, but unreadable: said as `ls` says it
+        raise click.ClickException(str(exc)) from None
     except FileNotFoundError:
         if key_or_file.endswith(".fsm") or ("/" in key_or_file and given.parent.is_dir()):
             if given.is_dir():

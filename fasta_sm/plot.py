@@ -24,6 +24,9 @@ def plot_tune(state: TuneState, out: Path) -> Path:
     """Draw `state` to `out` (PNG or SVG, by its suffix); needs matplotlib."""
     if Path(out).suffix.lower() not in (".png", ".svg"):
         raise ValueError("name a file ending in .png or .svg")
+    if state.no_winner:  # not "nothing timed yet": running it again stops the same way
+        raise ValueError(f"{state.kernel}: the tune stopped with no config run ({state.position()}), so there is "
+                         "nothing to draw")
     if not any(math.isfinite(state.mean_us(index)) for index in state.durations):
         raise ValueError(f"{state.kernel}: nothing is timed yet ({state.position()}), so there is nothing to draw")
     fig = tune_figure(state)

@@ -85,7 +85,7 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
     unreadable = []
     for path in store.state_files():
         try:
-            state = store.read(path)
+            state = store.read_listed(path)
         except (StateFileError, OSError) as exc:
             unreadable.append(str(exc))
             continue

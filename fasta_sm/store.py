@@ -262,6 +262,22 @@ class StateStore:
             raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
 
     @staticmethod
+    def read_listed(path: Path) -> TuneState:
+        """Decode an entry `state_files` lists, as `read` does; one that is there but is no file (a directory, a
+        symbolic link to nothing) is a StateFileError saying so, not FileNotFoundError: `ls` lists it, so `show`
+        must not call it absent."""
+        if path.is_dir():
+            raise StateFileError(f"{path}: unreadable (it is a directory, not a state file)")
+        try:
+            return StateStore.read(path)
+        except FileNotFoundError:
+            if not path.is_symlink():
+                raise
+            raise StateFileError(
+                f"{path}: unreadable (a symbolic link to {os.readlink(path)}, which does not exist)"
+            ) from None
+
+    @staticmethod
     def read_kernel(path: Path) -> str | None:
         """The kernel the state file at `path` names, from its first bytes' fields (None if it does not start like
         a state): a quick look, which neither judges nor moves the file. OSError if it cannot be read."""
@@ -387,17 +403,19 @@ class StateStore:
         candidate = Path(key_or_file).expanduser()
         if _entry(candidate):
             return candidate
+        listed = self.state_files()  # a directory named like a state file too, which `ls` lists as unreadable
         for name in (key_or_file, key_or_file + STATE_SUFFIX):
             in_store = self.path / name
-            if _entry(in_store):
+            if _entry(in_store) or in_store in listed:
                 return in_store
         return self.file_for(key_or_file)
 
 
 def _entry(path: Path) -> bool:
     """Whether `path` names something that may be a state file: a file, or what stands in one's place (a FIFO,
-    a socket), which reading then refuses by name; a directory is not one."""
-    return path.exists() and not path.is_dir()
+    a socket, a symbolic link to nothing), which reading then refuses by name; a directory is not one (a folder
+    named as a kernel in the working directory must not hide its tune), unless `ls` lists it in the store."""
+    return os.path.lexists(path) and not path.is_dir()
 
 
 PROBE_GRACE_S = 0.05

@@ -192,7 +192,8 @@ def test_show_marks_the_last_error_of_a_tune_that_has_moved_on_past_it_as_histor
     assert "R1 benchmark: BackendError" in shown and "(resumed since)" in shown
 
 
-def test_a_tune_that_ended_with_no_config_run_is_shown_as_such_not_as_resumable(tmp_path, state_dir):
+def tune_where_nothing_compiles(tmp_path: Path, state_dir: Path) -> Path:
+    """The state file of a tune that ended with no config run: every compile failed."""
     from fasta_sm.backends.replay import ReplayBackend, load_table
     from fasta_sm.errors import TuneFailed
     from fasta_sm.protocols import CompileOutcome
@@ -205,7 +206,11 @@ def test_a_tune_that_ended_with_no_config_run_is_shown_as_such_not_as_resumable(
     table, store = load_table(write_table(tmp_path / "t.json")), StateStore(state_dir)
     with pytest.raises(TuneFailed):
         run_tune("k", "toy_mm", table.configs, NothingCompiles(table), policy="exhaustive", store=store)
-    shown = invoke("show", str(store.file_for("k")), "--state-dir", str(state_dir))
+    return store.file_for("k")
+
+
+def test_a_tune_that_ended_with_no_config_run_is_shown_as_such_not_as_resumable(tmp_path, state_dir):
+    shown = invoke("show", str(tune_where_nothing_compiles(tmp_path, state_dir)), "--state-dir", str(state_dir))
     assert "with no winner: none of the" in shown and "resumes at the position above" not in shown
     assert "no config ran" in invoke("ls", "--state-dir", str(state_dir))
 
@@ -558,6 +563,26 @@ def test_show_plot_of_a_tune_that_timed_nothing_says_so_and_draws_nothing(tmp_pa
     picture = tmp_path / "p.png"
     result = CliRunner().invoke(main, ["show", str(CORPUS / "v1-r1-compile.fsm"), "--plot", str(picture)])
     assert result.exit_code == 1 and "nothing is timed yet (R1 compile)" in result.output and not picture.exists()
+
+
+def test_show_plot_of_a_tune_that_ended_with_no_config_run_says_so_not_that_nothing_is_timed_yet(tmp_path, state_dir):
+    picture = tmp_path / "p.png"
+    result = CliRunner().invoke(main, ["show", str(tune_where_nothing_compiles(tmp_path, state_dir)),
+                                       "--plot", str(picture)])
+    assert result.exit_code == 1 and "the tune stopped with no config run" in result.output
+    assert "nothing is timed yet" not in result.output and not picture.exists()
+
+
+@pytest.mark.parametrize("make", [Path.mkdir, lambda path: path.symlink_to(path.parent / "nowhere")],
+                         ids=["a directory", "a link to nothing"])
+def test_show_of_an_entry_ls_lists_as_unreadable_says_what_ls_says_naming_it(make, state_dir):
+    state_dir.mkdir()
+    make(state_dir / "dddd.fsm")
+    listed = fasta_sm("ls", "--state-dir", str(state_dir)).stdout
+    shown = fasta_sm("show", "dddd.fsm", "--state-dir", str(state_dir))
+    said = shown.stderr.strip().removeprefix("Error: ")
+    assert shown.returncode == 1 and said.startswith(f"{state_dir / 'dddd.fsm'}: unreadable (")
+    assert f"unreadable: {said}" in listed
 
 
 def test_show_json_with_a_plot_keeps_standard_output_json(table_file, state_dir, tmp_path):
