@@ -106,6 +106,8 @@ def build(tables: Path | None, out: Path) -> None:
     # schema 2: the same states, each file ending with its crc32
     snapshot(matmul, out, "v2-r2-benchmark", stop=lambda s: s.phase == "R2" and s.round >= 2 and s.step == "benchmark")
     snapshot(matmul, out, "v2-done-with-failures")
+    # the stop says how re-timing ended, and the final predictions come from a refit on every timing
+    snapshot(matmul, out, "v2-done-retime-cut")
 
 
 def main() -> None:
