@@ -38,7 +38,7 @@ from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
 from .policies import make_policy, require_listed, with_environment
-from .render import age_of, format_us, key_values, state_to_json, tune_label
+from .render import age_of, format_us, kernel_labels, key_values, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
 from .store import StateStore, default_state_dir
@@ -232,19 +232,16 @@ def list_states(state_dir: Path | None) -> None:
             read.append((path, store.read_listed(path)))
         except (StateFileError, OSError) as exc:
             read.append((path, exc))
-    keys_of: dict[tuple[str, str], set[str]] = {}  # the keys of rows that would read the same but for their file
-    for _, state in read:
-        if isinstance(state, TuneState):
-            keys_of.setdefault((state.kernel, tune_label(state)), set()).add(state.key)
+    states = [state for _, state in read if isinstance(state, TuneState)]
+    label_of = {id(state): label for state, label in zip(states, kernel_labels(states))}
     for path, state in read:
         locked = {True: "yes", False: "no", None: "?"}[store.is_locked(path)]
         if not isinstance(state, TuneState):
             table.add_row(path.name, Text(f"unreadable: {state}", style="red"), "", "", "", "", "", "", locked)
             continue
-        alike = len(keys_of[state.kernel, tune_label(state)]) > 1
         table.add_row(
             path.name,
-            f"{state.kernel} {key_values(state)}" if alike else state.kernel,
+            label_of[id(state)],
             tune_label(state),
             state.status(),
             str(state.round),

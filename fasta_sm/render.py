@@ -104,6 +104,16 @@ def key_values(state: TuneState) -> str:
     return state.key.removeprefix(state.kernel) if state.key.startswith(state.kernel + "[") else state.key
 
 
+def kernel_labels(states: list[TuneState]) -> list[str]:
+    """Each tune's kernel as `ls` and `report` list it: with its key's values when another tune of the same
+    kernel and policy would otherwise read the same (two shapes of one kernel, say)."""
+    keys_of: dict[tuple[str, str], set[str]] = {}
+    for state in states:
+        keys_of.setdefault((state.kernel, tune_label(state)), set()).add(state.key)
+    return [f"{state.kernel} {key_values(state)}" if len(keys_of[state.kernel, tune_label(state)]) > 1
+            else state.kernel for state in states]
+
+
 def human_age(seconds: float) -> str:
     """The age in its largest whole unit, rounded down: 3599 s is 59m, not 60m."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

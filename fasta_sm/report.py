@@ -15,7 +15,7 @@ from typing import Any
 
 from .backends.replay import is_replay
 from .errors import StateFileError
-from .render import tune_label
+from .render import kernel_labels, tune_label
 from .state import TuneState
 from .store import StateStore
 
@@ -83,21 +83,22 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
     rows: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     finished: dict[bool, int] = {False: 0, True: 0}
     unreadable = []
+    read = []
     for path in store.state_files():
         try:
-            state = store.read_listed(path)
+            read.append((path, store.read_listed(path)))
         except (StateFileError, OSError) as exc:
             unreadable.append(str(exc))
-            continue
+    for (path, state), kernel in zip(read, kernel_labels([state for _, state in read])):
         replayed = is_replay(state.backend)
         finished[replayed] += state.done
         costs = tune_costs(state)
         rows[replayed].append(
             {
                 "file": path.name,
-                "kernel": state.kernel,
+                "kernel": kernel,
                 "policy": tune_label(state),
-                "position": state.position(),
+                "position": state.status(),
                 "timings": state.evaluations(),
                 "configs": state.n_configs,
                 "timings_pct": 100.0 * state.evaluations() / state.n_configs,

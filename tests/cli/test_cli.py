@@ -1033,6 +1033,25 @@ def test_ls_tells_apart_two_keys_of_one_kernel_by_their_key_values(table_file, s
     assert "mod.add_kernel [1024, 'torch.float32'" in listed and "mod.add_kernel [2048, 'torch.float32'" in listed
 
 
+def test_report_labels_two_keys_of_one_kernel_by_their_key_values_as_ls_does(table_file, state_dir):
+    from fasta_sm.report import report_rows
+
+    triton_tunes(table_file, state_dir, "mod.add_kernel", 1024, 2048)
+    rows, _ = report_rows(StateStore(state_dir))
+    assert sorted(row["kernel"] for row in rows[:-1]) == [
+        "mod.add_kernel [1024, 'torch.float32', 'NVIDIA H200', '3.6.0']",
+        "mod.add_kernel [2048, 'torch.float32', 'NVIDIA H200', '3.6.0']",
+    ]
+
+
+def test_report_says_a_tune_ended_with_no_config_run_as_ls_does(tmp_path, state_dir):
+    from fasta_sm.report import report_rows
+
+    tune_where_nothing_compiles(tmp_path, state_dir)
+    rows, _ = report_rows(StateStore(state_dir))
+    assert rows[0]["position"].endswith(", no config ran")
+
+
 def test_ls_shows_no_key_values_for_a_kernel_with_one_key(table_file, state_dir):
     triton_tunes(table_file, state_dir, "mod.add_kernel", 1024)
     assert "[1024" not in invoke("ls", "--state-dir", str(state_dir))
