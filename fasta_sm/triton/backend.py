@@ -189,20 +189,22 @@ class TritonBackend:
     def _hooked_failures_deferred(
         self, configs: Sequence[Config], outcomes: dict[int, CompileOutcome]
     ) -> dict[int, CompileOutcome]:
-        """A config that failed to compile is left to its first timed launch when a pre-hook runs before it.
+        """A config that failed to compile is left to its first timed launch when a user hook runs around it.
 
-        Compiling ahead runs no hook, but a hook (the config's own, or the
+        Compiling ahead runs no hook, but a pre-hook (the config's own, or the
         tune's `pre_hook`) may set what the kernel is specialized on: a TMA
         descriptor's block shape, which Triton's tutorials set in a config
         `pre_hook` from a `[1, 1]` placeholder. Triton compiles inside the timed
-        call, after the hooks, so there the config compiles as launched; here
-        the timed launch compiles it the same way, and fails the config (the
-        post_hook told) if it fails then.
+        call, after the pre-hooks, so there the config compiles as launched, and
+        a compile that fails is told to the `post_hook`. Here the timed launch
+        compiles it the same way, and fails the config, the `post_hook` told,
+        if it fails then.
         """
         for position, outcome in outcomes.items():
-            hooked = self.pre_hook is not None or configs[position].identity in self.config_pre_hooks
+            hooked = (self.pre_hook is not None or self.post_hook is not None
+                      or configs[position].identity in self.config_pre_hooks)
             if outcome.error is not None and hooked:
-                logger.debug("%s: compiled without its pre_hook: %s; left to its timed launch",
+                logger.debug("%s: compiled ahead without its hooks: %s; left to its timed launch",
                              configs[position].label(), outcome.error)
                 outcomes[position] = CompileOutcome(error=None, seconds=outcome.seconds)
         return outcomes

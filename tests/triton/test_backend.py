@@ -103,9 +103,16 @@ def test_a_config_whose_own_pre_hook_may_set_what_it_compiles_as_is_left_to_its_
     assert [o.error for o in backend.compile_first([hooked, plain]).values()] == [None, refused]
 
 
-def test_with_the_tunes_own_pre_hook_every_config_that_fails_ahead_is_left_to_its_timed_launch():
-    backend = failing_ahead(make_backend(pre_hook=lambda nargs: None)[0])
+@pytest.mark.parametrize("hook", ["pre_hook", "post_hook"])
+def test_with_a_tune_hook_every_config_that_fails_ahead_is_left_to_its_timed_launch(hook):
+    """A post_hook is told of a config's failure (`exception=`) as Triton tells it, from the timed launch."""
+    backend = failing_ahead(make_backend(**{hook: lambda *args, **kwargs: None})[0])
     assert [o.error for o in backend.compile(configs(64, 128))] == [None, None]
+
+
+def test_without_hooks_a_config_that_fails_ahead_is_failed_there():
+    backend = failing_ahead(make_backend()[0])
+    assert [o.error for o in backend.compile(configs(64))] == ["CompilationError: dot of [1, 1]"]
 
 
 def test_custom_do_bench_is_called_like_triton_calls_it():
