@@ -39,7 +39,7 @@ from ..driver import integration_params, plain_literal, seed_setting, to_fasta_c
 from ..errors import ConfigError, FastaError, StateDirError, add_note
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
-from ..state import TuneState, remember_configs, sample_mean
+from ..state import TuneState, remember_configs
 from ..store import StateStore, refuse_non_directory, state_dir_path
 from ..tuner import TuneResult, tune
 from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
@@ -459,14 +459,17 @@ class Autotuner(TritonAutotuner):
 def _configs_timings(state: TuneState, by_identity: Mapping[str, triton.Config]) -> dict[triton.Config, list[float]]:
     """Triton's `configs_timings` for a tune: each config it timed → [mean, fastest, slowest] of its timings
     in ms (Triton's three values are do_bench's median, 20th and 80th percentiles of its one timing), each
-    config that failed → three infinities, as Triton scores one; configs the policy left untried are absent."""
+    config that failed → three infinities, as Triton scores one; configs the policy left untried are absent.
+    In the order of the config list, so that the first config with the lowest mean is the winner, ties
+    included, as the engine breaks them."""
     timings: dict[triton.Config, list[float]] = {}
-    for index, samples in state.durations.items():
+    for index in sorted(state.durations.keys() | state.failed.keys()):
+        samples = state.durations.get(index)
         if samples:
-            ms = [us / 1000.0 for us in samples]
-            timings[by_identity[state.configs[index].identity]] = [sample_mean(ms), min(ms), max(ms)]
-    for index in state.failed:
-        timings[by_identity[state.configs[index].identity]] = [float("inf")] * 3
+            value = [state.mean_us(index) / 1000.0, min(samples) / 1000.0, max(samples) / 1000.0]
+        else:
+            value = [float("inf")] * 3
+        timings[by_identity[state.configs[index].identity]] = value
     return timings
 
 
