@@ -167,8 +167,10 @@ class TritonBackend:
             return [CompileOutcome(error=None, seconds=0.0) for _ in configs]
         jobs = self._jobs(configs)
         if jobs is None:
-            return list(self._hooked_failures_deferred(configs, dict(enumerate(self._compile_here(configs)))).values())
-        outcomes = self._hooked_failures_deferred(configs, self._compile_in_pool(configs, jobs, first=False))
+            outcomes = dict(enumerate(self._compile_here(configs)))
+        else:
+            outcomes = self._compile_in_pool(configs, jobs, first=False)
+        outcomes = self._hooked_failures_deferred(configs, outcomes)
         return [outcomes[position] for position in range(len(configs))]
 
     def compile_first(self, configs: Sequence[Config]) -> dict[int, CompileOutcome]:
@@ -183,8 +185,10 @@ class TritonBackend:
             return dict(enumerate(self.compile(configs)))
         jobs = self._jobs(configs)
         if jobs is None:
-            return self._hooked_failures_deferred(configs, dict(enumerate(self._compile_here(configs))))
-        return self._hooked_failures_deferred(configs, self._compile_in_pool(configs, jobs, first=True))
+            outcomes = dict(enumerate(self._compile_here(configs)))
+        else:
+            outcomes = self._compile_in_pool(configs, jobs, first=True)
+        return self._hooked_failures_deferred(configs, outcomes)
 
     def _hooked_failures_deferred(
         self, configs: Sequence[Config], outcomes: dict[int, CompileOutcome]
