@@ -406,6 +406,8 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
             head.add_row("last error", Text(state.last_error, style="red"))
     for note in state.restarts:
         head.add_row("restarted", note)
+    if state.carried_taken:
+        head.add_row("carried", _carried_line(state))
     _print_table(head)
 
     # a round's policy time is booked after its results, choosing what follows it: the header says so
@@ -457,6 +459,18 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         for index in sorted(state.failed):
             failed.add_row(str(index), state.configs[index].label(), state.failed[index])
         _print_table(failed)
+
+
+def _carried_line(state: TuneState) -> str:
+    """Which results the tune was given by the one it superseded: they are in its tables, not in its cost."""
+    timings = {i: n for i, n in state.carried_taken.items() if n and i in state.durations}
+    compiles = [i for i in state.carried_taken if i not in timings]
+    parts = []
+    if timings:
+        parts.append(f"the compiles of {_indices(sorted(timings))} with {sum(timings.values())} of their timings")
+    if compiles:
+        parts.append(f"the compile outcomes alone of {_indices(sorted(compiles))}")
+    return f"from a superseded tune, at no cost here: {'; '.join(parts)}"
 
 
 def _round_groups(records: list[RoundRecord]) -> list[list[RoundRecord]]:

@@ -374,6 +374,7 @@ class Tune:
         for index in [i for i in todo if state.carried.get(i, {}).get("durations_us")]:
             carried = state.carried.pop(index)["durations_us"]
             state.durations[index] = [_check_duration(state.kernel, state.configs[index], x) for x in carried]
+            state.carried_taken[index] = len(carried)
             state.round_done.append(index)
         if len(state.round_done) > timed_before:
             self._update_best()
@@ -410,6 +411,7 @@ class Tune:
         """Take a compile outcome carried over from the tune this one superseded: no new compile."""
         state = self.state
         carried = state.carried[index]
+        state.carried_taken[index] = 0
         if carried.get("error") is not None:
             state.failed[index] = str(carried["error"])
             del state.carried[index]

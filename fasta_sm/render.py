@@ -81,6 +81,7 @@ def state_to_json(state: TuneState) -> dict[str, Any]:
             "total_s": state.cost.total_s,
         },
         "restarts": list(state.restarts),
+        "carried_taken": [{"index": i, "timings": state.carried_taken[i]} for i in sorted(state.carried_taken)],
         "created": state.created,
         "updated": state.updated,
         "schema": state.schema,

@@ -1,8 +1,8 @@
 """Where the tuning time went: per-tune cost against exhaustive tuning of the same space.
 
 Exhaustive cost is estimated from what the tune itself measured: its compile
-seconds per config tried (failed compiles cost time too), and its benchmark
-seconds per timing, scaled to the whole space. An estimate even on replay,
+seconds per config it tried (failed compiles cost time too), and its benchmark
+seconds per timing it took, scaled to the whole space. An estimate even on replay,
 where the configs a tune picked are no average sample of the space (the
 guided rounds favour large, slow-compiling tiles): `fasta-sm tune` prints
 the table's exact figure beside it.
@@ -54,14 +54,17 @@ def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts
 
     `exhaustive_s` is that cost when it is known (a replay table records it);
     otherwise it is estimated from the tune's own seconds per config, and
-    unknown (None) until the tune has compiled something.
+    unknown (None) until the tune has compiled something. Results taken from
+    a superseded tune cost it nothing, so they count in neither the seconds
+    nor what those are divided by.
     """
     spent = state.cost.compile_s + state.cost.benchmark_s
     if exhaustive_s is None:
-        tried = len(set(state.compiled) | set(state.failed))
+        tried = len(set(state.compiled) | set(state.failed)) - len(state.carried_taken)
         if not tried:
             return TuneCosts(spent_s=spent, exhaustive_s=None)
-        bench_per_timing = state.cost.benchmark_s / max(state.evaluations(), 1)
+        given = sum(taken for index, taken in state.carried_taken.items() if index in state.durations)
+        bench_per_timing = state.cost.benchmark_s / max(state.evaluations() - given, 1)
         compile_all = state.cost.compile_s / tried * state.n_configs
         exhaustive_s = compile_all + bench_per_timing * (state.n_configs - len(state.failed))
     return TuneCosts(spent_s=spent, exhaustive_s=exhaustive_s)

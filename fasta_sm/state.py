@@ -25,10 +25,12 @@ from .config import MSGPACK_INTS, Config, configs_hash
 from .errors import StateFileError
 from .protocols import LONGEST_US, Observations
 
-SCHEMA_VERSION = 2
-"""2: the top map ends with `crc32`, a CRC-32 of the bytes of every field before it, so that damage that
-still decodes (a flipped bit in a timing) is caught. 1: the same fields without it (read, no longer written)."""
-READABLE_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+"""3: `carried_taken` says which results came from a superseded tune, so that what a tune spent can be told from
+what it was given. 2: the top map ends with `crc32`, a CRC-32 of the bytes of every field before it, so that
+damage that still decodes (a flipped bit in a timing) is caught. 1: the same fields without it. 1 and 2 are read,
+no longer written."""
+READABLE_SCHEMAS = (1, 2, 3)
 CHECKSUM_FIELD = "crc32"
 
 PHASES = ("R1", "R2", "DONE")
@@ -133,6 +135,9 @@ class TuneState:
     failed: dict[int, str] = field(default_factory=dict)
     durations: dict[int, list[float]] = field(default_factory=dict)
     carried: dict[int, dict[str, Any]] = field(default_factory=dict)
+    carried_taken: dict[int, int] = field(default_factory=dict)
+    """The configs whose compile outcome was taken from `carried`, each with how many of its first timings were:
+    results this tune was given, not ones it paid for."""
     policy_state: dict[str, Any] = field(default_factory=dict)
     rng_state: dict[str, Any] = field(default_factory=dict)
     best: int | None = None
@@ -483,7 +488,7 @@ def _read_top_map(blob: bytes, source: str) -> Any:
     return data
 
 
-_INDEX_MAPS = ("compiled", "failed", "durations", "carried")
+_INDEX_MAPS = ("compiled", "failed", "durations", "carried", "carried_taken")
 _MAP_HEADERS = {0xDE: 2, 0xDF: 4}  # map16, map32: the entry count follows in this many bytes
 
 
@@ -515,6 +520,10 @@ def _state_from_data(data: Any, source: str) -> TuneState:
         raise StateFileError(f"{source}: a schema {schema} file {'without' if schema >= 2 else 'with'} "
                              f"{CHECKSUM_FIELD}")
     data = {name: value for name, value in data.items() if name != CHECKSUM_FIELD}
+    if schema < 3:
+        if "carried_taken" in data:
+            raise StateFileError(f"{source}: a schema {schema} file with carried_taken")
+        data["carried_taken"] = {}  # filled in below, from what the file still tells
     _check_field_set(data, _FIELD_NAMES, source)
     _check_types(data, source)
     data["configs"], list_hash = _decode_configs(data["configs"], source)
@@ -523,7 +532,7 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     data["rounds"] = [RoundRecord(**r) for r in data["rounds"]]
     data["cost"] = Cost(**data["cost"])
     # convert only where msgpack did not already give the exact types (it does for files we wrote)
-    for name in ("compiled", "failed", "durations", "carried"):
+    for name in ("compiled", "failed", "durations", "carried", "carried_taken"):
         _check_index_keys(data[name], name, source)
     if not (_types(data["compiled"]) <= {int} and _types(data["compiled"].values()) <= {float}):
         data["compiled"] = {int(k): float(v) for k, v in data["compiled"].items()}
@@ -533,6 +542,9 @@ def _state_from_data(data: Any, source: str) -> TuneState:
     if not (_types(durations) <= {int} and _types(chain.from_iterable(durations.values())) <= {float}):
         data["durations"] = {int(k): list(map(float, v)) for k, v in durations.items()}
     data["carried"] = {int(k): dict(v) for k, v in data["carried"].items()}
+    data["carried_taken"] = {int(k): v for k, v in data["carried_taken"].items()}
+    if schema < 3:  # a compile taken from a carried result whose timings wait is known; one used up is not
+        data["carried_taken"] = {i: 0 for i in data["carried"] if i in data["compiled"]}
     state = TuneState(**data)
     _check_consistent(state, source)
     return state
@@ -544,7 +556,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "key": (str,), "kernel": (str,), "policy": (str,), "backend": (str,), "configs_hash": (str,),
     "phase": (str,), "step": (str,), "library": (str,), "configs": (list, _RawConfigs),
     "policy_params": (dict,), "policy_state": (dict,), "rng_state": (dict,), "compiled": (dict,),
-    "failed": (dict,), "durations": (dict,), "carried": (dict,), "cost": (dict,),
+    "failed": (dict,), "durations": (dict,), "carried": (dict,), "carried_taken": (dict,), "cost": (dict,),
     "seed": (int,), "round": (int,), "retime": (bool,),
     "pending": (list,), "round_done": (list,), "predicted_us": (list,), "rounds": (list,), "restarts": (list,),
     "best": (int, _OPTIONAL), "best_us": (*_NUMBER, _OPTIONAL), "stop_reason": (str, _OPTIONAL),
@@ -601,6 +613,7 @@ def _check_types(data: dict, source: str) -> None:
     durations = data.get("durations", {})
     each("durations value", durations.values(), (list,))
     each("durations entry", chain.from_iterable(durations.values()), _NUMBER)
+    each("carried_taken value", data.get("carried_taken", {}).values(), (int,))
     for index, carried in data.get("carried", {}).items():
         check(f"carried[{index!r}]", carried, (dict,))
         check(f"carried[{index!r}].compile_s", carried.get("compile_s"), (*_NUMBER, _OPTIONAL))
@@ -682,7 +695,7 @@ def _check_consistent(state: TuneState, source: str) -> None:
         raise StateFileError(f"{source}: phase {state.phase!r} with step {state.step!r}")
     if not state.done and not state.rounds:
         raise StateFileError(f"{source}: at {state.position()} without a round record")
-    for name in ("pending", "round_done", "compiled", "failed", "durations", "carried"):
+    for name in ("pending", "round_done", "compiled", "failed", "durations", "carried", "carried_taken"):
         indices = list(getattr(state, name))
         if not indices or (set(map(type, indices)) <= {int} and min(indices) >= 0 and max(indices) < n):
             continue
@@ -820,7 +833,9 @@ def _check_carried(state: TuneState, source: str) -> None:
     """A carried result waits for a config not measured yet: `{error}`, or `{compile_s, durations_us}`.
 
     A config compiled from its carried result keeps the entry until its
-    timings are taken, and only then.
+    timings are taken, and only then; `carried_taken` names every config
+    whose compile outcome came from one, with the number of its timings that
+    did (at most those it has, unless a later timing failed it).
     """
     for index, carried in state.carried.items():
         unknown = set(carried) - {"compile_s", "durations_us", "error"}
@@ -838,3 +853,12 @@ def _check_carried(state: TuneState, source: str) -> None:
             raise StateFileError(f"{source}: carried[{index}] has neither an error nor compile seconds")
         elif index in state.compiled and not carried.get("durations_us"):
             raise StateFileError(f"{source}: carried[{index}] is for config #{index}, compiled already")
+        elif index in state.compiled and state.carried_taken.get(index) != 0:
+            raise StateFileError(f"{source}: config #{index} is compiled from carried[{index}], "
+                                 "which carried_taken does not say")
+    for index, taken in state.carried_taken.items():
+        if index not in state.compiled and index not in state.failed:
+            raise StateFileError(f"{source}: carried_taken names config #{index}, neither compiled nor failed")
+        if taken < 0 or (taken > len(state.durations.get(index, ())) and index not in state.failed):
+            raise StateFileError(f"{source}: carried_taken says {taken!r} timings of config #{index} were carried, "
+                                 f"of the {len(state.durations.get(index, ()))} it has")

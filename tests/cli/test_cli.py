@@ -19,9 +19,11 @@ import pytest
 from click.testing import CliRunner
 from toy_table import write_table
 
+from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.cli import main, run
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore
+from fasta_sm.tuner import tune as api_tune
 
 
 def invoke(*args: str) -> str:
@@ -1181,3 +1183,26 @@ def test_show_explains_a_must_measure_tune_whose_inner_params_are_not_a_map(tmp_
     path.write_bytes(msgpack.packb(data, use_bin_type=True))
     done = fasta_sm("show", str(path))
     assert done.returncode == 0 and "retime_z" in done.stdout, done.stderr[-300:]
+
+
+def superseding_tune(table_file: Path, state_dir: Path) -> Path:
+    """A tune of the table's whole list after one of all but its first six configs: it takes that one's results,
+    three of them failures."""
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    api_tune("k", "toy_mm", table.configs[6:], ReplayBackend(table), policy="exhaustive", store=store)
+    api_tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
+    return store.file_for("k")
+
+
+def test_show_says_which_results_a_tune_took_from_the_one_it_superseded(table_file, state_dir):
+    out = invoke("show", str(superseding_tune(table_file, state_dir)), "--state-dir", str(state_dir))
+    line = " ".join(out[out.index("carried"):].split("\n\n")[0].split())
+    assert "from a superseded tune, at no cost here: the compiles of #6, #7" in line
+    assert "with 39 of their timings; the compile outcomes alone of #45, #46, #47" in line
+
+
+def test_show_json_lists_the_results_a_tune_took_and_how_many_timings_came_with_each(table_file, state_dir):
+    state = StateStore.read(path := superseding_tune(table_file, state_dir))
+    shown = json.loads(invoke("show", str(path), "--json", "--state-dir", str(state_dir)))
+    assert shown["carried_taken"] == [{"index": i, "timings": n} for i, n in sorted(state.carried_taken.items())]

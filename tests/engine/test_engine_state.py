@@ -113,6 +113,11 @@ def tune_states(draw) -> TuneState:
         compiled.update({i: 0.0 for i in pending if i not in failed})
     if position[1] == "refine":
         round_done += [i for i in pending if i not in round_done]
+    outcomes = sorted(set(compiled) | set(failed))
+    carried_taken = {
+        i: min(taken, len(durations.get(i, ()))) if i not in failed else taken
+        for i, taken in draw(st.dictionaries(st.sampled_from(outcomes), st.integers(0, 3), max_size=n)).items()
+    } if outcomes else {}
     retime = draw(st.booleans())
     if position[0] == "DONE":
         count = draw(st.integers(0, 3))
@@ -139,6 +144,7 @@ def tune_states(draw) -> TuneState:
         compiled=compiled,
         failed=failed,
         durations=durations,
+        carried_taken=carried_taken,
         policy_state=draw(st.dictionaries(text, msgpack_value, max_size=4)),
         rng_state=encode_rng(np.random.default_rng(draw(st.integers(0, 2**64))))
         if rounds or draw(st.booleans()) else {},  # empty only before the first decision
@@ -228,7 +234,7 @@ def test_loading_checks_the_schema_version(schema):
         del data["schema"]
     else:
         data["schema"] = schema
-    with pytest.raises(StateFileError, match=r"schema version .*reads versions 1, 2"):
+    with pytest.raises(StateFileError, match=r"schema version .*reads versions 1, 2, 3"):
         unpack_state(seal(data), source="some/file.fsm")
 
 
@@ -276,20 +282,48 @@ def test_a_bit_flipped_in_a_stored_timing_is_caught_by_the_checksum():
         unpack_state(damaged, source="some/file.fsm")
 
 
-def test_a_schema_1_file_loads_without_a_checksum_and_is_written_back_in_schema_2():
+def test_a_schema_1_file_loads_without_a_checksum_and_is_written_back_in_todays_schema():
     data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
-    del data["crc32"]
+    del data["crc32"], data["carried_taken"]
     data["schema"] = 1
     loaded = unpack_state(msgpack.packb(data, use_bin_type=True))
     assert loaded.schema == 1 and loaded.durations == sample_state().durations
     rewritten = msgpack.unpackb(pack_state(loaded), raw=False, strict_map_key=False)
-    assert rewritten["schema"] == SCHEMA_VERSION == 2 and list(rewritten)[-1] == "crc32"
+    assert rewritten["schema"] == SCHEMA_VERSION == 3 and list(rewritten)[-1] == "crc32"
 
 
-def test_a_schema_2_file_without_its_checksum_is_refused():
+def schema_2(state: TuneState) -> bytes:
+    """`state` as this project wrote it before `carried_taken` (schema 2)."""
+    data = msgpack.unpackb(pack_state(state), raw=False, strict_map_key=False)
+    del data["carried_taken"]
+    data["schema"] = 2
+    return seal(data)
+
+
+def test_a_schema_2_file_loads_and_is_written_back_in_schema_3_with_carried_taken():
+    loaded = unpack_state(schema_2(sample_state()))
+    assert loaded.schema == 2 and loaded.carried_taken == {}
+    rewritten = msgpack.unpackb(pack_state(loaded), raw=False, strict_map_key=False)
+    assert rewritten["schema"] == 3 and rewritten["carried_taken"] == {}
+
+
+def test_a_schema_2_file_mid_tune_knows_a_compile_taken_from_a_result_still_carried():
+    carried = {4: {"compile_s": 0.75, "durations_us": [8.5], "error": None}}  # #4 compiled from it, not yet timed
+    loaded = unpack_state(schema_2(sample_state(carried=carried, carried_taken={4: 0})))
+    assert loaded.carried_taken == {4: 0}
+
+
+def test_a_schema_2_file_with_carried_taken_is_refused():
+    data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
+    data["schema"] = 2
+    with pytest.raises(StateFileError, match="a schema 2 file with carried_taken"):
+        unpack_state(seal(data), source="some/file.fsm")
+
+
+def test_a_file_of_todays_schema_without_its_checksum_is_refused():
     data = msgpack.unpackb(pack_state(sample_state()), raw=False, strict_map_key=False)
     del data["crc32"]
-    with pytest.raises(StateFileError, match="a schema 2 file without crc32"):
+    with pytest.raises(StateFileError, match=f"a schema {SCHEMA_VERSION} file without crc32"):
         unpack_state(msgpack.packb(data, use_bin_type=True))
 
 
@@ -412,6 +446,23 @@ def test_a_pending_batch_that_lists_a_config_twice_is_refused():
                                                       started=2.0)]
     with pytest.raises(StateFileError, match="the pending batch lists a config twice"):
         unpack_state(pack_state(sample_state(pending=[1, 4, 4], rounds=rounds)))
+
+
+def test_a_compile_taken_from_a_carried_result_that_carried_taken_does_not_name_is_refused():
+    carried = {4: {"compile_s": 0.75, "durations_us": [8.5], "error": None}}
+    with pytest.raises(StateFileError, match=r"config #4 is compiled from carried\[4\], which carried_taken does"):
+        unpack_state(pack_state(sample_state(carried=carried)))
+
+
+def test_carried_taken_naming_a_config_neither_compiled_nor_failed_is_refused():
+    with pytest.raises(StateFileError, match="carried_taken names config #3, neither compiled nor failed"):
+        unpack_state(pack_state(sample_state(carried_taken={3: 0})))
+
+
+@pytest.mark.parametrize("taken", [3, -1])
+def test_carried_taken_counting_timings_the_config_cannot_have_is_refused(taken):
+    with pytest.raises(StateFileError, match=f"carried_taken says {taken} timings of config #1"):
+        unpack_state(pack_state(sample_state(carried_taken={1: taken})))
 
 
 def test_a_carried_result_for_a_config_compiled_from_it_without_timings_left_is_refused():

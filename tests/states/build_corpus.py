@@ -109,6 +109,17 @@ def build(tables: Path | None, out: Path) -> None:
     # the stop says how re-timing ended, and the final predictions come from a refit on every timing
     snapshot(matmul, out, "v2-done-retime-cut")
 
+    # schema 3: `carried_taken` names the results a tune took from the one it superseded
+    def tuned_without_the_last_24(store: StateStore, key: str) -> None:
+        tune = open_tune(store, key, matmul.kernel, matmul.configs[:-24], ReplayBackend(matmul, noise=True, seed=0),
+                         policy="fasta", seed=0)
+        try:
+            tune.drive()
+        finally:
+            tune.close()
+
+    snapshot(matmul, out, "v3-done-carried", prepare=tuned_without_the_last_24)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

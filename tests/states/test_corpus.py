@@ -23,7 +23,7 @@ def test_the_corpus_is_not_empty():
     assert len(STATE_FILES) >= 8
 
 
-ADDED_WITHIN_SHOW_1 = {"round_done"}
+ADDED_WITHIN_SHOW_1 = {"round_done", "carried_taken"}
 """Top-level fields `show --json` gained after the renderings were recorded (allowed within a format version)."""
 
 

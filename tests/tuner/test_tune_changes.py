@@ -3,13 +3,23 @@ measured."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from toy_table import write_table
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
 from fasta_sm.errors import PolicyError
+from fasta_sm.report import tune_costs
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import tune
+
+
+def write_json(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data))
+    return path
 
 
 class CountingBackend(ReplayBackend):
@@ -158,3 +168,28 @@ def interrupt_after(steps):
             raise KeyboardInterrupt
 
     return on_step
+
+
+def test_a_tune_records_which_results_it_took_from_the_state_it_superseded(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("k", "toy_mm", table.configs[:-6], ReplayBackend(table), policy="exhaustive", store=store).state
+    second = tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive", store=store).state
+    given = {table.index_of(first.configs[i]): len(first.durations.get(i, ())) for i in (*first.compiled,
+                                                                                        *first.failed)}
+    assert second.carried_taken == given
+    assert StateStore.read(store.file_for("k")).carried_taken == given
+
+
+def test_the_exhaustive_estimate_of_a_tune_that_took_results_counts_only_what_it_spent(tmp_path, state_dir):
+    data = json.loads(write_table(tmp_path / "flat.json").read_text())
+    for row in data["configs"]:
+        row["compile_s"] = 1.0  # every config costs the same: an estimate from any of them is exact
+    table = load_table(write_json(tmp_path / "flat.json", data))
+    store = StateStore(state_dir)
+    tune("k", "toy_mm", table.configs[:-6], ReplayBackend(table), policy="exhaustive", store=store)
+    superseding = tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive", store=store).state
+    from_scratch = tune("other", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive",
+                        store=store).state
+    assert superseding.carried_taken and not from_scratch.carried_taken
+    assert tune_costs(superseding).exhaustive_s == pytest.approx(tune_costs(from_scratch).exhaustive_s)
