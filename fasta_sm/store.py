@@ -74,12 +74,18 @@ def file_stem(key: str) -> str:
 
 
 _HELD: dict[str, tuple[int, tuple[int, int] | None]] = {}
-"""Lock file path → the thread of this process holding it, and the (device, inode) of the lock file held.
+"""Lock file (`_held_name`) → the thread of this process holding it, and the (device, inode) of the lock file held.
 
 One record per process, not per StateStore: `tune()` without a store, and
 each integration's plan, open a store of their own over the same dir."""
 if hasattr(os, "register_at_fork"):  # a forked child tunes nothing yet, whatever its parent's threads held
     os.register_at_fork(after_in_child=_HELD.clear)
+
+
+def _held_name(lock_path: Path) -> str:
+    """The key of `_HELD` for a lock file: its directory's real path and its name, so that two stores over one
+    dir under two names (a symbolic link, a path through `..`) see one lock, as flock does."""
+    return os.path.join(os.path.realpath(lock_path.parent), lock_path.name)
 
 
 def _check_can_open(path: str) -> None:
@@ -141,18 +147,19 @@ class StateStore:
         timeout = self.lock_timeout_s if timeout_s is None else timeout_s
         self._ensure_dir()  # deleted since (a long-lived store): filelock would make it again, open to all
         me = threading.get_ident()
-        held_key = str(self.lock_path_for(key))
+        lock_path = str(self.lock_path_for(key))
+        held_key = _held_name(self.lock_path_for(key))  # one entry whatever the dir is called (a link, a `..`)
         if _HELD.get(held_key, (None,))[0] == me:  # flock would make this thread wait for itself until the timeout
             raise TuneFailed(
                 f"kernel {kernel!r}: this thread is tuning it already (a hook, do_bench or callback of the tune "
                 "launched or tuned the same kernel with the same key)"
             )
-        lock = filelock.FileLock(held_key, timeout=timeout)
+        lock = filelock.FileLock(lock_path, timeout=timeout)
         try:
             try:
                 lock.acquire(timeout=0)
             except filelock.Timeout:
-                _check_can_open(held_key)  # filelock reads a lock file it cannot create as one held: no one holds it
+                _check_can_open(lock_path)  # filelock reads a lock file it cannot create as one held: no one holds it
                 if timeout <= 0:  # `ls` probing the lock holds it for microseconds: that is no tune
                     lock.acquire(timeout=PROBE_GRACE_S, poll_interval=PROBE_GRACE_S / 20)
                 else:
@@ -177,13 +184,13 @@ class StateStore:
             lock.release()
 
     def _holder(self, key: str) -> str:
-        return "another thread of this process" if str(self.lock_path_for(key)) in _HELD else "another process"
+        return "another thread of this process" if _held_name(self.lock_path_for(key)) in _HELD else "another process"
 
     def _check_still_locked(self, key: str, kernel: str | None) -> None:
         """Refuse a checkpoint once the lock file this tune holds was deleted or replaced: another process may
         have locked a new file of that name and be tuning the kernel too, and the two would time configs twice."""
         path = self.lock_path_for(key)
-        held = _HELD.get(str(path), (None, None))[1]
+        held = _HELD.get(_held_name(path), (None, None))[1]
         if held is None:  # not held here, or filelock does not show its descriptor
             return
         try:
