@@ -239,8 +239,8 @@ class StateStore:
         """
         path = self.file_for(key)
         try:
-            state = self.read(path)  # StateDirError when it cannot be read for now: the file may be sound
-        except FileNotFoundError:
+            state = self.read_listed(path)  # StateDirError when it cannot be read for now: the file may be sound
+        except FileNotFoundError:  # a link to nothing is no absent file: it is set aside, not written through
             return None
         except StateFileError as exc:
             why = str(exc)

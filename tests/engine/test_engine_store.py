@@ -570,6 +570,17 @@ def test_a_state_file_holding_another_key_is_quarantined(table, backend, store, 
     assert len(list(store.path.glob("*.corrupt-*"))) == 1
 
 
+def test_a_dangling_symbolic_link_in_a_state_files_place_is_quarantined_not_replaced(table, backend, store, tmp_path):
+    """The link may point into a volume not mounted now: the tune starts afresh, and the link is kept aside."""
+    path = store.file_for(KEY)
+    path.symlink_to(tmp_path / "unmounted" / path.name)
+    result = run_tune(table, backend, store)
+    (moved,) = store.path.glob(path.name + ".corrupt-*")
+    assert moved.is_symlink() and os.readlink(moved) == str(tmp_path / "unmounted" / path.name)
+    assert result.state.done and not path.is_symlink()
+    assert "which does not exist" in result.state.restarts[0]
+
+
 # --------------------------------------------------------------------------- lock
 
 
