@@ -33,7 +33,7 @@ from rich.text import Text
 
 from . import __version__
 from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, ReplayTable, load_table
-from .cli_paths import NamedPath
+from .cli_paths import NamedPath, UsageGroup
 from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
@@ -84,7 +84,7 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=UsageGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fasta-sm")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the engine does.")
 @click.option(

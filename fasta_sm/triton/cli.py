@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from ..backends.replay import DISTURBED_SPREAD, count_disturbed, timed_by_interpreter
-from ..cli_paths import NamedPath
+from ..cli_paths import NamedPath, UsageCommand
 from ..errors import ConfigError, MissingDependency, TableError
 from ..state import storable_text
 
@@ -74,7 +74,7 @@ def _check_writable(out_dir: Path) -> None:
                                  param_hint="--out") from None
 
 
-@click.command("record")
+@click.command("record", cls=UsageCommand)
 @click.argument("specs", nargs=-1, required=True)
 @click.option(
     "--out", "out_dir", required=True, type=NamedPath(file_okay=False), help="Directory for <kernel>.json tables."

@@ -1206,3 +1206,25 @@ def test_show_json_lists_the_results_a_tune_took_and_how_many_timings_came_with_
     state = StateStore.read(path := superseding_tune(table_file, state_dir))
     shown = json.loads(invoke("show", str(path), "--json", "--state-dir", str(state_dir)))
     assert shown["carried_taken"] == [{"index": i, "timings": n} for i, n in sorted(state.carried_taken.items())]
+
+
+@pytest.mark.parametrize("args", [
+    ("tune", "--seed"),
+    ("bench", "--seeds"),
+    ("record", "softmax", "--out"),
+    ("--state-dir",),
+], ids=["tune", "bench", "record", "before the command"])
+def test_an_option_missing_its_value_prints_the_usage_before_the_error(args):
+    done = fasta_sm(*args)
+    assert done.returncode == 2 and "requires an argument" in done.stderr
+    assert done.stderr.startswith("Usage: "), done.stderr  # the program name is `-c` here, `fasta-sm` installed
+
+
+def test_a_scikit_learn_that_does_not_import_is_an_error_not_a_traceback(table_file, tmp_path):
+    broken = tmp_path / "site" / "sklearn"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('built against another numpy')\n")
+    done = fasta_sm("tune", "--replay", str(table_file), "--policy", "trees", "--state-dir", str(tmp_path / "states"),
+                    env={"PYTHONPATH": str(tmp_path / "site")})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "scikit-learn" in done.stderr and "built against another numpy" in done.stderr
