@@ -37,7 +37,7 @@ from .cli_paths import NamedPath, UsageGroup
 from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .errors import FastaError, PolicyError, StateFileError, TableError
-from .policies import make_policy, require_listed, with_environment
+from .policies import make_policy, policy_names, require_listed, with_environment
 from .render import age_of, format_us, kernel_labels, key_values, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
@@ -366,10 +366,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         f"{state.measured_count()}/{state.n_configs} configs, {state.evaluations()} timings, "
         f"{len(state.failed)} failed",
     )
-    head.add_row(
-        "best",
-        "-" if state.best is None else f"#{state.best} {state.configs[state.best].label()}  {format_us(state.best_us)}",
-    )
+    head.add_row("best", _best_line(state))
     head.add_row(
         "cost",
         f"compile {state.cost.compile_s:.2f} s, benchmark {state.cost.benchmark_s:.2f} s, "
@@ -461,6 +458,19 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         _print_table(failed)
 
 
+def _best_line(state: TuneState) -> str:
+    """The winner, and whether re-timing passed it by: the others re-timed came out slower, and it was not checked."""
+    if state.best is None:
+        return "-"
+    line = f"#{state.best} {state.configs[state.best].label()}  {format_us(state.best_us)}"
+    retimed = [r for r in state.rounds if r.retime]
+    if retimed and not any(state.best in r.batch for r in retimed):
+        timings = len(state.durations[state.best])
+        line += (f"  ({timings} timing{'s' if timings != 1 else ''}; never re-timed: the configs re-timed came "
+                 "out slower)")
+    return line
+
+
 def _carried_line(state: TuneState) -> str:
     """Which results the tune was given by the one it superseded: they are in its tables, not in its cost."""
     timings = {i: n for i, n in state.carried_taken.items() if n and i in state.durations}
@@ -488,8 +498,10 @@ def _round_groups(records: list[RoundRecord]) -> list[list[RoundRecord]]:
 
 
 def _indices(indices: list[int]) -> str:
-    """Config numbers as `show` lists them: the first twelve, then an ellipsis; `-` for none."""
-    return (", ".join(f"#{i}" for i in indices[:12]) + (" …" if len(indices) > 12 else "")) if indices else "-"
+    """Config numbers as `show` lists them: up to fourteen, else the first twelve and how many more; `-` for none."""
+    if len(indices) <= 14:
+        return ", ".join(f"#{i}" for i in indices) or "-"
+    return ", ".join(f"#{i}" for i in indices[:12]) + f" … ({len(indices) - 12} more)"
 
 
 def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[str]]:
@@ -706,11 +718,15 @@ def _fraction(value: float | None) -> float | None:
     return value
 
 
-def _known_policy(name: str, option: str = "--policy") -> str:
-    """`name` if a user can run that policy; a usage error listing those they can otherwise."""
+def _known_policy(name: str, option: str = "--policy", bench: bool = False) -> str:
+    """`name` if a user can run that policy (in `bench`: one bench can score); a usage error listing those they can
+    otherwise."""
     try:
         require_listed(name)
     except PolicyError as exc:
+        if bench:
+            runs = ", ".join(n for n in policy_names() if n != "exhaustive")
+            raise click.BadParameter(f"unknown policy {name!r}; bench runs: {runs}", param_hint=option) from None
         raise click.BadParameter(str(exc), param_hint=option) from None
     return name
 
@@ -796,7 +812,7 @@ def bench_command(
     if "exhaustive" in names:
         raise click.BadParameter(EXHAUSTIVE_IN_BENCH, param_hint="--policies")
     for name in names:
-        _known_policy(name, "--policies")
+        _known_policy(name, "--policies", bench=True)
     if "trees" in names and click.get_current_context().get_parameter_source("policies") is ParameterSource.DEFAULT:
         try:
             import sklearn  # noqa: F401

@@ -145,11 +145,13 @@ def test_bench_refuses_a_budget_outside_0_1_as_a_usage_error_before_reading_tabl
     assert done.stdout == ""
 
 
-@pytest.mark.parametrize("args", [("tune", "--policy"), ("bench", "--seeds", "1", "--policies")],
-                         ids=["tune", "bench"])
-def test_a_policy_users_cannot_run_is_refused_listing_those_they_can(args):
+@pytest.mark.parametrize(("args", "listed"), [
+    (("tune", "--policy"), "known: coordesc, exhaustive, fasta"),
+    (("bench", "--seeds", "1", "--policies"), "bench runs: coordesc, fasta"),  # exhaustive is the yardstick there
+], ids=["tune", "bench"])
+def test_a_policy_users_cannot_run_is_refused_listing_those_they_can(args, listed):
     result = CliRunner().invoke(main, [*args, "must-measure"])
-    assert result.exit_code == 2 and "unknown policy 'must-measure'; known: coordesc, exhaustive" in result.output
+    assert result.exit_code == 2 and f"unknown policy 'must-measure'; {listed}" in " ".join(result.output.split())
 
 
 def test_show_marks_the_last_error_of_a_finished_tune_as_history(table_file, state_dir):
@@ -1228,3 +1230,28 @@ def test_a_scikit_learn_that_does_not_import_is_an_error_not_a_traceback(table_f
                     env={"PYTHONPATH": str(tmp_path / "site")})
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "scikit-learn" in done.stderr and "built against another numpy" in done.stderr
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_show_quietly_with_status_1():
+    reader = subprocess.Popen([sys.executable, "-c", "from fasta_sm.cli import run; run()", "show",
+                               str(CORPUS / "v2-done-retime-cut.fsm")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": ""})
+    reader.stdout.readline()
+    reader.stdout.close()  # as `| head -1` does
+    assert reader.wait(timeout=60) == 1  # as Python's documentation advises for a broken pipe (and rich does)
+    assert reader.stderr.read() == b""
+
+
+def test_show_names_every_config_of_a_batch_of_thirteen():
+    out = invoke("show", str(CORPUS / "v1-r1-compile.fsm"))
+    assert "#162, #191" in " ".join(out.split()) and "…" not in out.split("pending")[1].split("\n\n")[0]
+
+
+def test_show_says_when_the_winner_was_never_re_timed_while_others_were():
+    out = " ".join(invoke("show", str(CORPUS / "v1-live-h200-inductor-layernorm.fsm")).split())
+    assert "27.49 µs (1 timing; never re-timed: the configs re-timed came out slower)" in out
+
+
+def test_show_says_nothing_of_re_timing_on_the_best_line_of_a_winner_that_was_re_timed():
+    out = invoke("show", str(CORPUS / "v2-done-retime-cut.fsm"))
+    assert "never re-timed" not in out

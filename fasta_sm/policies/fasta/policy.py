@@ -377,7 +377,7 @@ class FastaPolicy:
         self._history.append(record)
         return self._issue(
             sorted(int(i) for i in picks),
-            f"fasta R2_{self._r2_rounds}: {picks.size} configs, basis {fit.basis} "
+            f"fasta R2_{self._r2_rounds}: {picks.size} config{'s' if picks.size != 1 else ''}, basis {fit.basis} "
             f"(LOO rho {fit.loo_rho:.2f}), tau {tau:.3f}",
             predicted_us=np.exp(predicted),
         )
