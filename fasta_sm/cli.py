@@ -466,18 +466,28 @@ def _best_line(state: TuneState) -> str:
     retimed = [r for r in state.rounds if r.retime]
     if retimed and not any(state.best in r.batch for r in retimed):
         timings = len(state.durations[state.best])
-        line += (f"  ({timings} timing{'s' if timings != 1 else ''}; never re-timed: the configs re-timed came "
-                 "out slower)")
+        others = {i for r in retimed for i in r.batch}
+        if others <= set(state.failed):
+            outcome = "failed"
+        elif others & set(state.failed):
+            outcome = "came out slower or failed"
+        else:
+            outcome = "came out slower"
+        line += f"  ({timings} timing{'s' if timings != 1 else ''}; never re-timed: the configs re-timed {outcome})"
     return line
 
 
 def _carried_line(state: TuneState) -> str:
     """Which results the tune was given by the one it superseded: they are in its tables, not in its cost."""
-    timings = {i: n for i, n in state.carried_taken.items() if n and i in state.durations}
-    compiles = [i for i in state.carried_taken if i not in timings]
+    timings = {i: n for i, n in state.carried_taken.items() if n and i not in state.failed}
+    dropped = {i: n for i, n in state.carried_taken.items() if n and i in state.failed}  # a later timing failed
+    compiles = [i for i in state.carried_taken if i not in timings and i not in dropped]
     parts = []
     if timings:
         parts.append(f"the compiles of {_indices(sorted(timings))} with {sum(timings.values())} of their timings")
+    if dropped:
+        parts.append(f"the compiles of {_indices(sorted(dropped))} with {sum(dropped.values())} timings, dropped "
+                     "when a later timing failed")
     if compiles:
         parts.append(f"the compile outcomes alone of {_indices(sorted(compiles))}")
     return f"from a superseded tune, at no cost here: {'; '.join(parts)}"

@@ -304,7 +304,7 @@ class StateStore:
         stamp = _stamp()
         target = path.with_name(f"{path.name}.corrupt-{stamp}")
         for attempt in range(1, 1000):  # a coarse clock must not let one quarantined file replace another
-            if not target.exists():
+            if not os.path.lexists(target):  # a link set aside before, dangling, is there too
                 break
             target = path.with_name(f"{path.name}.corrupt-{stamp}-{attempt}")
         try:

@@ -21,6 +21,7 @@ from toy_table import write_table
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.cli import main, run
+from fasta_sm.protocols import BenchmarkOutcome
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import tune as api_tune
@@ -1255,3 +1256,38 @@ def test_show_says_when_the_winner_was_never_re_timed_while_others_were():
 def test_show_says_nothing_of_re_timing_on_the_best_line_of_a_winner_that_was_re_timed():
     out = invoke("show", str(CORPUS / "v2-done-retime-cut.fsm"))
     assert "never re-timed" not in out
+
+
+def superseding_tune_whose_carried_contenders_fail_when_re_timed(table_file: Path, state_dir: Path) -> Path:
+    """A fasta tune that takes the configs its superseded tune re-timed, with their timings, and re-times them here,
+    where they fail."""
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = api_tune("k", "toy_mm", table.configs[:-6], ReplayBackend(table), policy="fasta", store=store).state
+    doomed = {table.index_of(first.configs[i]) for i, timings in first.durations.items() if len(timings) > 1}
+
+    class FailingWhenReTimed(ReplayBackend):
+        def benchmark(self, configs, repeat=None):
+            outcome = super().benchmark(configs, repeat)
+            durations, errors = list(outcome.durations_us), dict(outcome.errors)
+            for position, config in enumerate(configs):
+                if table.index_of(config) in doomed and repeat and repeat[position]:
+                    durations[position], errors[position] = math.inf, "died when re-timed"
+            return BenchmarkOutcome(durations, outcome.seconds, errors)
+
+    second = api_tune("k", "toy_mm", table.configs, FailingWhenReTimed(table), policy="fasta", store=store).state
+    retimed = {i for r in second.rounds if r.retime for i in r.batch}
+    assert retimed and retimed <= set(second.failed) and retimed <= {i for i, n in second.carried_taken.items() if n}
+    return store.file_for("k")
+
+
+def test_show_neither_calls_carried_timings_dropped_by_a_failure_a_compile_alone_nor_a_failure_slower(
+    table_file, state_dir
+):
+    path = superseding_tune_whose_carried_contenders_fail_when_re_timed(table_file, state_dir)
+    state = StateStore.read(path)
+    out = " ".join(invoke("show", str(path), "--state-dir", str(state_dir)).split())
+    dropped = ", ".join(f"#{i}" for i in sorted(i for i, n in state.carried_taken.items() if n and i in state.failed))
+    assert f"the compiles of {dropped} with" in out and "dropped when a later timing failed" in out
+    assert "compile outcomes alone of " + dropped not in out
+    assert "never re-timed: the configs re-timed failed)" in out and "came out slower" not in out

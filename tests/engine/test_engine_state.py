@@ -118,6 +118,18 @@ def tune_states(draw) -> TuneState:
         i: min(taken, len(durations.get(i, ()))) if i not in failed else taken
         for i, taken in draw(st.dictionaries(st.sampled_from(outcomes), st.integers(0, 3), max_size=n)).items()
     } if outcomes else {}
+    # results carried from a superseded tune: for configs not tried yet, and for configs compiled from their entry
+    # whose timings wait there (carried_taken says 0 for those)
+    untried = [i for i in range(n) if i not in compiled and i not in failed and i not in durations]
+    waiting = [i for i in compiled if i not in failed and i not in durations]
+    ran = st.builds(lambda c, d: {"compile_s": c, "durations_us": d, "error": None}, nonneg,
+                    st.lists(positive, max_size=3))
+    carried = draw(st.dictionaries(st.sampled_from(untried), ran | st.builds(lambda e: {"error": e}, text),
+                                   max_size=n)) if untried else {}
+    for i in draw(st.lists(st.sampled_from(waiting), unique=True)) if waiting else []:
+        carried[i] = draw(st.builds(lambda c, d: {"compile_s": c, "durations_us": d, "error": None}, nonneg,
+                                    st.lists(positive, min_size=1, max_size=3)))
+        carried_taken[i] = 0
     retime = draw(st.booleans())
     if position[0] == "DONE":
         count = draw(st.integers(0, 3))
@@ -144,6 +156,7 @@ def tune_states(draw) -> TuneState:
         compiled=compiled,
         failed=failed,
         durations=durations,
+        carried=carried,
         carried_taken=carried_taken,
         policy_state=draw(st.dictionaries(text, msgpack_value, max_size=4)),
         rng_state=encode_rng(np.random.default_rng(draw(st.integers(0, 2**64))))
@@ -209,6 +222,15 @@ def test_any_valid_state_round_trips_exactly(state: TuneState):
     loaded = unpack_state(blob)
     assert loaded == state
     assert pack_state(loaded) == blob
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tune_states())
+def test_any_valid_state_written_in_schema_2_loads_knowing_the_compiles_whose_carried_timings_wait(state):
+    loaded = unpack_state(schema_2(state))
+    assert loaded.carried_taken == {i: 0 for i in state.carried if i in state.compiled}
+    assert {k: v for k, v in vars(loaded).items() if k not in ("carried_taken", "schema")} == {
+        k: v for k, v in vars(state).items() if k not in ("carried_taken", "schema")}
 
 
 def test_the_rng_survives_the_round_trip_and_continues_the_same_stream():

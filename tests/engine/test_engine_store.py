@@ -581,6 +581,18 @@ def test_a_dangling_symbolic_link_in_a_state_files_place_is_quarantined_not_repl
     assert "which does not exist" in result.state.restarts[0]
 
 
+def test_two_dangling_links_set_aside_within_one_tick_of_the_clock_are_both_kept(table, backend, store, tmp_path,
+                                                                               monkeypatch):
+    """Path.exists() follows a link: a dangling one set aside before must not be taken for a free name."""
+    monkeypatch.setattr(store_module, "_stamp", lambda: "20261204T000000.000000")  # a coarse clock
+    path = store.file_for(KEY)
+    for volume in ("a", "b"):
+        path.symlink_to(tmp_path / volume / path.name)
+        assert store.load(KEY) is None
+    kept = {os.readlink(p) for p in store.path.glob(path.name + ".corrupt-*")}
+    assert kept == {str(tmp_path / volume / path.name) for volume in ("a", "b")}
+
+
 # --------------------------------------------------------------------------- lock
 
 
