@@ -481,13 +481,17 @@ def _carried_line(state: TuneState) -> str:
     """Which results the tune was given by the one it superseded: they are in its tables, not in its cost."""
     timings = {i: n for i, n in state.carried_taken.items() if n and i not in state.failed}
     dropped = {i: n for i, n in state.carried_taken.items() if n and i in state.failed}  # a later timing failed
-    compiles = [i for i in state.carried_taken if i not in timings and i not in dropped]
+    waiting = [i for i in state.carried_taken if i in state.carried]  # its carried timings are taken when it is timed
+    compiles = [i for i in state.carried_taken if i not in timings and i not in dropped and i not in waiting]
     parts = []
     if timings:
         parts.append(f"the compiles of {_indices(sorted(timings))} with {sum(timings.values())} of their timings")
     if dropped:
         parts.append(f"the compiles of {_indices(sorted(dropped))} with {sum(dropped.values())} timings, dropped "
                      "when a later timing failed")
+    if waiting:
+        parts.append(f"the compiles of {_indices(sorted(waiting))}, whose carried timings are taken when they are "
+                     "timed")
     if compiles:
         parts.append(f"the compile outcomes alone of {_indices(sorted(compiles))}")
     return f"from a superseded tune, at no cost here: {'; '.join(parts)}"

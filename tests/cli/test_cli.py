@@ -1205,6 +1205,22 @@ def test_show_says_which_results_a_tune_took_from_the_one_it_superseded(table_fi
     assert "with 39 of their timings; the compile outcomes alone of #45, #46, #47" in line
 
 
+def test_show_says_a_compile_taken_mid_round_waits_for_its_carried_timings(table_file, state_dir):
+    def stop_before_timing(state):
+        if state.step == "benchmark":  # the carried compiles are taken, their carried timings not yet
+            raise KeyboardInterrupt
+
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    api_tune("k", "toy_mm", table.configs[6:], ReplayBackend(table), policy="exhaustive", store=store)
+    with pytest.raises(KeyboardInterrupt):
+        api_tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="exhaustive", store=store,
+                 on_step=stop_before_timing)
+    out = " ".join(invoke("show", str(store.file_for("k")), "--state-dir", str(state_dir)).split())
+    assert "the compiles of #6, #7" in out and "whose carried timings are taken when they are timed" in out
+    assert "the compile outcomes alone of #45, #46, #47" in out
+
+
 def test_show_json_lists_the_results_a_tune_took_and_how_many_timings_came_with_each(table_file, state_dir):
     state = StateStore.read(path := superseding_tune(table_file, state_dir))
     shown = json.loads(invoke("show", str(path), "--json", "--state-dir", str(state_dir)))
