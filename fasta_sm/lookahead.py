@@ -83,8 +83,8 @@ def _expected_observations(state: TuneState) -> Observations | None:
         return None
     known = compile_s[np.isfinite(compile_s)]
     compile_each = float(known.mean()) if known.size else 0.0
-    timings = int(samples.sum())
-    timing_each = state.cost.benchmark_s / timings if timings else 0.0
+    timings = int(samples.sum()) - state.timings_given()  # those the tune paid for
+    timing_each = state.cost.benchmark_s / timings if timings > 0 else 0.0
     extra_s = 0.0
     for index in state.pending:
         if index in state.failed or index in timed:

@@ -63,8 +63,7 @@ def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts
         tried = len(set(state.compiled) | set(state.failed)) - len(state.carried_taken)
         if not tried:
             return TuneCosts(spent_s=spent, exhaustive_s=None)
-        given = sum(taken for index, taken in state.carried_taken.items() if index in state.durations)
-        bench_per_timing = state.cost.benchmark_s / max(state.evaluations() - given, 1)
+        bench_per_timing = state.cost.benchmark_s / max(state.evaluations() - state.timings_given(), 1)
         compile_all = state.cost.compile_s / tried * state.n_configs
         exhaustive_s = compile_all + bench_per_timing * (state.n_configs - len(state.failed))
     return TuneCosts(spent_s=spent, exhaustive_s=exhaustive_s)

@@ -185,8 +185,12 @@ class TuneState:
         return len(self.durations)
 
     def evaluations(self) -> int:
-        """Benchmark calls spent, re-timings included."""
+        """Timings held, re-timings and those taken from a superseded tune included."""
         return sum(len(samples) for samples in self.durations.values())
+
+    def timings_given(self) -> int:
+        """Timings held that were taken from a superseded tune: they cost this one nothing."""
+        return sum(taken for index, taken in self.carried_taken.items() if index in self.durations)
 
     def duration_array(self) -> np.ndarray:
         """Mean duration per config: NaN unmeasured, inf failed."""

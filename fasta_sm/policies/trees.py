@@ -37,7 +37,7 @@ class ExtraTreesLCB:
             raise MissingDependency("the trees policy needs scikit-learn: pip install 'fasta-sm[bench]'")
         try:  # one installed but broken (built against another numpy, say) would fail only at the first refine
             import sklearn.ensemble  # noqa: F401
-        except ImportError as exc:
+        except (ImportError, ValueError) as exc:  # ValueError: numpy's "dtype size changed" for a mismatched build
             raise MissingDependency(f"the trees policy needs scikit-learn, which is installed but does not import "
                                     f"({type(exc).__name__}: {exc}): pip install 'fasta-sm[bench]'") from None
         _check_knobs(r1_frac, rounds, kappa)

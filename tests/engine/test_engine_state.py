@@ -689,3 +689,9 @@ def test_a_state_written_on_python_312_before_sample_mean_still_reads():
     assert best_us_312 != sample_mean(timings)
     state = sample_state(durations={0: [10.5], 1: timings}, best=1, best_us=best_us_312)
     assert unpack_state(pack_state(state)).best_us == best_us_312
+
+
+def test_the_timings_given_are_the_carried_ones_of_configs_still_measured():
+    state = sample_state(carried_taken={1: 1, 2: 0}, durations={0: [10.5], 1: [9.25, 9.5]})
+    assert state.timings_given() == 1
+    assert sample_state(carried_taken={2: 0}).timings_given() == 0  # a failed config holds no timing
