@@ -252,8 +252,23 @@ def to_fasta_config(config: Any) -> Config:
         value = getattr(config, name, None)
         if value is not None and not (name == "num_ctas" and value == 1):
             options[name] = value
-    return Config(dict(config.kwargs), num_warps=_whole(config.num_warps), num_stages=_whole(config.num_stages),
+    kwargs = {name: _sequence_as_text(value) for name, value in config.kwargs.items()}
+    return Config(kwargs, num_warps=_whole(config.num_warps), num_stages=_whole(config.num_stages),
                   options=options)
+
+
+def _sequence_as_text(value: Any) -> Any:
+    """A tuple or list kwarg as its repr, which keys it exactly and which the features skip as a string;
+    anything else as it is. torch_npu sets `split_axis` and `split_blocks` as tuples on every config
+    (`_triton_config_npu_index_legacy`), and only the autotuner's own config is compiled, never this one."""
+    return repr(value) if _plain_sequence(value) else value
+
+
+def _plain_sequence(value: Any) -> bool:
+    """A tuple or list of ints, floats, bools, strs or such sequences: one whose repr is the same in every process."""
+    return isinstance(value, (tuple, list)) and all(
+        type(item) in (int, float, bool, str) or _plain_sequence(item) for item in value
+    )
 
 
 def _whole(value: Any) -> Any:

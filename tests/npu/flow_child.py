@@ -17,12 +17,16 @@ os.environ["STANDIN_TABLE"] = table_path
 seen: dict = {}
 
 
-def configs(expert=(0, 5), twins=False):
+def configs(expert=(0, 5), twins=False, split=False):
+    """The table's configs as torch_npu's; `split`: with the `split_axis`/`split_blocks` tuples its
+    `_triton_config_npu_index_legacy` sets on every config."""
     from fasta_sm.backends.replay import load_table
 
     table = load_table(table_path)
     out = [SimpleNamespace(kwargs=dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages,
                            from_expert=i in expert) for i, c in enumerate(table.configs)]
+    for config in out if split else ():
+        config.kwargs.update(split_axis=(0,), split_blocks=(config.kwargs["BLOCK_M"],))
     if twins:
         out.append(SimpleNamespace(**vars(out[1])))
     return out
@@ -43,7 +47,7 @@ def quiet_device_guard():
     FastaNPUAutotuner._fasta_device_guard = lambda self: contextlib.nullcontext()
 
 
-if scenario == "tune":
+if scenario in ("tune", "tune_split"):
     import fasta_sm.npu
 
     fasta_sm.npu.enable(state_dir=state_dir)
@@ -54,7 +58,7 @@ if scenario == "tune":
 
     reads, read_settings = [], autotuner.current_settings
     autotuner.current_settings = lambda: (reads.append(1), read_settings())[1]
-    space = configs()
+    space = configs(split=scenario == "tune_split")
     kernel = build(space)
     seen["class"] = type(kernel).__name__
     seen["settings_reads"] = len(reads)
@@ -62,7 +66,8 @@ if scenario == "tune":
     seen["worker_compiles"] = th.CALLS["compile"]
     kernel.precompile()
     seen["ran"] = kernel.run(stream=0)[1]
-    seen["best"] = dict(kernel.best_launcher.config.kwargs) | {"num_warps": kernel.best_launcher.config.num_warps}
+    seen["best"] = {k: v for k, v in kernel.best_launcher.config.kwargs.items() if not k.startswith("split_")} | {
+        "num_warps": kernel.best_launcher.config.num_warps}
     seen["saved"] = len(th.SAVED)
     seen["compiles"], seen["benches"] = th.CALLS["compile"], th.CALLS["bench"]
     kernel.run(stream=0)

@@ -48,6 +48,21 @@ def test_a_kernel_is_tuned_once_its_winner_recorded_as_torch_npu_records_it(tabl
     assert seen["benches_after_second_run"] == seen["benches"], "a tuned kernel is not timed again"
 
 
+def test_a_kernel_whose_configs_carry_torch_npus_split_tuples_is_tuned(table_file, state_dir):
+    """torch_npu's `_triton_config_npu_index_legacy` sets `split_axis` and `split_blocks` as tuples on every
+    config: such a kernel is tuned, not left untuned with a warning and narrowed to its expert configs."""
+    seen = scenario("tune_split", table_file, state_dir)
+    (state_file,) = StateStore(state_dir).state_files()
+    state = StateStore.read(state_file)
+    assert seen["class"] == "FastaNPUAutotuner" and state.done
+    assert seen["compiles"] < seen["n"], "not every config compiled"
+    winner = state.configs[state.best]
+    assert winner.kwargs["split_axis"] == "(0,)" and winner.kwargs["split_blocks"] == f"({winner.kwargs['BLOCK_M']},)"
+    assert seen["best"] == {"BLOCK_M": winner.kwargs["BLOCK_M"], "BLOCK_N": winner.kwargs["BLOCK_N"],
+                            "num_warps": winner.num_warps}
+    assert seen["ran"]["split_blocks"] == [winner.kwargs["BLOCK_M"]], "the winner launched is torch_npu's own config"
+
+
 def test_a_kernel_reads_the_settings_once_when_it_is_built(table_file, state_dir):
     assert scenario("tune", table_file, state_dir)["settings_reads"] == 1
 

@@ -13,6 +13,17 @@ SAVED: list = []
 """Configs torch_npu's autotune cache was asked to save."""
 
 
+SPLIT_KWARGS = ("split_axis", "split_blocks")
+"""Set as tuples on every config by torch_npu's `_triton_config_npu_index_legacy`; the table names tile sizes only."""
+
+
+def row(table, cfg):
+    """`cfg`'s row of the replay table, whatever split kwargs it carries."""
+    kwargs = {name: value for name, value in cfg.kwargs.items() if name not in SPLIT_KWARGS}
+    return table.index_of(to_fasta_config(SimpleNamespace(kwargs=kwargs, num_warps=cfg.num_warps,
+                                                          num_stages=cfg.num_stages)))
+
+
 def save_to_cache(config, time_taken_ns):
     SAVED.append(config)
 
@@ -56,7 +67,7 @@ class NPUCachingAutotuner:
 
     def _precompile_config(self, cfg):
         CALLS["compile"] += 1
-        error = self.table.errors[self.table.index_of(to_fasta_config(cfg))]
+        error = self.table.errors[row(self.table, cfg)]
         if error:
             raise RuntimeError(error)
         return CompileResult(cfg)
@@ -77,7 +88,7 @@ class NPUCachingAutotuner:
 
     def bench(self, launcher, *args, with_profiler=False, runtime_blocks=None, **kwargs):
         CALLS["bench"] += 1
-        return self.table.mean_us[self.table.index_of(to_fasta_config(launcher.config))] / 1000.0
+        return self.table.mean_us[row(self.table, launcher.config)] / 1000.0
 
     def benchmark_all_configs(self, *args, **kwargs):
         return {launcher: self.bench(launcher, *args, **kwargs) for launcher in self.launchers}
