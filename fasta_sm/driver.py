@@ -374,10 +374,13 @@ class FastaAutotunerMixin:
         props = self.device_props
         short, _ = self._fasta_core_names
         return (
-            f"{prefix}/{name}/{self._fasta_kernel_hash()}/{props.type}-cc{props.cc}-{short}"
-            f"{props.multi_processor_count}"
+            f"{prefix}/{name}/{self._fasta_kernel_hash()}/{props.type}-cc{props.cc}-{short}{self._fasta_cores()}"
             f"/triton-{triton.__version__}"
         )
+
+    def _fasta_cores(self) -> int:
+        """The cores the kernel runs on, as its key and backend name count them: the device's."""
+        return self.device_props.multi_processor_count
 
     def _fasta_kernel_hash(self) -> str:
         """What names the kernel's code in its key: the base class's hash of its source file."""
@@ -390,7 +393,7 @@ class FastaAutotunerMixin:
         props = self.device_props
         _, long = self._fasta_core_names
         return (
-            f"{type(self).__name__} on {props.type} cc{props.cc} ({props.multi_processor_count} {long}), "
+            f"{type(self).__name__} on {props.type} cc{props.cc} ({self._fasta_cores()} {long}), "
             f"triton {triton.__version__}"
         )
 

@@ -7,7 +7,9 @@ via its benchmarker), the winner recorded the way torch_npu's
 (torch_npu builds its candidate plan from it), and its `autotuner()` entry
 point. Kernels fasta-sm does not tune (runtime block arguments: one compile,
 several launch candidates, not 1:1 with configs; or fasta-sm switched off in
-this process) get torch_npu's own NPUFastAutotuner, built in our place.
+this process) get torch_npu's own NPUFastAutotuner, built in our place; a
+reduction under deterministic algorithms gets its NPUCachingAutotuner over
+the expert configs, which launches the first that compiles, timing none.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
         if args or kwargs:  # built by cached_autotune (unpickling passes nothing, and calls no __init__)
             meta = kwargs.get("inductor_meta") or {}
             settings = current_settings()
-            if settings is None or meta.get("runtime_block_arg_names") or _kept_deterministic(meta, kwargs):
+            if _kept_deterministic(meta, kwargs):
+                log.debug("fasta_sm: kernel %s left to torch_npu, untimed: deterministic", meta.get("kernel_name", "?"))
+                return NPUCachingAutotuner(*args, **{**kwargs, "configs": _expert_configs(kwargs.get("configs"))})
+            if settings is None or meta.get("runtime_block_arg_names"):
                 log.debug("fasta_sm: kernel %s left to torch_npu's FastA", meta.get("kernel_name", "?"))
                 return _ORIGINAL["cls"](*args, **kwargs)
         tuner = super().__new__(cls)
@@ -59,6 +64,11 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
 
     def _fasta_turned_off(self) -> bool:
         return turned_off()
+
+    def _fasta_cores(self) -> int:
+        """The vector cores torch_npu generates tiles and launches for: the device's, or fewer under
+        `NPU_DEVICE_LIMIT`, which gives another config list and other timings, so another tune."""
+        return int(getattr(npu_config, "num_vector_core", None) or self.device_props.multi_processor_count)
 
     def _fasta_bench(self, launcher: Any, *args: Any, **kwargs: Any) -> float:
         return self.bench(launcher, *args, runtime_blocks=(), **kwargs)
@@ -86,13 +96,21 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
 
 
 def _kept_deterministic(meta: dict, kwargs: dict) -> bool:
-    """A reduction under deterministic algorithms: torch_npu times none of its configs (it launches the first
-    that compiles), so that the numerics do not depend on a timing; tuning it would undo that. torch_npu
-    reads only this flag (Inductor's `force_filter_reduction_configs` has no NPU counterpart)."""
+    """A reduction under deterministic algorithms: torch_npu's NPUCachingAutotuner times none of its configs (it
+    launches the first that compiles), so that the numerics do not depend on a timing; tuning it would undo that,
+    and so would torch_npu's NPUFastAutotuner, which times them. torch_npu reads only this flag (Inductor's
+    `force_filter_reduction_configs` has no NPU counterpart)."""
     from torch._inductor.runtime.hints import HeuristicType
 
     reductions = (HeuristicType.REDUCTION, HeuristicType.PERSISTENT_REDUCTION)
     return bool(meta.get("are_deterministic_algorithms_enabled")) and kwargs.get("heuristic_type") in reductions
+
+
+def _expert_configs(configs: Any) -> list:
+    """The configs torch_npu's own heuristics proposed (`from_expert`), first as they came, or all if none is: the
+    list torch_npu's NPUCachingAutotuner would have, FastA's generated tiles left out."""
+    configs = list(configs or ())
+    return [c for c in configs if getattr(c, "from_expert", False)] or configs
 
 
 def install(switch_before: bool) -> None:

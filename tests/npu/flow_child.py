@@ -73,6 +73,14 @@ if scenario in ("tune", "tune_split"):
     kernel.run(stream=0)
     seen["benches_after_second_run"] = th.CALLS["bench"]
     seen["n"] = len(space)
+elif scenario == "device_limit":
+    from torch_npu._inductor import config as npu_config
+
+    import fasta_sm.npu
+
+    fasta_sm.npu.enable(state_dir=state_dir)
+    npu_config.num_vector_core = int(os.environ["STANDIN_CORES"])  # as NPU_DEVICE_LIMIT leaves it; the device: 48
+    seen["key"] = build(configs())._fasta_plan.key
 elif scenario == "declined":
     import fasta_sm.npu
 
@@ -81,7 +89,9 @@ elif scenario == "declined":
     from torch._inductor.runtime.hints import HeuristicType
 
     deterministic = {"are_deterministic_algorithms_enabled": True}
-    seen["deterministic_reduction"] = type(build(configs(), HeuristicType.REDUCTION, **deterministic)).__name__
+    kept = build(configs(), HeuristicType.REDUCTION, **deterministic)
+    seen["deterministic_reduction"] = type(kept).__name__
+    seen["deterministic_reduction_configs"] = [c.from_expert for c in kept.configs]
     seen["deterministic_pointwise"] = type(build(configs(), HeuristicType.POINTWISE, **deterministic)).__name__
     os.environ.pop(fasta_sm.npu.ENV_VAR)
     seen["switched_off"] = type(build(configs())).__name__

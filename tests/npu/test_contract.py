@@ -120,13 +120,17 @@ def test_the_slot_enable_fills_is_where_torch_npu_picks_its_fasta_autotuner(publ
     for call in made:
         rejected = [k.arg for k in call.keywords if k.arg and not init.accepts_keyword(k.arg)]
         assert not rejected, f"NPUCachingAutotuner.__init__ does not take {rejected}"
-        assert "inductor_meta" in {k.arg for k in call.keywords}, (
-            "inductor_meta is passed by keyword: FastaNPUAutotuner.__new__ reads it there to decline a kernel"
+        assert {"inductor_meta", "configs"} <= {k.arg for k in call.keywords}, (
+            "inductor_meta and configs are passed by keyword: FastaNPUAutotuner.__new__ reads them there to "
+            "decline a kernel"
         )
     assert class_info(published["fasta"], "NPUFastAutotuner")
     config = ast.parse(published["config"])
     assert any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "fasta_autotune" for t in n.targets)
                for n in config.body), "torch_npu._inductor.config.fasta_autotune exists"
+    assert any(isinstance(n, ast.Assign) and "num_vector_core" in ast.unparse(n.targets[0]) for n in config.body), (
+        "torch_npu._inductor.config.num_vector_core exists: a tune's key counts the cores FastA generates for"
+    )
 
 
 def test_our_imports_exist_in_the_wheel(published):

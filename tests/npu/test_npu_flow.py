@@ -69,8 +69,24 @@ def test_a_kernel_reads_the_settings_once_when_it_is_built(table_file, state_dir
 
 def test_kernels_fasta_sm_declines_are_built_as_torch_npus_own_autotuner(table_file, state_dir):
     seen = scenario("declined", table_file, state_dir)
-    assert seen == {"runtime_blocks": "NPUFastAutotuner", "switched_off": "NPUFastAutotuner",
-                    "deterministic_reduction": "NPUFastAutotuner", "deterministic_pointwise": "FastaNPUAutotuner"}
+    assert {k: v for k, v in seen.items() if not k.startswith("deterministic_reduction")} == {
+        "runtime_blocks": "NPUFastAutotuner", "switched_off": "NPUFastAutotuner",
+        "deterministic_pointwise": "FastaNPUAutotuner"}
+
+
+def test_a_deterministic_reduction_gets_torch_npus_untimed_class_over_its_expert_configs_not_fastas_timed_one(
+        table_file, state_dir):
+    # torch_npu's NPUCachingAutotuner launches the first config that compiles for it; its NPUFastAutotuner
+    # would time the configs, and the numerics would follow a timing
+    seen = scenario("declined", table_file, state_dir)
+    assert seen["deterministic_reduction"] == "NPUCachingAutotuner"
+    assert seen["deterministic_reduction_configs"] == [True, True]  # configs 0 and 5, torch_npu's own
+
+
+def test_a_lower_npu_device_limit_is_another_tune(table_file, state_dir):
+    whole, limited = (scenario("device_limit", table_file, state_dir, STANDIN_CORES=cores)["key"]
+                      for cores in ("48", "24"))
+    assert "-cores48/" in whole and "-cores24/" in limited
 
 
 def test_a_space_fasta_sm_cannot_key_is_narrowed_to_the_expert_configs(table_file, state_dir):
