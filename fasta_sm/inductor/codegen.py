@@ -43,6 +43,21 @@ def without_settings(source: str, settings: dict[str, Any]) -> str:
     return source.replace(_entry(settings), "", 1).replace(f"{IMPORT_LINE}\n{HOOK_LINE}", IMPORT_LINE, 1)
 
 
+CACHE_ONLY_META = {"'force_disable_caches': True": "'force_disable_caches': False"}
+"""inductor_meta entries Inductor writes into a kernel's source that change which of its caches it reads, not the
+kernel or its configs: each as it is written when set, and as when unset (the default, so keys made without them
+stay as they were)."""
+
+
+def as_tuned(source: str) -> str:
+    """`source` as its tune is keyed: with the cache switches of `CACHE_ONLY_META` as when unset, so that
+    `TORCHINDUCTOR_FORCE_DISABLE_CACHES=1` (which Inductor writes into every kernel's inductor_meta) finds the
+    kernel's tune rather than starting another."""
+    for written, unset in CACHE_ONLY_META.items():
+        source = source.replace(written, unset)
+    return source
+
+
 def source_safe(settings: dict[str, Any]) -> None:
     """Refuse, naming it, a setting whose text holds a backslash or three single quotes: Inductor embeds a
     kernel's source in a triple-quoted string literal of its output code, which would read the escape a second

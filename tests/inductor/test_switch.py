@@ -150,6 +150,20 @@ def test_a_kernels_tune_key_holds_its_source_not_the_settings_written_into_it(tm
     assert keys[0] == keys[1] != other_kernel
 
 
+def test_force_disable_caches_written_into_the_source_keeps_the_kernels_tune_key(tmp_path):
+    """docs/inductor.md: TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 does not re-tune a kernel whose tune is DONE. Inductor
+    writes the switch into every kernel's inductor_meta, so the key must not hold it."""
+    settings = fi.enable(state_dir=tmp_path / "states").to_dict()
+    keys = []
+    for flag, name in ((False, "cfdc000"), (True, "cfdc111")):
+        meta = f"{{'kernel_name': 'k', 'force_disable_caches': {flag}}}"
+        source = SOURCE_WITH_HEURISTIC.replace("{'kernel_name': 'k'}", meta)
+        (tmp_path / f"{name}.py").write_text(rewrite_source(source, settings))
+        keys.append(make_pointwise(tmp_path, settings, name=name)._fasta_plan.key)
+    (tmp_path / "cfdc222.py").write_text(rewrite_source(SOURCE_WITH_HEURISTIC.replace("pass", "return"), settings))
+    assert keys[0] == keys[1] != make_pointwise(tmp_path, settings, name="cfdc222")._fasta_plan.key
+
+
 def test_a_setting_kernel_source_would_read_twice_is_refused_by_enable(tmp_path):
     with pytest.raises(ValueError, match=r"state_dir='.*tunes\\\\new' cannot travel in kernel source"):
         fi.enable(state_dir=tmp_path / "tunes\\new")
