@@ -147,8 +147,8 @@ class StateStore:
         timeout = self.lock_timeout_s if timeout_s is None else timeout_s
         self._ensure_dir()  # deleted since (a long-lived store): filelock would make it again, open to all
         me = threading.get_ident()
-        lock_path = str(self.lock_path_for(key))
-        held_key = _held_name(self.lock_path_for(key))  # one entry whatever the dir is called (a link, a `..`)
+        path = self.lock_path_for(key)
+        lock_path, held_key = str(path), _held_name(path)  # one entry whatever the dir is called (a link, a `..`)
         if _HELD.get(held_key, (None,))[0] == me:  # flock would make this thread wait for itself until the timeout
             raise TuneFailed(
                 f"kernel {kernel!r}: this thread is tuning it already (a hook, do_bench or callback of the tune "
