@@ -33,6 +33,7 @@ from .worker import (
     TensorArg,
     config_failures,
     describe_error,
+    kernel_key,
     kernel_path,
     module_root,
     resolve,
@@ -436,10 +437,10 @@ class TritonBackend:
             else:
                 return None
         target, key, max_shared = _compile_target(), tuning_triton_key(), _device_max_shared()
-        root, cache_dir = module_root(module), str(triton_cache_dir())
+        root, cache_dir, source = module_root(module), str(triton_cache_dir()), kernel_key(self.fn)
         return [
             CompileJob(module, qualname, tuple(abstract), self._launch_kwargs(c), target, key, root, max_shared,
-                       cache_dir)
+                       cache_dir, source)
             for c in configs
         ]
 

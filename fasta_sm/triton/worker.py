@@ -84,6 +84,35 @@ def resolve(module: str, qualname: str) -> Any:
     return unwrap_jit(obj)
 
 
+def kernel_key(fn: Any) -> str | None:
+    """Triton's `cache_key` of a jit function (its source and what it reads), or None where there is none."""
+    try:
+        key = fn.cache_key
+    except Exception as error:  # noqa: BLE001  another Triton, or a kernel Triton cannot hash: no check
+        logger.debug("no cache key for %r: %s", fn, describe_error(error))
+        return None
+    return key if isinstance(key, str) else None
+
+
+def resolve_current(module: str, qualname: str, key: str | None) -> Any:
+    """`resolve`, the module imported again if this process's copy is not the one `key` names (edited since)."""
+    fn = resolve(module, qualname)
+    if key is None or kernel_key(fn) in (key, None):
+        return fn
+    if (module, qualname, key) not in _not_current:  # one import again per kernel version, not one per config
+        importlib.invalidate_caches()
+        importlib.reload(sys.modules[module])
+        fn = resolve(module, qualname)
+        if kernel_key(fn) in (key, None):
+            return fn
+        _not_current.add((module, qualname, key))
+    raise ImportError(f"{module}.{qualname} in the worker is not the tuning process's, even imported again "
+                      f"(a global it reads was changed after import?)")
+
+
+_not_current: set[tuple[str, str, str]] = set()
+
+
 @dataclass(frozen=True)
 class TensorArg:
     """A tensor argument as a worker compiles for it: its dtype's name (`str(tensor.dtype)`).
@@ -117,6 +146,13 @@ class CompileJob:
     program may have set `triton.knobs.cache.dir`, which no environment
     carries, or changed `TRITON_CACHE_DIR` after the pool started. Without
     it the worker writes where its own settings say.
+    `kernel_key` is the kernel's `cache_key` in the tuning process (a hash of
+    its source, its jit helpers' and the constexpr globals it reads): a
+    worker lives on between tunes, and keeps the module as it first imported
+    it, so after the program edits and reloads the kernel (a notebook), the
+    worker would compile the old text, and report the old code's compile
+    errors as the new one's. A worker whose copy differs imports the module
+    again; if that still differs, the config compiles in the tuning process.
     """
 
     module: str
@@ -128,6 +164,7 @@ class CompileJob:
     root: str | None = None
     max_shared: int | None = None
     cache_dir: str | None = None
+    kernel_key: str | None = None
 
 
 def _exit_with_parent(alive: Connection) -> None:
@@ -479,7 +516,7 @@ def compile_in_worker(job: CompileJob) -> WorkerResult:
         if job.root is not None and job.root not in sys.path:
             sys.path.append(job.root)
             importlib.invalidate_caches()
-        fn = resolve(job.module, job.qualname)
+        fn = resolve_current(job.module, job.qualname, job.kernel_key)
     except Exception as failure:  # noqa: BLE001  reported, and the config is compiled elsewhere
         error, unavailable = describe_error(failure), True
     else:

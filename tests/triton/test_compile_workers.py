@@ -58,6 +58,29 @@ def test_the_tuning_process_finds_the_workers_binary_under_its_own_key(compile_o
     assert compile_only["new_cache_entries"] == []
 
 
+@pytest.fixture(scope="module")
+def edited_kernel(tmp_path_factory):
+    """What edited_kernel_child.py saw: one worker compiling a kernel, then its edited, reloaded version."""
+    if not _nvidia_backend():
+        pytest.skip("this Triton has no NVIDIA backend to compile for sm_90")
+    cache, folder = tmp_path_factory.mktemp("triton_cache"), tmp_path_factory.mktemp("edited")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(cache)}
+    child = subprocess.run([sys.executable, str(HERE / "edited_kernel_child.py"), str(folder)], capture_output=True,
+                           text=True, timeout=300, env=env, cwd=HERE)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_compiles_a_kernel_edited_and_reloaded_since_its_first_import_not_the_old_text(edited_kernel):
+    assert edited_kernel["first"].startswith("CompileTimeAssertionFailure")
+    assert edited_kernel["edited"] is None  # not the first version's error, kept by the worker's stale module
+
+
+def test_a_kernel_no_import_in_the_worker_reproduces_is_left_to_the_tuning_process(edited_kernel):
+    assert edited_kernel["changed_unavailable"], edited_kernel["changed"]
+    assert edited_kernel["changed"].startswith("ImportError")
+
+
 def test_a_config_over_the_shared_memory_limit_fails_in_the_worker_with_the_error_its_load_would_raise(compile_only):
     from triton.runtime.errors import OutOfResources
 
