@@ -179,6 +179,18 @@ class CompilePool:
         self._get()
         self._ready.set()
 
+    def _forget_in_child(self) -> None:
+        """In a child forked from this process: drop the parent's executor, whose manager thread and workers the
+        child does not have (its jobs would never end, and shutting it down takes locks a parent's thread may have
+        held at the fork), and take fresh locks; the child's next compile starts a pool of its own."""
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._executor = None
+        self._close_pipe()
+        self._generation += 1  # futures made before the fork (guesses, a run's jobs) are stale here
+        self._starting = False
+        self._asked_at = self._failed_at = None
+
     def _close_pipe(self) -> None:
         if self._alive is not None:
             for end in self._alive:
@@ -526,11 +538,12 @@ _POOLS: weakref.WeakSet[CompilePool] = weakref.WeakSet()
 
 def _close_pipes_in_child() -> None:
     """A child forked from the tuning process must not hold the pipe that tells workers it is alive, nor a lock
-    another thread of the parent held at the fork (no thread of the child would ever release it)."""
+    another thread of the parent held at the fork (no thread of the child would ever release it), nor the parent's
+    executor (`CompilePool._forget_in_child`)."""
     global _shared_lock
     _shared_lock = threading.Lock()
     for pool in list(_POOLS):
-        pool._close_pipe()
+        pool._forget_in_child()
 
 
 if hasattr(os, "register_at_fork"):
@@ -575,3 +588,4 @@ def _close_at_exit(close: Callable[[], None]) -> None:
 
 
 _close_at_exit(_close_every_pool)  # every pool, the shared one and those a caller made
+

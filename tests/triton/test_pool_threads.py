@@ -7,6 +7,7 @@ test decides when each future ends, so every interleaving below is forced, not h
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -187,3 +188,61 @@ def test_a_suspect_whose_own_worker_was_closed_under_it_is_compiled_again_not_bl
     run.stop()
     assert not runner.is_alive()
     assert results == [(0, None, 0.0)]
+
+
+def _child_exit_code(target, hold=None) -> int | None:
+    """Run `target` in a child forked while a thread of this process holds `hold` (if given); its exit code, or None
+    if it has not ended within `JOIN_S` (killed then)."""
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with hold:
+            held.set()
+            release.wait(JOIN_S * 3)
+
+    thread = threading.Thread(target=holder)
+    if hold is not None:
+        thread.start()
+        assert held.wait(JOIN_S)
+    child = multiprocessing.get_context("fork").Process(target=target)
+    child.start()
+    child.join(JOIN_S)
+    code = child.exitcode
+    if child.is_alive():
+        child.kill()
+        child.join()
+    release.set()
+    if hold is not None:
+        thread.join()
+    return code
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_child_forked_while_a_thread_held_the_pools_lock_exits(fake_pool):
+    """A data loader forked while a guess was being submitted (`try_submit` holds the lock) closes every pool at
+    its exit (`_close_every_pool`, a threading atexit hook): it must not wait for a lock no thread of it holds."""
+    pool = CompilePool(2)
+    pool._get()
+    try:
+        assert _child_exit_code(lambda: None, hold=pool._lock) == 0
+    finally:
+        pool.close()
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_child_forked_from_a_process_with_a_pool_up_starts_its_own(fake_pool):
+    """The parent's executor has no manager thread nor workers in a child: a job handed to it would never end."""
+    FakeExecutor.hold = False
+    pool = CompilePool(2)
+    pool.start()
+    before = pool.submit(CompileJob("kernels", "k", (), {}))
+
+    def child() -> None:
+        fresh = not pool.ready and pool.stale(before)
+        pool.start()
+        os._exit(0 if fresh and pool._executor is not FakeExecutor.made[0] else 1)
+
+    try:
+        assert _child_exit_code(child) == 0
+    finally:
+        pool.close()
