@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import util as multiprocessing_util
 from multiprocessing.connection import Connection
 from queue import Empty, SimpleQueue
 
@@ -155,6 +156,7 @@ class CompilePool:
                     initializer=init_worker,
                     initargs=(self._alive[0], dict(os.environ)),
                 )
+                _close_before_children_are_joined()
             return self._executor, self._generation
 
     def _reset(self, generation: int | None = None) -> bool:
@@ -589,3 +591,23 @@ def _close_at_exit(close: Callable[[], None]) -> None:
 
 _close_at_exit(_close_every_pool)  # every pool, the shared one and those a caller made
 
+_closes_before_join_in: int | None = None
+
+
+def _close_before_children_are_joined() -> None:
+    """Close every pool before multiprocessing joins this process's children, once per process.
+
+    A process that is itself a multiprocessing child (a rank of
+    `torch.multiprocessing.spawn`, a spawn or fork `Process` that tunes)
+    joins its children, the compile workers among them, as its target
+    returns, and only then runs the threading exit hooks (`_close_at_exit`):
+    its workers, which end when the pool closes, would be waited for forever.
+    multiprocessing runs its finalizers of priority 0 or more before that
+    join (in the main process too, after the threading hooks, where this
+    finds the pools closed). A forked child loses the parent's finalizers,
+    hence once per process id, at the first executor.
+    """
+    global _closes_before_join_in
+    if _closes_before_join_in != os.getpid():
+        _closes_before_join_in = os.getpid()
+        multiprocessing_util.Finalize(None, _close_every_pool, exitpriority=10)

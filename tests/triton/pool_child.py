@@ -1,8 +1,17 @@
-"""Starts a compile pool, prints its workers' pids, and dies without cleanup (the orphan test)."""
+"""Starts a compile pool, prints its workers' pids, and dies without cleanup (the orphan test); or, as a
+multiprocessing child's target (`tune_and_return`), starts one and returns."""
 
 from __future__ import annotations
 
 import os
+
+def tune_and_return() -> None:
+    """A multiprocessing child's target that tunes (its pool is up) and returns, as a rank of
+    `torch.multiprocessing.spawn` does."""
+    from fasta_sm.triton.compile_pool import shared_pool
+
+    shared_pool().start()
+
 
 if __name__ == "__main__":
     from fasta_sm.triton.compile_pool import CompilePool

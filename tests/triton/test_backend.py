@@ -300,6 +300,31 @@ def test_workers_die_with_a_killed_parent():
     assert not alive
 
 
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_multiprocessing_child_that_tuned_exits_when_its_target_returns(method):
+    """multiprocessing joins a child's own children (its compile workers) before the threading exit hooks that
+    close its pool run: the workers, which end with the pool, must not be waited for forever."""
+    import multiprocessing
+    import sys
+    from pathlib import Path
+
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {method} here")
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        from pool_child import tune_and_return
+    finally:
+        sys.path.pop(0)
+    child = multiprocessing.get_context(method).Process(target=tune_and_return)
+    child.start()
+    child.join(60)
+    exited = not child.is_alive()
+    if not exited:
+        child.kill()
+        child.join()
+    assert exited and child.exitcode == 0
+
+
 def test_workers_take_the_environment_of_the_tuning_process_as_the_pool_starts(monkeypatch):
     """Not the fork server's, which may have started at import, before the program set TRITON_CACHE_DIR."""
     from fasta_sm.triton import fork_server
