@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+
 def tune_and_return() -> None:
     """A multiprocessing child's target that tunes (its pool is up) and returns, as a rank of
     `torch.multiprocessing.spawn` does."""
