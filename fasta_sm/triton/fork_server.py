@@ -16,6 +16,7 @@ children.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -98,9 +99,19 @@ _server = forkserver.ForkServer()
 
 
 def _new_server_in_child() -> None:
-    """A child forked from this process cannot reach its parent's server: it would start its own."""
+    """A child forked from this process cannot reach its parent's server: it would start its own.
+
+    It lets go of the parent's end of the pipe the server watches, too: the
+    server ends when every holder of that end is gone, and a child the
+    program forked (a data loader's worker) would keep it alive after the
+    program exits.
+    """
     global _server
+    inherited = _server._forkserver_alive_fd
     _server = forkserver.ForkServer()
+    if inherited is not None:
+        with contextlib.suppress(OSError):
+            os.close(inherited)
 
 
 if hasattr(os, "register_at_fork"):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import types
 from fractions import Fraction
 from pathlib import Path
@@ -1208,3 +1211,30 @@ def test_configs_timings_puts_a_tied_config_after_the_winner_the_engine_chose_wh
                       best_us=8.72)
     timings = _configs_timings(state, {to_fasta_config(c).identity: c for c in (first, second)})
     assert min(timings, key=lambda config: timings[config][0]) is first
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs: neither gone nor a zombie (an orphan's exit is reaped by whoever adopted it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(), reason="needs os.fork, /proc")
+def test_the_fork_server_ends_with_its_process_though_a_child_that_process_forked_lives_on():
+    environ = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "FASTA_PREWARM")}
+    with subprocess.Popen([sys.executable, str(HERE / "fork_server_child.py")], stdout=subprocess.PIPE,
+                          text=True, env=environ) as program:  # its output is not read to the end: the child holds it
+        server, child = map(int, program.stdout.readline().split())
+        assert program.wait(timeout=60) == 0
+    try:
+        deadline = time.monotonic() + 20
+        while _running(server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(server), "the forked child kept the fork server alive"
+        assert _running(child)
+    finally:
+        for pid in (server, child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
