@@ -24,6 +24,7 @@ from ...protocols import Decision, Observations
 from .. import register
 from ..baseline import bought, check_budget
 from ..config_optimizer import optimize_configs
+from .blas import one_blas_thread
 from .budget import BudgetPlan, class_total, route_budget
 from .contract import check_observations
 from .feasibility import (
@@ -143,6 +144,7 @@ class FastaPolicy:
         """`params` with the knobs the FASTA_* variables set away from their defaults; those given explicitly win."""
         return {**environment_overrides(), **params}
 
+    @one_blas_thread()
     def _setup(self, params: FastaParams) -> None:
         self.params = params
         n = len(self._configs)
@@ -195,6 +197,7 @@ class FastaPolicy:
 
     # ------------------------------------------------------------------ R1
 
+    @one_blas_thread()
     def plan(self, rng: np.random.Generator) -> Decision:
         """R1: a stratified sample (model path) or a uniform one (coverage path).
 
@@ -238,6 +241,7 @@ class FastaPolicy:
 
     # ------------------------------------------------------------------ R2
 
+    @one_blas_thread()
     def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
         durations = check_observations(observed, len(self._configs), self._last_batch)
         last, self._last_batch = self._last_batch, []

@@ -1,0 +1,47 @@
+"""One BLAS thread for the policy's small linear algebra.
+
+The ridge fits multiply matrices of tens of rows, just past the size at
+which OpenBLAS hands a product to its thread pool. Waking those threads
+costs more than the product, and on a machine whose cores are busy (the
+compile workers of a live tune, or any loaded CI box) the caller spins
+while it waits for them (docs/benchmarks.md, "Policy overhead"). Running
+the policy on one BLAS thread changes no decision on the shipped tables.
+
+BLAS thread counts are process-wide, and OpenBLAS does not reliably take
+a new count from a thread other than the main one once it has run there,
+so only a policy call on the main thread sets the limit: elsewhere it
+could be left on for good. While the limit is on, numpy products in other
+threads of the process also run on one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
+
+from threadpoolctl import ThreadpoolController
+
+_depth = 0
+
+
+@functools.cache
+def _controller() -> ThreadpoolController:
+    """Built once: finding the loaded libraries walks the process's shared objects (about a millisecond)."""
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """On the main thread, run the block with every loaded BLAS library on one thread; elsewhere, as it is."""
+    global _depth
+    if threading.current_thread() is not threading.main_thread() or _depth:
+        yield
+        return
+    _depth = 1
+    try:
+        with _controller().limit(limits=1, user_api="blas"):
+            yield
+    finally:
+        _depth = 0
