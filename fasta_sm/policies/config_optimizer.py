@@ -73,9 +73,13 @@ def tile_numel(config: Config) -> int:
 
 
 def _shape_key(config: Config) -> tuple:
-    """Two configs with the same loop count and tile shape behave alike: keep one."""
+    """Two configs with the same loop count and tile shape behave alike: keep one.
+
+    Every kwarg the tile and loop count do not read is part of the key, a non-numeric one named like a block
+    (`USE_BLOCK_PTR=True`) included: it changes the kernel, not the tile.
+    """
     tile = _tile(config)
-    others = sorted((k, v) for k, v in config.kwargs.items() if "BLOCK" not in k)
+    others = sorted((k, v) for k, v in config.kwargs.items() if "BLOCK" not in k or _numeric(v) is None)
     options = tuple(sorted(config.options.items()))  # maxnreg, num_ctas: a different kernel, not a twin
     return (circle_num(config), tuple(sorted(tile.items())), tuple(others), config.num_warps, config.num_stages,
             options)

@@ -49,6 +49,11 @@ def test_configs_that_differ_only_in_a_launch_option_are_not_duplicates():
     assert optimize_configs(configs) == configs
 
 
+def test_configs_that_differ_in_a_non_numeric_kwarg_named_like_a_block_are_not_duplicates():
+    configs = [Config(kwargs={"BLOCK_M": 64, "BLOCK_N": 64, "USE_BLOCK_PTR": flag}) for flag in (True, False)]
+    assert optimize_configs(configs) == configs
+
+
 def test_configs_looping_too_often_are_dropped():
     kept = optimize_configs([npu(256, 64), npu(256, 32)])
     assert kept == [npu(256, 64)]
