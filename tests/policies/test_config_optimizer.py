@@ -88,6 +88,26 @@ def test_cap_keeps_small_and_large_tiles():
     assert len(kept) == 20 and sizes[0] == 32 and sizes[-1] == 1022
 
 
+def test_configs_that_differ_in_another_kwarg_are_not_duplicates():
+    configs = [Config(kwargs={"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": group}) for group in (1, 8)]
+    assert optimize_configs(configs) == configs
+
+
+def test_cap_spreads_over_tile_size_whatever_the_order_of_the_list():
+    configs = [npu(sub, sub) for sub in range(32, 1032, 10)]
+    rotated = configs[50:] + configs[:50]  # neither end of the list is an end of the tile sizes
+    assert set(optimize_configs(rotated, max_configs=20)) == set(optimize_configs(configs, max_configs=20))
+
+
+def test_expert_configs_count_against_neither_the_cap_nor_the_duplicates():
+    configs = [npu(sub, sub) for sub in range(32, 1032, 10)]
+    expert = configs[5]  # one the even spread would pick anyway
+    kept = optimize_configs(configs, expert=[expert], max_configs=20)
+    assert expert in kept and len(kept) == 21
+    twin = npu(128, 64)  # the expert's twin: same loop count and tile
+    assert optimize_configs([npu(120, 64), twin], expert=[npu(120, 64)]) == [npu(120, 64), twin]
+
+
 def test_everything_pruned_returns_the_list_unchanged():
     configs = [npu(256, 8, other=i) for i in range(5)]
     assert optimize_configs(configs) == configs
