@@ -41,7 +41,7 @@ from .policies import make_policy, policy_names, require_listed, with_environmen
 from .render import age_of, format_us, kernel_labels, key_values, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
-from .store import StateStore, default_state_dir
+from .store import STATE_DIR_ENV, StateStore, default_state_dir
 from .triton.cli import record_command
 
 console = Console(markup=False, emoji=False)
@@ -224,6 +224,8 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
 def list_states(state_dir: Path | None) -> None:
     """One line per state file: kernel, policy, position, measured/N, best, age, lock."""
     store = _existing_store(state_dir)
+    if store is None:
+        return
     table = Table("file", "kernel", "policy", "position", "round", "measured/N", "best", "age", "locked", box=None)
     table.columns[0].no_wrap = True  # the name is what `show` takes: never cut it
     read: list[tuple[Path, TuneState | Exception]] = []
@@ -593,12 +595,19 @@ def _state_dir_path(state_dir: Path | None) -> Path:
     return state_dir.expanduser() if state_dir is not None else default_state_dir()
 
 
-def _existing_store(state_dir: Path | None) -> StateStore:
-    """The store a reading command looks in: never created by looking (a typo must not make a directory)."""
+def _existing_store(state_dir: Path | None) -> StateStore | None:
+    """The store a reading command looks in: never created by looking (a typo must not make a directory).
+
+    A default state dir that does not exist yet is a first run, not a typo:
+    None, after saying so.
+    """
     path = _state_dir_path(state_dir)
-    if not path.is_dir():
-        raise click.ClickException(f"no state dir {path}" + (" (it is not a directory)" if path.exists() else ""))
-    return StateStore(path, lock_timeout_s=0)
+    if path.is_dir():
+        return StateStore(path, lock_timeout_s=0)
+    if _given_state_dir(state_dir) is None and not os.environ.get(STATE_DIR_ENV) and not path.exists():
+        notes.print(f"no tunes yet: the default state dir {path} does not exist (the first tune creates it)")
+        return None
+    raise click.ClickException(f"no state dir {path}" + (" (it is not a directory)" if path.exists() else ""))
 
 
 @main.command()
@@ -652,6 +661,8 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     from .report import REPORT_COLUMNS, report_rows
 
     store = _existing_store(state_dir)
+    if store is None:
+        return
     _check_directory_of("--csv", csv_out)
     rows, unreadable = report_rows(store)
     if rows:

@@ -638,6 +638,21 @@ def test_reading_commands_never_create_a_missing_state_dir(tmp_path):
     assert not (tmp_path / "typo").exists()
 
 
+def test_reading_commands_on_a_first_run_say_there_are_no_tunes_yet(tmp_path, monkeypatch):
+    monkeypatch.delenv("FASTA_SM_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for command in ("ls", "report"):
+        result = CliRunner().invoke(main, [command])
+        assert result.exit_code == 0 and "no tunes yet" in result.output, result.output
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_missing_state_dir_named_by_the_environment_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTA_SM_STATE_DIR", str(tmp_path / "typo"))
+    result = CliRunner().invoke(main, ["ls"])
+    assert result.exit_code == 1 and "no state dir" in result.output
+
+
 def test_show_lists_the_configs_an_unfinished_round_still_has_to_time():
     out = invoke("show", str(CORPUS / "v1-handler-error.fsm"))
     assert "not finished" in out and "#126, #180" in out
