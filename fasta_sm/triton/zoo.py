@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -47,6 +47,12 @@ def _space(
                 if keep(kwargs, w, s):
                     configs.append(Config(kwargs, num_warps=w, num_stages=s))
     return configs
+
+
+def _given(configs: list[Config] | None, default: Callable[[], list[Config]]) -> list[Config]:
+    """`configs` as given, or the kernel's own space when none is: an empty list stays empty, for the
+    recorder to refuse, rather than passing for no list and recording the whole space."""
+    return default() if configs is None else configs
 
 
 def _per_thread(elements: int, warps: int) -> float:
@@ -172,27 +178,27 @@ def _shape_name(prefix: str, sizes: tuple[int, ...], recorded: tuple[int, ...]) 
 def spec_mm_bf16_gelu(M: int = 4096, N: int = 4096, K: int = 4096, configs: list[Config] | None = None) -> KernelSpec:
     """Square bf16 matmul with a tanh-GELU epilogue."""
     name = _square_name("mm_bf16_gelu", M, N, K)
-    return _matmul_spec(name, M, N, K, "bf16", "gelu", configs or square_matmul_space())
+    return _matmul_spec(name, M, N, K, "bf16", "gelu", _given(configs, square_matmul_space))
 
 
 def spec_mm_fp16(M: int = 4096, N: int = 4096, K: int = 4096, configs: list[Config] | None = None) -> KernelSpec:
     """Square fp16 matmul, plain epilogue; 162 configs (stages 2–4, BM ≥ 64)."""
     axes = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [8]}
-    space = configs or _space(axes, warps=[4, 8], stages=[2, 3, 4])
+    space = _given(configs, lambda: _space(axes, warps=[4, 8], stages=[2, 3, 4]))
     return _matmul_spec(_square_name("mm_fp16", M, N, K), M, N, K, "fp16", "none", space)
 
 
 def spec_mm_skinny_bf16(M: int = 16, N: int = 8192, K: int = 8192, configs: list[Config] | None = None) -> KernelSpec:
     """Decode-style skinny bf16 matmul (few rows, wide weights); 288 configs."""
     axes = {"BLOCK_M": [16, 32], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [64, 128, 256], "GROUP_M": [8]}
-    space = configs or _space(axes, warps=[2, 4, 8], stages=[2, 3, 4, 5])
+    space = _given(configs, lambda: _space(axes, warps=[2, 4, 8], stages=[2, 3, 4, 5]))
     return _matmul_spec(_shape_name(f"mm_skinny_bf16_m{M}", (N, K), (8192, 8192)), M, N, K, "bf16", "none", space)
 
 
 def spec_mm_skinny_fp16(M: int = 64, N: int = 8192, K: int = 8192, configs: list[Config] | None = None) -> KernelSpec:
     """Skinny fp16 matmul, M=64; 216 configs."""
     axes = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128, 256], "GROUP_M": [8]}
-    space = configs or _space(axes, warps=[4, 8], stages=[2, 3, 4, 5])
+    space = _given(configs, lambda: _space(axes, warps=[4, 8], stages=[2, 3, 4, 5]))
     return _matmul_spec(_shape_name(f"mm_skinny_fp16_m{M}", (N, K), (8192, 8192)), M, N, K, "fp16", "none", space)
 
 
@@ -215,7 +221,7 @@ def spec_row_sum(M: int = 16384, N: int = 8192, configs: list[Config] | None = N
     """fp32 row sum over a looped N; tiles of at most 16K elements."""
     axes = {"ROWS": [1, 2, 4, 8, 16], "BLOCK_N": [256, 512, 1024, 2048, 4096, 8192]}
     keep = lambda kw, w, s: kw["ROWS"] * kw["BLOCK_N"] <= 16384 and _per_thread(kw["ROWS"] * kw["BLOCK_N"], w) <= 256
-    space = configs or _space(axes, warps=[1, 2, 4, 8, 16], stages=[1, 2, 3], keep=keep)
+    space = _given(configs, lambda: _space(axes, warps=[1, 2, 4, 8, 16], stages=[1, 2, 3], keep=keep))
 
     def make_args(device: str) -> tuple:
         x = torch.randn((M, N), device=device, dtype=torch.float32)
@@ -261,7 +267,7 @@ def spec_rmsnorm(M: int = 16384, N: int = 8192, configs: list[Config] | None = N
     """bf16 RMSNorm, two passes over a looped row."""
     axes = {"ROWS": [1, 2, 4], "BLOCK_N": [512, 1024, 2048, 4096, 8192]}
     keep = lambda kw, w, s: _per_thread(kw["ROWS"] * kw["BLOCK_N"], w) <= 128
-    space = configs or _space(axes, warps=[1, 2, 4, 8, 16, 32], stages=[1, 2], keep=keep)
+    space = _given(configs, lambda: _space(axes, warps=[1, 2, 4, 8, 16, 32], stages=[1, 2], keep=keep))
 
     def make_args(device: str) -> tuple:
         x = torch.randn((M, N), device=device, dtype=torch.bfloat16)
@@ -313,7 +319,7 @@ def spec_softmax(M: int = 8192, N: int = 8192, configs: list[Config] | None = No
     """fp32 online softmax over a looped row."""
     axes = {"ROWS": [1, 2, 4], "BLOCK_N": [1024, 2048, 4096, 8192]}
     keep = lambda kw, w, s: _per_thread(kw["ROWS"] * kw["BLOCK_N"], w) <= 128
-    space = configs or _space(axes, warps=[4, 8, 16], stages=[1, 2], keep=keep)
+    space = _given(configs, lambda: _space(axes, warps=[4, 8, 16], stages=[1, 2], keep=keep))
 
     def make_args(device: str) -> tuple:
         x = torch.randn((M, N), device=device, dtype=torch.float32)
@@ -383,7 +389,7 @@ def spec_attention(
 ) -> KernelSpec:
     """Flash-attention forward (non-causal) for one head dim; 160 configs."""
     axes = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256]}
-    space = configs or _space(axes, warps=[4, 8], stages=[1, 2, 3, 4])
+    space = _given(configs, lambda: _space(axes, warps=[4, 8], stages=[1, 2, 3, 4]))
 
     def make_args(device: str) -> tuple:
         shape = (Z * H, N_CTX, HEAD_DIM)
@@ -411,7 +417,7 @@ def spec_attention(
 def spec_attention_d128(Z: int = 4, H: int = 16, N_CTX: int = 4096, configs: list[Config] | None = None) -> KernelSpec:
     """bf16 flash-attention forward with head dim 128; 128 configs (BLOCK_N ≤ 128)."""
     axes = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128]}
-    space = configs or _space(axes, warps=[4, 8], stages=[1, 2, 3, 4])
+    space = _given(configs, lambda: _space(axes, warps=[4, 8], stages=[1, 2, 3, 4]))
     return spec_attention(Z=Z, H=H, N_CTX=N_CTX, HEAD_DIM=128, dtype="bf16", configs=space)
 
 
@@ -435,7 +441,7 @@ def spec_add_gelu(M: int = 16384, N: int = 8192, configs: list[Config] | None = 
     keep = lambda kw, w, s: (
         256 <= kw["BLOCK_M"] * kw["BLOCK_N"] <= 32768 and _per_thread(kw["BLOCK_M"] * kw["BLOCK_N"], w) <= 128
     )
-    space = configs or _space(axes, warps=[1, 2, 4, 8, 16], stages=[1, 2, 3], keep=keep)
+    space = _given(configs, lambda: _space(axes, warps=[1, 2, 4, 8, 16], stages=[1, 2, 3], keep=keep))
 
     def make_args(device: str) -> tuple:
         x = torch.randn((M, N), device=device, dtype=torch.bfloat16)
@@ -481,7 +487,7 @@ def spec_transpose(M: int = 8192, N: int = 8192, configs: list[Config] | None = 
     """fp32 2D transpose (out-of-place copy) with grouped tile order; over 1,000 configs."""
     axes = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "GROUP_M": [1, 2, 4, 8, 16]}
     keep = lambda kw, w, s: _per_thread(kw["BLOCK_M"] * kw["BLOCK_N"], w) <= 256
-    space = configs or _space(axes, warps=[1, 2, 4, 8, 16], stages=[1, 2], keep=keep)
+    space = _given(configs, lambda: _space(axes, warps=[1, 2, 4, 8, 16], stages=[1, 2], keep=keep))
 
     def make_args(device: str) -> tuple:
         x = torch.randn((M, N), device=device, dtype=torch.float32)

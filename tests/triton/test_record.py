@@ -449,3 +449,15 @@ def test_a_kernel_name_a_table_cannot_hold_is_refused_before_anything_is_compile
     spec.make_args = None  # nothing may run: making the inputs would raise
     with pytest.raises(ConfigError, match=r"kernel name"):
         record(spec, device=DEVICE, warmup_ms=0, rep_ms=0)
+
+
+@pytest.mark.parametrize("spec", [zoo.spec_softmax, zoo.spec_mm_fp16, zoo.spec_attention_d128],
+                         ids=["softmax", "mm_fp16", "attention_d128"])
+def test_a_zoo_kernel_given_an_empty_config_list_is_refused_not_recorded_over_its_whole_space(spec):
+    """`configs or default` took an empty list for no list at all: the whole space (hundreds of configs,
+    GPU minutes) was recorded instead of the nothing asked for."""
+    empty = spec(configs=[])
+    assert empty.configs == []
+    empty.make_args = None  # nothing may run: refused before the inputs are made
+    with pytest.raises(ConfigError, match=rf"kernel '{empty.name}': the config list is empty"):
+        record(empty, device=DEVICE, warmup_ms=0, rep_ms=0)
