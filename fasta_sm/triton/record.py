@@ -17,6 +17,7 @@ import math
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -179,8 +180,17 @@ def record(
         },
         "configs": rows,
     }
+    if all(row["error"] is not None for row in rows):  # no table will hold the errors: the refusal must
+        raise TableError(f"{spec.name}: every config failed ({_failures(rows)}); the table has no best")
     table_from_text(json.dumps(table), spec.name)  # what the reader would refuse is not written: read as written
     return table
+
+
+def _failures(rows: Sequence[dict[str, Any]], shown: int = 3) -> str:
+    """The commonest errors of `rows`, first line each, counted: why a recording that wrote nothing failed."""
+    counts = Counter(str(row["error"]).strip().split("\n", 1)[0][:300] for row in rows if row["error"] is not None)
+    text = "; ".join(f"{count} × {error}" for error, count in counts.most_common(shown))
+    return text + (f"; and {len(counts) - shown} other errors" if len(counts) > shown else "")
 
 
 def _text(message: str | None) -> str | None:

@@ -123,23 +123,6 @@ def test_a_recording_whose_two_passes_disagree_past_noise_ends_with_a_warning_to
     assert f"warning: {table}: 2 of 2 configs were timed over 1.5x apart" in result.output.replace("\n", "")
 
 
-def test_a_kernel_whose_every_config_fails_is_written_and_the_next_is_recorded(tmp_path, monkeypatch):
-    def all_failed(*args, **kwargs):
-        table = record(*args, **kwargs)
-        for row in table["configs"]:
-            row["error"], row["duration_us"] = "OutOfResources: out of resource: shared memory", []
-        return table
-
-    monkeypatch.setattr(recorder, "record", all_failed)
-    result = CliRunner().invoke(record_command, [
-        "row_sum", "rmsnorm", "--out", str(tmp_path / "out"), "--param", "M=3", "--param", "N=700", "--limit", "1",
-        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
-    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
-    assert result.exit_code == 0, result.output
-    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["rmsnorm_bf16_3x700_subset1.json",
-                                                                         "row_sum_fp32_3x700_subset1.json"]
-
-
 def test_a_kernel_new_to_the_cache_is_recorded_without_the_warm_cache_warning(tmp_path):
     """Only that warning: timed with no repeats, as here, a microsecond kernel's two passes may differ past noise
     on a GPU, and the recorder rightly warns of that."""
@@ -461,3 +444,23 @@ def test_a_zoo_kernel_given_an_empty_config_list_is_refused_not_recorded_over_it
     empty.make_args = None  # nothing may run: refused before the inputs are made
     with pytest.raises(ConfigError, match=rf"kernel '{empty.name}': the config list is empty"):
         record(empty, device=DEVICE, warmup_ms=0, rep_ms=0)
+
+
+def test_a_recording_in_which_every_config_failed_says_why_they_failed(tmp_path, monkeypatch):
+    """No table is written for it, so the refusal is the only place left to say what went wrong: without the
+    configs' errors the whole recording must be run again, under a debugger, to learn it."""
+    from fasta_sm.errors import TableError
+
+    wrong = accumulate_spec(reference=lambda args: 5.0 * args[0])
+    with pytest.raises(TableError, match=r"accumulate: every config failed \(2 × WrongResult: relative error "):
+        record(wrong, device=DEVICE, warmup_ms=0, rep_ms=0)
+
+    monkeypatch.setattr(zoo, "spec_row_sum", lambda **sizes: accumulate_spec(
+        name="accumulate", reference=lambda args: 5.0 * args[0]))
+    result = CliRunner().invoke(record_command, [
+        "fasta_sm.triton.zoo:spec_row_sum", "rmsnorm", "--out", str(tmp_path), "--param", "M=3", "--param", "N=700",
+        "--limit", "1", "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 1 and "every config failed (1 × WrongResult: relative error" in result.output
+    assert "no table for accumulate_subset1 (above)" in result.output  # reported, and the next kernel recorded
+    assert sorted(path.name for path in tmp_path.glob("*.json")) == ["rmsnorm_bf16_3x700_subset1.json"]
