@@ -172,7 +172,12 @@ def record_command(
             if deadline_s is not None and time.perf_counter() - started > deadline_s:
                 click.echo(f"deadline reached: {name} not recorded", err=True)
                 continue
-            spec = load_spec(_spec_path(name), **spec_params)
+            try:  # its function ran only now: what it refuses leaves this kernel out, not the ones after it
+                spec = load_spec(_spec_path(name), **spec_params)
+            except ConfigError as exc:
+                click.echo(f"error: {exc}; no table written", err=True)
+                unwritten.append(name)
+                continue
             space = len(spec.configs)
             spec.configs = spread(spec.configs, limit)
             if len(spec.configs) < space:  # a subset is named as one: it must not pass for the kernel's space
@@ -203,7 +208,7 @@ def record_command(
                     pool=pool,
                     progress=click.echo,
                 )
-            except TableError as exc:  # recorded, but nothing a table could hold: the other specs go on
+            except (ConfigError, TableError) as exc:  # refused, or recorded as nothing a table holds: the rest go on
                 click.echo(f"error: {exc}; no table written", err=True)
                 unwritten.append(spec.name)
                 continue

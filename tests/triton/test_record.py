@@ -357,11 +357,13 @@ def test_record_refuses_to_replace_a_table_already_in_out_without_force(tmp_path
 
 
 def test_a_spec_parameter_its_inputs_cannot_take_is_one_line_naming_it(tmp_path):
-    error = str(CliRunner().invoke(record_command, [
+    result = CliRunner().invoke(record_command, [
         "row_sum", "--out", str(tmp_path), "--param", "M=bad", "--param", "N=700", "--limit", "1",
         "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
-    ]).exception)
-    assert "cannot make its inputs at {'M': 'bad'" in error and "\n" not in error
+    ])
+    error = next(line for line in result.output.splitlines() if "cannot make its inputs" in line)
+    assert error.startswith("error: row_sum_fp32_badx700_subset1: cannot make its inputs at {'M': 'bad'")
+    assert error.endswith("; no table written") and result.exit_code == 1
 
 
 def test_the_recorder_module_takes_the_record_word_its_usage_line_shows(tmp_path):
@@ -464,3 +466,22 @@ def test_a_recording_in_which_every_config_failed_says_why_they_failed(tmp_path,
     assert result.exit_code == 1 and "every config failed (1 × WrongResult: relative error" in result.output
     assert "no table for accumulate_subset1 (above)" in result.output  # reported, and the next kernel recorded
     assert sorted(path.name for path in tmp_path.glob("*.json")) == ["rmsnorm_bf16_3x700_subset1.json"]
+
+
+@pytest.mark.parametrize("broken", [
+    lambda **sizes: accumulate_spec(configs=[]),  # refused by load_spec: an empty config list
+    lambda **sizes: accumulate_spec(make_args=lambda device: 1 / 0),  # refused by record: no inputs
+], ids=["empty config list", "inputs it cannot make"])
+def test_a_kernel_refused_at_its_turn_is_reported_and_the_next_is_recorded(broken, tmp_path, monkeypatch):
+    """docs/cli.md: `record` goes on to the next kernel after one that failed, and names at the end every kernel
+    left without a table. A ConfigError at a kernel's turn stopped the whole run instead."""
+    monkeypatch.setattr(zoo, "spec_row_sum", broken)
+    result = CliRunner().invoke(record_command, [
+        "fasta_sm.triton.zoo:spec_row_sum", "rmsnorm", "--out", str(tmp_path), "--param", "M=3", "--param", "N=700",
+        "--limit", "1", "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 1, result.output
+    assert sorted(path.name for path in tmp_path.glob("*.json")) == ["rmsnorm_bf16_3x700_subset1.json"]
+    assert "accumulate" in result.output and "no table written" in result.output
+    assert "Error: no table for fasta_sm.triton.zoo:spec_row_sum (above)" in result.output \
+        or "Error: no table for accumulate_subset1 (above)" in result.output
