@@ -183,6 +183,10 @@ def record_command(
             if len(spec.configs) < space:  # a subset is named as one: it must not pass for the kernel's space
                 spec.name = f"{spec.name}_subset{len(spec.configs)}"
             target = Path(out_dir) / f"{spec.name}.json"
+            if target.exists() and not target.is_file():  # --force replaces a table; this would fail once recorded
+                click.echo(f"error: {target} is not a file; no table can replace it", err=True)
+                unwritten.append(spec.name)
+                continue
             if target.exists() and not force:  # a recording costs GPU minutes; a smoke run must not replace it
                 click.echo(f"error: {target} exists; pass --force to replace it", err=True)
                 unwritten.append(spec.name)

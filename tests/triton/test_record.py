@@ -485,3 +485,18 @@ def test_a_kernel_refused_at_its_turn_is_reported_and_the_next_is_recorded(broke
     assert "accumulate" in result.output and "no table written" in result.output
     assert "Error: no table for fasta_sm.triton.zoo:spec_row_sum (above)" in result.output \
         or "Error: no table for accumulate_subset1 (above)" in result.output
+
+
+def test_a_table_path_taken_by_a_directory_is_refused_before_recording_even_with_force(tmp_path):
+    """--force replaces a table, not a directory: it was recorded whole, then the write failed (IsADirectoryError),
+    losing the recording and stopping every kernel after it."""
+    (tmp_path / "row_sum_fp32_3x700_subset1.json").mkdir()
+    result = CliRunner().invoke(record_command, [
+        "row_sum", "rmsnorm", "--out", str(tmp_path), "--param", "M=3", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE, "--force",
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 1, result.output
+    assert f"{tmp_path / 'row_sum_fp32_3x700_subset1.json'} is not a file" in result.output
+    assert "recording row_sum" not in result.output
+    assert "Error: no table for row_sum_fp32_3x700_subset1" in result.output
+    assert load_table(tmp_path / "rmsnorm_bf16_3x700_subset1.json") is not None
