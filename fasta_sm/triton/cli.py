@@ -217,7 +217,12 @@ def record_command(
                 unwritten.append(spec.name)
                 continue
             table["command"] = command
-            path = write_table(table, target)
+            try:
+                path = write_table(table, target, replace=force)
+            except FileExistsError as exc:  # another recording of this kernel wrote its table meanwhile
+                click.echo(f"error: {exc.strerror}", err=True)
+                unwritten.append(spec.name)
+                continue
             timed = [row for row in table["configs"] if row["duration_us"]]
             best = min((sum(r["duration_us"]) / len(r["duration_us"]) for r in timed), default=float("nan"))
             click.echo(

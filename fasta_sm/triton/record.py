@@ -11,6 +11,7 @@ than as a bias for whichever configs came first.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import logging
 import math
@@ -226,8 +227,13 @@ def _check_fits_the_format(spec: KernelSpec, configs: Sequence[Config]) -> None:
             )
 
 
-def write_table(table: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write atomically (temp file, fsync, replace): a killed recording leaves no torn table."""
+def write_table(table: dict[str, Any], path: str | os.PathLike[str], *, replace: bool = True) -> Path:
+    """Write atomically (temp file, fsync, replace): a killed recording leaves no torn table.
+
+    With `replace=False` a file at `path` is kept, even one written since the caller looked (another
+    recording of the kernel into the same folder): this table is then left beside it, as
+    `<name>.<random>.unplaced`, and a FileExistsError names both, so neither recording is lost.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -238,11 +244,32 @@ def write_table(table: dict[str, Any], path: str | os.PathLike[str]) -> Path:
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _place(Path(tmp), path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _place(tmp: Path, path: Path) -> None:
+    """Move `tmp` to `path` unless a file is there; else keep it beside, as `<name>.<random>.unplaced`."""
+    try:
+        os.link(tmp, path)  # atomic, and never over a file
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links: look, then replace (a race is left only there)
+        if not path.exists():
+            os.replace(tmp, path)
+            return
+    else:
+        tmp.unlink()
+        return
+    kept = path.with_name(tmp.name[1:].removesuffix(".tmp") + ".unplaced")  # not *.json: `bench` reads no twin
+    os.replace(tmp, kept)
+    raise FileExistsError(errno.EEXIST, f"{path} was written meanwhile; kept it, this recording is in {kept}")
 
 
 def _umask() -> int:

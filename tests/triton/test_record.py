@@ -500,3 +500,21 @@ def test_a_table_path_taken_by_a_directory_is_refused_before_recording_even_with
     assert "recording row_sum" not in result.output
     assert "Error: no table for row_sum_fp32_3x700_subset1" in result.output
     assert load_table(tmp_path / "rmsnorm_bf16_3x700_subset1.json") is not None
+
+
+def test_a_table_written_to_out_while_its_kernel_was_recorded_is_not_replaced_without_force(tmp_path, monkeypatch):
+    """Another recording of the same kernel into the same --out (runs of one kernel per process, say) may finish
+    first: the check for a table is made before recording, so it was replaced without --force."""
+    target = tmp_path / "row_sum_fp32_3x700_subset1.json"
+
+    def raced(*args, **kwargs):
+        table = record(*args, **kwargs)
+        target.write_text("the other process's table")
+        return table
+
+    monkeypatch.setattr(recorder, "record", raced)
+    result = record_row_sum(tmp_path)
+    assert target.read_text() == "the other process's table"
+    assert result.exit_code == 1 and f"{target} was written meanwhile" in result.output, result.output
+    [kept] = tmp_path.glob("row_sum_fp32_3x700_subset1.json.*.unplaced")  # this recording: nothing lost
+    assert f"this recording is in {kept}" in result.output and load_table(kept).kernel == target.stem
