@@ -223,6 +223,10 @@ def record_command(
                 click.echo(f"error: {exc.strerror}", err=True)
                 unwritten.append(spec.name)
                 continue
+            except OSError as exc:  # a full disk, say: this kernel's recording is lost, not the ones after it
+                click.echo(f"error: cannot write {target}: {exc.strerror or exc}; no table written", err=True)
+                unwritten.append(spec.name)
+                continue
             timed = [row for row in table["configs"] if row["duration_us"]]
             best = min((sum(r["duration_us"]) / len(r["duration_us"]) for r in timed), default=float("nan"))
             click.echo(

@@ -518,3 +518,24 @@ def test_a_table_written_to_out_while_its_kernel_was_recorded_is_not_replaced_wi
     assert result.exit_code == 1 and f"{target} was written meanwhile" in result.output, result.output
     [kept] = tmp_path.glob("row_sum_fp32_3x700_subset1.json.*.unplaced")  # this recording: nothing lost
     assert f"this recording is in {kept}" in result.output and load_table(kept).kernel == target.stem
+
+
+def test_a_table_that_cannot_be_written_is_reported_and_the_next_kernel_is_recorded(tmp_path, monkeypatch):
+    """A write that fails once recorded (a full disk) ended the run with one 'Error:' line: the kernels after it
+    were never recorded, against docs/cli.md's 'goes on to the next kernel after one that failed'."""
+    write = recorder.write_table
+
+    def full_disk(table, path, **kwargs):
+        if table["kernel"].startswith("row_sum"):
+            raise OSError(28, "No space left on device", str(path))
+        return write(table, path, **kwargs)
+
+    monkeypatch.setattr(recorder, "write_table", full_disk)
+    result = CliRunner().invoke(record_command, [
+        "row_sum", "rmsnorm", "--out", str(tmp_path), "--param", "M=3", "--param", "N=700", "--limit", "1",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 1, result.output
+    assert f"error: cannot write {tmp_path / 'row_sum_fp32_3x700_subset1.json'}: " in result.output
+    assert "No space left on device" in result.output and "no table for row_sum_fp32_3x700_subset1" in result.output
+    assert [path.name for path in tmp_path.glob("*.json")] == ["rmsnorm_bf16_3x700_subset1.json"]
