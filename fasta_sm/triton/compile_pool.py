@@ -28,6 +28,7 @@ from queue import Empty, SimpleQueue
 
 from ..env import env_switch
 from ..errors import SettingError
+from .cores import usable_cores
 from .fork_server import preload_modules, worker_context
 from .worker import CompileJob, compile_in_worker, describe_error, do_nothing, init_worker, warm_triton_key
 
@@ -45,7 +46,7 @@ POLL_S = 0.01
 
 
 def pool_size() -> int:
-    """Workers to spawn: FASTA_COMPILE_WORKERS, else the usable cores less two (the parent times)."""
+    """Workers to spawn: FASTA_COMPILE_WORKERS, else the usable cores (`usable_cores`) less two (the parent times)."""
     configured = os.environ.get("FASTA_COMPILE_WORKERS")
     if configured:
         try:
@@ -55,11 +56,7 @@ def pool_size() -> int:
         if workers < 1:
             raise SettingError(f"$FASTA_COMPILE_WORKERS={configured!r} is not a whole number ≥ 1")
         return workers
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores - 2)
+    return max(1, usable_cores() - 2)
 
 
 def check_settings() -> None:
