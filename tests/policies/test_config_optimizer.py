@@ -216,5 +216,7 @@ def test_a_tune_widened_past_the_kept_configs_resumes_as_it_would_have_gone_on(t
     with pytest.raises(KeyboardInterrupt):
         run(store, stop_in_a_later_round)
     resumed = run(store).state
+    assert not resumed.restarts, resumed.restarts  # resumed, not set aside and started again with results carried
     assert [r.batch for r in resumed.rounds] == [r.batch for r in whole.rounds]
     assert resumed.best == whole.best
+    assert resumed.policy_state == whole.policy_state

@@ -698,9 +698,12 @@ def test_resume_through_the_engine_picks_what_an_uninterrupted_tune_picks(stop, 
     resumed = tune("k", "mm", configs, ReplayBackend(MATMUL, noise=True, seed=3), seed=3, policy_params=params,
                    store=store)
     assert not resumed.reused
+    # resumed from its own file: a tune set aside and started again, its results carried, can end the same
+    assert not resumed.state.restarts, resumed.state.restarts
     assert resumed.best_index == whole.best_index
     assert [(r.batch, r.reason) for r in resumed.state.rounds] == [(r.batch, r.reason) for r in whole.state.rounds]
     assert resumed.state.durations == whole.state.durations
+    assert resumed.state.policy_state == whole.state.policy_state
 
 
 def test_state_round_trip_mid_polish_gives_the_same_next_decision():
