@@ -220,3 +220,51 @@ def test_a_tune_widened_past_the_kept_configs_resumes_as_it_would_have_gone_on(t
     assert [r.batch for r in resumed.rounds] == [r.batch for r in whole.rounds]
     assert resumed.best == whole.best
     assert resumed.policy_state == whole.policy_state
+
+
+def test_a_tune_widened_in_r1_resumes_with_the_budget_its_peaked_r1_routed(tmp_path):
+    """R1 holds two pruned configs (a must-measure wrapper's) that run, every kept one fails: the first refine
+    widens the tune to every config and `peak_share` raises its budget. A resume must keep that budget, not
+    route the whole list again as it widens a second time."""
+    from fasta_sm.backends.replay import ReplayBackend, table_from_dict
+    from fasta_sm.store import StateStore
+    from fasta_sm.tuner import tune
+
+    grid = [(m, n, w, s) for m in (4, 8, 16, 64, 128, 256) for n in (4, 8, 16, 64, 128) for w in (1, 2, 4, 8)
+            for s in (2, 3)]
+    configs = [Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in grid]
+    kept = {c.identity for c in optimize_configs(configs)}
+    rows = []
+    for (m, n, w, s), config in zip(grid, configs):
+        row = {"kwargs": {"BLOCK_M": m, "BLOCK_N": n}, "num_warps": w, "num_stages": s, "compile_s": 0.5}
+        if config.identity in kept:
+            row.update(duration_us=[], error="OutOfResources: shared memory")
+        else:
+            mean = 100.0 + 10 * abs(m.bit_length() - 5) + 7 * abs(n.bit_length() - 4) + 5 * abs(w.bit_length() - 3)
+            row.update(duration_us=[mean, mean], error=None)
+        rows.append(row)
+    table = table_from_dict({"kernel": "k", **landscapes.SYNTHETIC, "configs": rows}, "synthetic")
+    pruned = sorted((table.mean_us[i], i) for i in range(len(configs)) if configs[i].identity not in kept)
+    must = [pruned[0][1], pruned[-1][1]]  # R1's runs: one near its best, one far from it
+    settings = {"policy": "must-measure", "seed": 0, "policy_params": {
+        "inner": "fasta", "must": must, "params": {"optimize_configs": True, "peak_share": 0.9}}}
+
+    def run(store, on_step=None):
+        return tune("k", "k", table.configs, ReplayBackend(table, noise=True, seed=0), store=store, on_step=on_step,
+                    **settings)
+
+    whole = run(StateStore(tmp_path / "whole")).state
+    assert "peaked R1" in whole.policy_state["plan"]["budget_class"]
+
+    def stop_after_r1(state):
+        if state.phase == "R2" and state.step == "compile":
+            raise KeyboardInterrupt
+
+    store = StateStore(tmp_path / "resumed")
+    with pytest.raises(KeyboardInterrupt):
+        run(store, stop_after_r1)
+    resumed = run(store).state
+    assert not resumed.restarts, resumed.restarts
+    assert resumed.policy_state["plan"] == whole.policy_state["plan"]
+    assert [r.batch for r in resumed.rounds] == [r.batch for r in whole.rounds]
+    assert resumed.durations == whole.durations and resumed.best == whole.best

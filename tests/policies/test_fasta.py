@@ -1106,7 +1106,7 @@ def test_numpy_indices_among_the_expert_configs_are_kept_as_ints():
                                               ("retimes", 10**18), ("retime_timings", 2**64 - 1), ("polished", 1.5),
                                               ("r1_cost", "12"), ("r1_cost", [None, 3]),
                                               ("history", [{"basis": "bogus"}]), ("history", [{"basis": ["rbf"]}]),
-                                              ("plan", {"budget_class": "base", "total": "48"})])
+                                              ("plan", {"budget_class": "base", "total": "48"}), ("widened", 1)])
 def test_a_stored_policy_state_field_of_the_wrong_kind_is_refused_when_loaded_naming_it(field, value):
     state = msgpack.unpackb(msgpack.packb(FastaPolicy(six_knob_space()).state_dict()))
     state[field] = value

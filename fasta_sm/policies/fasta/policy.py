@@ -156,6 +156,7 @@ class FastaPolicy:
             expert = [self._configs[i] for i in params.expert_configs]
             kept = {c.identity for c in optimize_configs(self._configs, expert=expert)}
             self._active = np.array([c.identity in kept for c in self._configs])
+        self._kept = self._active  # what the optimizer kept: `_active` widens past it (`_widen_past_the_kept`)
         self._space = extract_features(self._configs, log2=params.log2_features)
         self._designs = {name: build_basis(name, self._space) for name in params.bases}
         self._feasibility_design = None
@@ -287,7 +288,9 @@ class FastaPolicy:
     def _widen_past_the_kept(self, measured: np.ndarray) -> None:
         """Once only configs the optimizer pruned have run (every kept one failed), the kept list was no guide:
         the rest of the tune spans every config, at the budget of the whole list. Decided from the observations
-        alone, so a resumed tune widens as the uninterrupted one did."""
+        alone, so a resumed tune widens as the uninterrupted one did; once widened, the state says so
+        (`widened`), so that a resumed tune keeps the budget it holds (a peaked R1 may have raised it)
+        rather than routing the whole list again."""
         if self._active.all() or not measured.any() or (measured & self._active).any():
             return
         self._active = np.ones(len(self._configs), dtype=bool)
@@ -727,6 +730,7 @@ class FastaPolicy:
                 "path": self.plan_budget.path,
             },
             "history": self._history,
+            "widened": bool(self._active.all() and not self._kept.all()),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -752,6 +756,10 @@ class FastaPolicy:
         if params != self.params or budget_arg != self._budget_arg:
             self._budget_arg = budget_arg
             self._setup(params)
+        widened = state.get("widened", False)  # written before it was kept: widened again from the observations
+        if not isinstance(widened, bool):
+            raise PolicyError(f"fasta: state field widened={widened!r:.60} is not True or False")
+        self._active = np.ones(len(self._configs), dtype=bool) if widened else self._kept
         if state["phase"] not in _PHASES:
             raise PolicyError(f"fasta: state phase {state['phase']!r} is none of {', '.join(_PHASES)}")
         self._phase = state["phase"]
