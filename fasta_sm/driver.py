@@ -620,8 +620,11 @@ class FastaAutotunerMixin:
         )
         timings[winner] = means[state.best]
         for launcher in ranked:
-            if launcher is not winner:
-                timings[launcher] = means.get(self._fasta_index_of(launcher.config), math.inf)
+            index = self._fasta_index_of(launcher.config)
+            if launcher is not winner and (index in means or index in state.failed):
+                # a config the tune never tried is left out rather than given inf, which Inductor reads
+                # as a failure ("Skipped 120/150 configs (unknown)")
+                timings[launcher] = means.get(index, math.inf)
         self.launchers = list(timings)
         coordesc = getattr(self, "coordesc_tuner", None)
         for launcher, ms in timings.items():

@@ -9,6 +9,7 @@ of compile results to the winner, and run()'s launch.
 
 from __future__ import annotations
 
+import logging
 import math
 import pickle
 
@@ -153,6 +154,32 @@ def test_worker_parent_run_through_torchs_own_flow(tmp_path, faked):
     assert CALLS["compile"] == 1 and len(again.launchers) == 1, "a finished tune compiles only its winner"
     assert to_fasta_config(again.run("in", "out", 4096, 4096, stream=0)) == done.configs[done.best]
     assert CALLS["bench"] == 0, "and benchmarks nothing"
+
+
+class Recorder(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_inductor_reports_no_skipped_configs_for_a_tune_that_left_configs_untried(tmp_path, faked, monkeypatch):
+    _, parent = worker_then_parent(tmp_path, faked)
+    r1 = StateStore(tmp_path / "states").load(parent._fasta_plan.key).rounds[0].batch
+    untried = [i for i in range(len(parent._fasta_space)) if i not in r1]
+    parent.launchers.append(FakeLauncher(parent._fasta_space[untried[-1]]))  # compiled ahead, as a guess is
+    recorder = Recorder()
+    monkeypatch.setattr(triton_heuristics.log, "level", logging.INFO)  # torch's loggers do not propagate
+    triton_heuristics.log.addHandler(recorder)
+    try:
+        parent.run("in", "out", 4096, 4096, stream=0)
+    finally:
+        triton_heuristics.log.removeHandler(recorder)
+    done = StateStore(tmp_path / "states").load(parent._fasta_plan.key)
+    assert done.measured_count() < done.n_configs and not done.failed
+    assert not [m for m in recorder.messages if m.startswith("Skipped")]
 
 
 def test_a_parent_that_gives_up_times_inductors_own_configs_alone(tmp_path, faked, monkeypatch):
