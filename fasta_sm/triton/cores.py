@@ -43,10 +43,16 @@ def cgroup_cpu_quota(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("
         if controllers == "":
             quotas += [_v2_quota(d / "cpu.max") for d in _with_ancestors(cgroup_root, path)]
         elif "cpu" in controllers.split(","):
-            mount = cgroup_root / controllers
-            quotas += [_v1_quota(d) for d in _with_ancestors(mount, path)]
+            quotas += [_v1_quota(d) for d in _with_ancestors(_v1_mount(cgroup_root, controllers), path)]
     found = [q for q in quotas if q is not None]
     return min(found) if found else None
+
+
+def _v1_mount(cgroup_root: Path, controllers: str) -> Path:
+    """The v1 cpu controller's mount: named as /proc lists its controllers, else `cpu` (CentOS 7 lists
+    `cpuacct,cpu` for a mount named `cpu,cpuacct`; systemd and Docker link `cpu` to it)."""
+    named = cgroup_root / controllers
+    return named if named.is_dir() else cgroup_root / "cpu"
 
 
 def _with_ancestors(mount: Path, path: str) -> list[Path]:

@@ -73,3 +73,12 @@ def test_usable_cores_are_the_affinity_when_the_quota_is_larger(tmp_path):
     _write(tmp_path / "proc", "0::/\n")
     _write(tmp_path / "cg/cpu.max", "100000000 100000\n")
     assert usable_cores(tmp_path / "cg", tmp_path / "proc") == len(os.sched_getaffinity(0))
+
+
+def test_a_v1_quota_is_found_when_proc_names_the_controllers_in_another_order(tmp_path):
+    """CentOS 7 writes `cpuacct,cpu` in /proc/self/cgroup; the mount is `cpu,cpuacct`, with a `cpu` link to it."""
+    _write(tmp_path / "proc", "3:cpuacct,cpu:/system.slice/docker-abc.scope\n")
+    _write(tmp_path / "cg/cpu,cpuacct/cpu.cfs_quota_us", "200000\n")
+    _write(tmp_path / "cg/cpu,cpuacct/cpu.cfs_period_us", "100000\n")
+    (tmp_path / "cg/cpu").symlink_to("cpu,cpuacct")
+    assert cgroup_cpu_quota(tmp_path / "cg", tmp_path / "proc") == 2.0
