@@ -10,6 +10,7 @@ from driving import drive
 from landscapes import as_table, matmul
 from threadpoolctl import threadpool_info
 
+import fasta_sm.policies.fasta.blas as blas
 import fasta_sm.policies.fasta.policy as fasta_policy
 from fasta_sm.policies.fasta.blas import one_blas_thread
 from fasta_sm.policies.fasta.policy import FastaPolicy
@@ -68,5 +69,22 @@ def test_a_nested_call_keeps_the_limit_until_the_outer_one_ends(several_blas_thr
     with one_blas_thread():
         with one_blas_thread():
             pass
+        assert _blas_threads() == [1] * len(several_blas_threads)
+    assert _blas_threads() == several_blas_threads
+
+
+def test_a_library_that_fails_to_report_its_threads_does_not_leave_later_calls_unlimited(
+    several_blas_threads, monkeypatch
+):
+    class Failing:
+        def get_num_threads(self) -> int:
+            raise OSError("no openblas_get_num_threads")
+
+    libraries = blas._blas_libraries()
+    monkeypatch.setattr(blas, "_blas_libraries", lambda: (Failing(),))
+    with pytest.raises(OSError), one_blas_thread():
+        pass
+    monkeypatch.setattr(blas, "_blas_libraries", lambda: libraries)
+    with one_blas_thread():
         assert _blas_threads() == [1] * len(several_blas_threads)
     assert _blas_threads() == several_blas_threads

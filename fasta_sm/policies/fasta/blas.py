@@ -45,15 +45,15 @@ def one_blas_thread() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or _depth:
         yield
         return
-    _depth = 1
     restore = [(library, library.get_num_threads()) for library in _blas_libraries()]
+    _depth = 1
     try:
         for library, threads in restore:
             if threads != 1:
                 library.set_num_threads(1)
         yield
     finally:
+        _depth = 0  # first: a setter that raises must not leave every later call unlimited
         for library, threads in restore:
             if threads != 1:
                 library.set_num_threads(threads)
-        _depth = 0
