@@ -661,17 +661,15 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     from .report import REPORT_COLUMNS, report_rows
 
     store = _existing_store(state_dir)
-    if store is None:
-        return
     _check_directory_of("--csv", csv_out)
-    rows, unreadable = report_rows(store)
+    rows, unreadable = report_rows(store) if store is not None else ([], [])  # a first run: a CSV of no rows
     if rows:
         table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
         table.columns[0].no_wrap = True  # the name is what `show` takes: never cut it
         for row in rows:
             table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
         _print_table(table)
-    else:
+    elif store is not None:
         notes.print(f"no readable state files in {store.path}")
     for why in unreadable:
         notes.print(Text(f"skipped, unreadable: {why}", style="yellow"))

@@ -647,6 +647,20 @@ def test_reading_commands_on_a_first_run_say_there_are_no_tunes_yet(tmp_path, mo
     assert not (tmp_path / "cache").exists()
 
 
+def test_report_on_a_first_run_still_writes_its_csv_as_an_empty_state_dir_does(tmp_path, monkeypatch):
+    """A script that runs `report --csv` and reads the file must not find it missing after exit 0."""
+    monkeypatch.delenv("FASTA_SM_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for name, args in (("first.csv", []), ("empty.csv", ["--state-dir", str(empty)])):
+        result = CliRunner().invoke(main, ["report", "--csv", str(tmp_path / name), *args])
+        assert result.exit_code == 0, result.output
+    assert (tmp_path / "first.csv").read_text() == (tmp_path / "empty.csv").read_text()
+    result = CliRunner().invoke(main, ["report", "--csv", str(tmp_path / "no" / "such" / "dir.csv")])
+    assert result.exit_code == 1 and "--csv" in result.output, result.output  # a bad --csv is refused all the same
+
+
 def test_a_missing_state_dir_named_by_the_environment_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("FASTA_SM_STATE_DIR", str(tmp_path / "typo"))
     result = CliRunner().invoke(main, ["ls"])
