@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,7 +28,10 @@ class MustMeasure:
     def __init__(
         self, configs: Sequence[Config], inner: str, must: Sequence[int], params: Mapping[str, Any] | None = None
     ):
-        bad = [i for i in must if not 0 <= int(i) < len(configs)]
+        odd = [i for i in must if isinstance(i, bool) or not isinstance(i, numbers.Integral)]
+        if odd:  # int() would read 1.7 as 1, a config nobody named
+            raise FastaError(f"must-measure: index {odd[0]!r:.60} is not a whole number")
+        bad = [i for i in must if not 0 <= i < len(configs)]
         if bad:
             raise FastaError(f"must-measure: index {bad[0]} outside 0..{len(configs) - 1}")
         self.must = sorted(int(i) for i in must)

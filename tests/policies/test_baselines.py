@@ -12,7 +12,7 @@ import pytest
 from driving import drive
 
 from fasta_sm.bench import bench, percentile, run_policy
-from fasta_sm.errors import ConfigError, MissingDependency, PolicyError
+from fasta_sm.errors import ConfigError, FastaError, MissingDependency, PolicyError
 from fasta_sm.policies import coordinate, make_policy, trees, with_environment  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
 from fasta_sm.protocols import Observations
@@ -167,6 +167,12 @@ def test_a_parameter_of_the_wrong_kind_is_reported_as_such_not_as_an_unknown_one
     with pytest.raises(PolicyError, match=r"policy 'must-measure' cannot take .*'must': 5") as refused:
         make_policy("must-measure", BOWL.configs, {"inner": "random", "must": 5})
     assert "takes" not in str(refused.value)
+
+
+@pytest.mark.parametrize("index", [1.7, "1", True])
+def test_must_measure_refuses_an_index_that_is_not_a_whole_number(index):
+    with pytest.raises(FastaError, match="is not a whole number"):
+        make_policy("must-measure", BOWL.configs, {"inner": "random", "must": [0, index]})
 
 
 def test_must_measure_fills_in_its_inner_policys_knobs_from_the_environment(monkeypatch):
