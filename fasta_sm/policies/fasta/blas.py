@@ -2,16 +2,17 @@
 
 The ridge fits multiply matrices of tens of rows, just past the size at
 which OpenBLAS hands a product to its thread pool. Waking those threads
-costs more than the product, and on a machine whose cores are busy (the
-compile workers of a live tune, or any loaded CI box) the caller spins
-while it waits for them (docs/benchmarks.md, "Policy overhead"). Running
-the policy on one BLAS thread changes no decision on the shipped tables.
+costs more than the product, and on a machine whose cores are busy (a
+loaded 2-core CI box) the caller spins while it waits for them: the
+refine calls took two to three times as long (docs/benchmarks.md, "Policy
+overhead"; on the H200's 16 cores it made no difference). Running the
+policy on one BLAS thread changes no decision on the shipped tables.
 
 BLAS thread counts are process-wide, and OpenBLAS does not reliably take
 a new count from a thread other than the main one once it has run there,
 so only a policy call on the main thread sets the limit: elsewhere it
-could be left on for good. While the limit is on, numpy products in other
-threads of the process also run on one thread.
+could be left on for good. While the limit is on, BLAS products in other
+threads of the process (numpy's) also run on one thread.
 """
 
 from __future__ import annotations
