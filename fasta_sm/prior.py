@@ -36,6 +36,7 @@ class _Finished:
     key: str
     backend: str
     fastest: tuple[str, ...]  # the identities of every config it timed, fastest mean first
+    finished_at: float  # when its last round ended, as the tune recorded it: a copy of the file keeps it
 
 
 @dataclass
@@ -64,13 +65,15 @@ def earlier_winners(
 
     Each tune offers its `PER_TUNE` fastest among the configs `configs`
     holds. Tunes measured the way `backend` describes (the same device and
-    Triton, for a live tune) come first, then the most recently written; each tune's
-    fastest before any tune's second: the policy may take only the first
-    few. A file that cannot be read is passed over (it is another tune's to
-    set aside), and read again next time where the failure may pass.
+    Triton, for a live tune) come first, then the most recently finished (as
+    its state records it, not its file's mtime, which a copied state dir
+    loses); each tune's fastest before any tune's second: the policy may
+    take only the first few. A file that cannot be read is passed over (it
+    is another tune's to set aside), and read again next time where the
+    failure may pass.
     """
     index = {config.identity: i for i, config in enumerate(configs)}
-    found: list[tuple[int, _Finished]] = []
+    found: list[_Finished] = []
     with _entries_lock:
         for path in store.state_files():
             try:
@@ -80,9 +83,9 @@ def earlier_winners(
                 log.debug("prior: passing over %s for now (%s)", path, exc)
                 continue
             if finished is not None and finished.key != key:
-                found.append((stat.st_mtime_ns, finished))
-    found.sort(key=lambda item: (item[1].backend == backend, item[0]), reverse=True)
-    offered = [[index[i] for i in finished.fastest if i in index][:PER_TUNE] for _, finished in found]
+                found.append(finished)
+    found.sort(key=lambda finished: (finished.backend == backend, finished.finished_at), reverse=True)
+    offered = [[index[i] for i in finished.fastest if i in index][:PER_TUNE] for finished in found]
     picks: dict[int, None] = {}
     for rank in range(PER_TUNE):
         for fastest in offered:
@@ -110,7 +113,10 @@ def _finished(path: Path, stamp: tuple[int, int, int], kernel: str) -> _Finished
         else:
             if state.done and state.best is not None and state.kernel == kernel:
                 fastest = sorted(state.durations, key=lambda i: (state.mean_us(i), i))
-                entry.finished = _Finished(state.key, state.backend, tuple(state.configs[i].identity for i in fastest))
+                last = state.rounds[-1] if state.rounds else None
+                finished_at = (last.finished or last.started) if last is not None else 0.0
+                entry.finished = _Finished(state.key, state.backend,
+                                           tuple(state.configs[i].identity for i in fastest), finished_at)
         entry.decoded = True
     return entry.finished
 

@@ -73,6 +73,16 @@ def test_earlier_winners_lists_each_tunes_fastest_before_any_tunes_second_newest
     assert earlier_winners(store, "shape-c", "toy_mm", table.configs) == _interleaved(newer, older)
 
 
+def test_which_tune_is_newest_is_told_by_when_it_finished_not_by_its_files_mtime(table_file, state_dir):
+    """A state dir copied without its mtimes (`cp -r`, a checkout, an archive) must start the same R1."""
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    older, newer = _two_finished_tunes(table, store, ReplayBackend(table, noise=True, seed=1))
+    later = time.time() + 60
+    os.utime(store.file_for("shape-a"), (later, later))  # the older tune's file, copied last
+    assert earlier_winners(store, "shape-c", "toy_mm", table.configs) == _interleaved(newer, older)
+
+
 def test_tunes_measured_as_the_new_one_is_come_before_newer_tunes_measured_otherwise(table_file, state_dir):
     table = load_table(table_file)
     store = StateStore(state_dir)
