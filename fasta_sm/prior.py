@@ -107,16 +107,13 @@ def _finished(path: Path, stamp: tuple[int, int, int], kernel: str) -> _Finished
         return None
     if not entry.decoded:
         try:
-            state = StateStore.read(path)
+            tune = StateStore.read_finished(path)
         except StateFileError as exc:
             log.debug("prior: passing over %s (%s)", path, exc)
         else:
-            if state.done and state.best is not None and state.kernel == kernel:
-                fastest = sorted(state.durations, key=lambda i: (state.mean_us(i), i))
-                last = state.rounds[-1] if state.rounds else None
-                finished_at = (last.finished or last.started) if last is not None else 0.0
-                entry.finished = _Finished(state.key, state.backend,
-                                           tuple(state.configs[i].identity for i in fastest), finished_at)
+            if tune is not None:
+                entry.finished = _Finished(tune.key, tune.backend, tuple(c.identity for c in tune.fastest),
+                                           tune.finished_at)
         entry.decoded = True
     return entry.finished
 

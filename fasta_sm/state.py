@@ -413,6 +413,67 @@ def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
         raise StateFileError(f"{source}: malformed state ({type(exc).__name__}: {exc})") from None
 
 
+@dataclass(frozen=True)
+class FinishedTune:
+    """What a finished tune offers a later tune of its kernel: its key and backend, when it ended, what it timed."""
+
+    key: str
+    backend: str
+    fastest: tuple[Config, ...]  # every config it timed, fastest mean first (ties by index)
+    finished_at: float  # when its last round ended, as the tune recorded it
+
+
+def unpack_finished(blob: bytes, source: str = "<bytes>") -> FinishedTune | None:
+    """The finished tune in a state's bytes, its timed configs alone decoded; None if it is not DONE with a best.
+
+    A full decode builds every config of the list and the list's hash (70 ms
+    for 1,150 configs); a new tune reads every finished tune of its kernel,
+    whose lists differ where `prune_configs_by` pruned per shape. The
+    checksum and every field read here are checked; what this reads is only
+    ever a hint (the prior keeps configs the new list holds), and the tune
+    itself is judged by `unpack_state` when it is loaded. StateFileError
+    naming `source` for bytes that are no sound state.
+    """
+    try:
+        data = _read_top_map(blob, source)
+        if not isinstance(data, dict) or data.get("schema") not in READABLE_SCHEMAS:
+            raise StateFileError(f"{source}: not a state of a schema this fasta-sm reads")
+        if data.get("phase") != "DONE" or type(data.get("best")) is not int:
+            return None
+        durations, rounds = data["durations"], data["rounds"]
+        raw = _entries_at(data["configs"].blob, set(durations))
+        if any(type(i) is not int or i not in raw for i in durations):
+            raise StateFileError(f"{source}: durations name a config outside the list")
+        means = {i: sample_mean([float(t) for t in timings]) for i, timings in durations.items()}
+        fastest = sorted(means, key=lambda i: (means[i], i))
+        for i in fastest:
+            _check_config_entry(raw[i], i, source)
+        last = rounds[-1] if rounds else {}
+        return FinishedTune(
+            key=str(data["key"]),
+            backend=str(data["backend"]),
+            fastest=tuple(Config.from_dict(raw[i]) for i in fastest),
+            finished_at=float(last.get("finished") or last.get("started") or 0.0),
+        )
+    except (StateFileError, MemoryError):
+        raise
+    except Exception as exc:  # msgpack and the fields raise many types on damaged input
+        raise StateFileError(f"{source}: malformed state ({type(exc).__name__}: {exc})") from None
+
+
+def _entries_at(blob: bytes, wanted: set[Any]) -> dict[int, Any]:
+    """The entries of a packed list at the positions `wanted` names, the others skipped over undecoded."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True, max_buffer_size=max(len(blob), 1))
+    unpacker.feed(blob)
+    entries = {}
+    for position in range(unpacker.read_array_header()):
+        if position in wanted:
+            entries[position] = unpacker.unpack()
+        else:
+            unpacker.skip()
+    return entries
+
+
 def peek_kernel(blob: bytes, complete: bool = True) -> str | None:
     """The kernel a state's bytes name, read from its leading fields without decoding the rest.
 

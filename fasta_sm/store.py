@@ -27,7 +27,7 @@ import filelock
 import platformdirs
 
 from .errors import LockTimeout, SettingError, StateDirError, StateFileError, TuneFailed
-from .state import TuneState, peek_kernel, unpack_state
+from .state import FinishedTune, TuneState, peek_kernel, unpack_finished, unpack_state
 
 try:
     import fcntl
@@ -262,6 +262,22 @@ class StateStore:
         except FileNotFoundError:
             raise
         except MemoryError:  # says nothing of the file, like ENOMEM: it may be sound
+            raise StateDirError(for_now.format("out of memory")) from None
+        except OSError as exc:
+            if exc.errno in _PASSING_ERRNOS:
+                raise StateDirError(for_now.format(exc.strerror or exc)) from None
+            raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
+
+    @staticmethod
+    def read_finished(path: Path) -> FinishedTune | None:
+        """The finished tune in the file at `path`, its timed configs alone decoded (None if it is not finished);
+        errors as `read` raises them."""
+        for_now = f"cannot read state file {path} for now ({{}}); it is left as it is"
+        try:
+            return unpack_finished(_read_regular(path), source=str(path))
+        except FileNotFoundError:
+            raise
+        except MemoryError:
             raise StateDirError(for_now.format("out of memory")) from None
         except OSError as exc:
             if exc.errno in _PASSING_ERRNOS:

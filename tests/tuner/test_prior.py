@@ -14,9 +14,9 @@ import pytest
 import fasta_sm.store as store_module
 import fasta_sm.tuner as tuner_module
 from fasta_sm.backends.replay import ReplayBackend, load_table
-from fasta_sm.errors import SettingError
+from fasta_sm.errors import SettingError, StateFileError
 from fasta_sm.prior import PER_TUNE, earlier_winners
-from fasta_sm.state import unpack_state
+from fasta_sm.state import pack_state, unpack_state
 from fasta_sm.store import PEEK_BYTES, StateStore
 from fasta_sm.tuner import open_tune, tune
 
@@ -241,14 +241,14 @@ def test_threads_starting_tunes_at_once_get_the_same_prior(table_file, state_dir
     table = load_table(table_file)
     store = StateStore(state_dir)
     first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
-    decoding, read = threading.Event(), StateStore.read
+    decoding, read = threading.Event(), StateStore.read_finished
 
     def slow_read(path):
         decoding.set()
         time.sleep(0.2)
         return read(path)
 
-    monkeypatch.setattr(StateStore, "read", staticmethod(slow_read))
+    monkeypatch.setattr(StateStore, "read_finished", staticmethod(slow_read))
     offered = {}
 
     def offer(name):
@@ -256,7 +256,7 @@ def test_threads_starting_tunes_at_once_get_the_same_prior(table_file, state_dir
 
     early = threading.Thread(target=offer, args=("shape-b",))
     early.start()
-    decoding.wait(5)
+    assert decoding.wait(5)
     offer("shape-c")
     early.join()
     assert offered == {"shape-b": _fastest(first), "shape-c": _fastest(first)}
@@ -320,7 +320,7 @@ def test_a_child_forked_while_another_thread_reads_the_prior_tunes_with_a_prior_
     store = StateStore(state_dir)
     first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
     parent, reading, finish = os.getpid(), threading.Event(), threading.Event()
-    read = StateStore.read
+    read = StateStore.read_finished
 
     def read_held_in_the_parent(path):
         if os.getpid() == parent:
@@ -328,7 +328,7 @@ def test_a_child_forked_while_another_thread_reads_the_prior_tunes_with_a_prior_
             finish.wait(10)
         return read(path)
 
-    monkeypatch.setattr(StateStore, "read", staticmethod(read_held_in_the_parent))
+    monkeypatch.setattr(StateStore, "read_finished", staticmethod(read_held_in_the_parent))
     reader = threading.Thread(target=earlier_winners, args=(store, "shape-b", "toy_mm", table.configs))
     reader.start()
     assert reading.wait(5)
@@ -347,3 +347,51 @@ def test_a_child_forked_while_another_thread_reads_the_prior_tunes_with_a_prior_
     reader.join()
     assert not hung, "the child waited forever on a lock its parent's thread held at the fork"
     assert process.exitcode == 0
+
+
+def test_a_finished_tune_read_for_the_prior_is_what_its_full_decode_tells(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    path = store.file_for("shape-a")
+    whole = StateStore.read(path)
+    light = StateStore.read_finished(path)
+    fastest = sorted(whole.durations, key=lambda i: (whole.mean_us(i), i))
+    assert light.key == whole.key and light.backend == whole.backend
+    assert [c.identity for c in light.fastest] == [whole.configs[i].identity for i in fastest]
+    assert light.finished_at == whole.rounds[-1].finished
+
+
+def test_an_unfinished_tune_offers_nothing_to_the_prior(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    path = store.file_for("shape-a")
+    state = StateStore.read(path)
+    state.phase = "R2"
+    path.write_bytes(pack_state(state))
+    assert StateStore.read_finished(path) is None
+
+
+def test_a_damaged_finished_tune_is_refused_by_the_prior_naming_its_file(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    path = store.file_for("shape-a")
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    with pytest.raises(StateFileError, match=str(path)):
+        StateStore.read_finished(path)
+
+
+def test_a_finished_tune_whose_timings_name_a_config_past_its_list_is_refused_by_the_prior(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
+    path = store.file_for("shape-a")
+    state = StateStore.read(path)
+    state.durations[len(state.configs)] = [1.0]
+    path.write_bytes(pack_state(state))
+    with pytest.raises(StateFileError, match="outside the list"):
+        StateStore.read_finished(path)
