@@ -62,3 +62,16 @@ def add_note(error: BaseException, note: str) -> None:
 
 def notes_of(error: BaseException) -> list[str]:
     return [str(note) for note in getattr(error, "__notes__", ())]
+
+
+def describe(error: BaseException) -> str:
+    """`Type: message`, as a state file records an error; a message whose str() raises is named, not raised.
+
+    A backend's or policy's error is recorded while it is handled: a second
+    error from its `__str__` would replace it, and skip the rollback.
+    """
+    try:
+        message = str(error)
+    except Exception as exc:  # noqa: BLE001  whatever __str__ raises, the error it describes comes first
+        message = f"<its message could not be read: str() raised {type(exc).__name__}>"
+    return f"{type(error).__name__}: {message}"

@@ -30,7 +30,7 @@ import numpy as np
 from transitions import Machine
 
 from .config import Config
-from .errors import BackendError, FastaError, PolicyError, TuneFailed, add_note, notes_of
+from .errors import BackendError, FastaError, PolicyError, TuneFailed, add_note, describe, notes_of
 from .fork_safe import ForkSafeLock
 from .lookahead import likely_next
 from .protocols import LONGEST_S, LONGEST_US, Backend, ChecksRound, CompileOutcome, Decision, Policy
@@ -533,7 +533,7 @@ class Tune:
         """Back to the last checkpoint, with the error recorded there too."""
         restored = unpack_state(self._last_blob, source=f"checkpoint of {self.state.kernel!r}")
         restored.last_error = storable_text(
-            "; ".join([f"{restored.position()}: {type(exc).__name__}: {exc}", *notes_of(exc)])
+            "; ".join([f"{restored.position()}: {describe(exc)}", *notes_of(exc)])
         )
         self._adopt(restored)
         shared_machine().set_state(restored.phase, model=self)

@@ -20,7 +20,7 @@ import msgpack
 import numpy as np
 
 from .config import MSGPACK_INTS, Config, check_config_list, configs_hash
-from .errors import PolicyError, StateDirError, StateFileError
+from .errors import PolicyError, StateDirError, StateFileError, describe
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
 from .prior import earlier_winners, prior_enabled
@@ -189,7 +189,7 @@ def open_tune(
         except Exception as exc:  # noqa: BLE001  whatever a policy raises on a state it cannot take, the file is set aside
             # The measurements are sound (the loader checked them); only the policy's own state is not.
             fresh = fresh_policy()
-            why = f"its policy cannot resume from it ({type(exc).__name__}: {exc})"
+            why = f"its policy cannot resume from it ({describe(exc)})"
             carried = _supersede(store, key, state, configs, why, notes)
     chosen = fresh if fresh is not None else fresh_policy()
     if prior and isinstance(chosen, TakesPrior) and chosen.takes_prior:

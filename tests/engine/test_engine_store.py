@@ -402,6 +402,27 @@ def test_a_policy_state_of_the_wrong_shape_is_set_aside_whatever_the_policy_rais
     assert result.state.done and any("cannot resume" in note for note in result.state.restarts)
 
 
+def test_a_policy_state_the_policy_refuses_with_an_error_whose_message_cannot_be_had_is_set_aside(
+    table, backend, store, monkeypatch
+):
+    from fasta_sm.policies.fasta import FastaPolicy
+
+    class UnprintableError(Exception):
+        def __str__(self):
+            raise ValueError("no message")
+
+    fasta_state_after_r1_compiles(table, backend, store)
+    loads = FastaPolicy.load_state_dict
+
+    def refuse_once(self, state):
+        monkeypatch.setattr(FastaPolicy, "load_state_dict", loads)
+        raise UnprintableError
+
+    monkeypatch.setattr(FastaPolicy, "load_state_dict", refuse_once)
+    result = tune(KEY, table.kernel, table.configs, backend, policy="fasta", store=store)
+    assert result.state.done and any("cannot resume" in n and "UnprintableError" in n for n in result.state.restarts)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("last_batch", [0]), ("phase", "done")],

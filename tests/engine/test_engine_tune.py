@@ -467,6 +467,31 @@ def test_the_recorded_error_keeps_its_notes_apart_from_its_message(table, backen
     assert kept.last_error == "R1 benchmark: RuntimeError: hook bug; fasta-sm: while timing config BLOCK=16"
 
 
+class UnprintableError(Exception):
+    """An error whose message cannot be had: str() raises."""
+
+    def __str__(self):
+        raise ValueError("no message")
+
+
+@pytest.mark.parametrize("where", ["compile", "benchmark"])
+def test_an_error_whose_message_cannot_be_had_is_raised_as_itself_and_rolled_back(where, table, backend, store):
+    class Unprintable(ExplodingBackend):
+        def compile(self, configs):
+            if where == "compile":
+                raise UnprintableError
+            return self.inner.compile(configs)
+
+        def benchmark(self, configs, repeat=None):
+            raise UnprintableError
+
+    with pytest.raises(UnprintableError) as raised:
+        run_tune(table, Unprintable(backend, on_call=1), store)
+    assert "kernel 'mm_synth'" in " ".join(raised.value.__notes__)
+    kept = store.read(store.file_for(KEY))
+    assert kept.last_error.startswith(f"R1 {where}: UnprintableError")
+
+
 def test_a_handler_that_raises_leaves_the_state_at_the_last_checkpoint_with_the_error(table, backend, store):
     checkpoints = []
     with pytest.raises(RuntimeError, match="device lost"):
