@@ -25,6 +25,7 @@ import numbers
 import operator
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from transitions import Machine
@@ -199,6 +200,7 @@ class Tune:
         try:
             started = time.perf_counter()
             decision = policy.plan(tune._rng)
+            _check_batch_kind(kernel, policy.name, decision.batch)
             if len(decision.batch) == 0:
                 raise PolicyError(f"kernel {kernel!r}: policy {policy.name!r} planned an empty R1 batch")
             planned_s = time.perf_counter() - started
@@ -427,6 +429,7 @@ class Tune:
             return
         started = time.perf_counter()
         self._decision = self.policy.refine(state.observed(), self._rng)
+        _check_batch_kind(state.kernel, state.policy, self._decision.batch)
         elapsed = time.perf_counter() - started
         state.cost.policy_s += elapsed
         state.rounds[-1].policy_s += elapsed
@@ -559,6 +562,17 @@ def _check_reads_back(state: TuneState, blob: bytes | None = None, error: type[E
             f"kernel {state.kernel!r}: its state at {state.position()} would not read back, so it is not written: "
             f"{type(exc).__name__}: {exc}"
         ) from None
+
+
+def _check_batch_kind(kernel: str, policy: str, batch: Any) -> None:
+    """A batch is a sequence of indices (a list, tuple, range or 1-d array): a generator has no length, and a set,
+    a map or text would be read as other configs, or as none."""
+    ordered = isinstance(batch, Sequence) and not isinstance(batch, (str, bytes))
+    if not (ordered or (isinstance(batch, np.ndarray) and batch.ndim == 1)):
+        raise PolicyError(
+            f"kernel {kernel!r}: policy {policy!r} gave a batch that is not a sequence of config indices: "
+            f"{type(batch).__name__} {batch!r:.60}"
+        )
 
 
 def _as_index(value: object) -> int | None:

@@ -352,6 +352,73 @@ def test_a_tune_whose_first_round_cannot_start_leaves_the_shared_machine(table, 
     assert len(shared_machine().models) == before
 
 
+class Batches:
+    """A policy whose R1 is configs 0..7 and whose refines give `make_batch()` as their batch."""
+
+    name = "batches"
+
+    def __init__(self, make_plan, make_refine):
+        self.make_plan, self.make_refine = make_plan, make_refine
+
+    def plan(self, rng):
+        return Decision(batch=self.make_plan(), reason="plan")
+
+    def refine(self, observed, rng):
+        return Decision(batch=self.make_refine(), reason="refine")
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+NO_SEQUENCES = {
+    "a generator": lambda: (i for i in range(8, 12)),
+    "an empty generator": lambda: iter(()),
+    "None": lambda: None,
+    "a set": lambda: {9, 8, 10},
+    "a map": lambda: {8: 1.0},
+    "a 0-d array": lambda: np.array(8),
+    "text": lambda: "",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NO_SEQUENCES))
+def test_an_r1_batch_that_is_no_sequence_is_a_policy_error_naming_the_kernel(kind, table, backend):
+    with pytest.raises(PolicyError, match=r"kernel 'mm': policy 'batches' .*batch .*not a sequence"):
+        Tune.start("k", "mm", table.configs, backend, Batches(NO_SEQUENCES[kind], list))
+
+
+@pytest.mark.parametrize("kind", sorted(NO_SEQUENCES))
+def test_a_refined_batch_that_is_no_sequence_is_a_policy_error_and_the_tune_stays_at_its_refine(
+    kind, table, backend, store
+):
+    policy = Batches(lambda: list(range(8)), NO_SEQUENCES[kind])
+    with store.lock(KEY, table.kernel):
+        tune_ = Tune.start(KEY, table.kernel, table.configs, backend, policy,
+                           checkpoint=lambda state, blob: store.write(KEY, blob))
+        try:
+            with pytest.raises(PolicyError, match=r"kernel 'mm_synth': policy 'batches' .*batch .*not a sequence"):
+                tune_.drive()
+        finally:
+            tune_.close()
+    kept = store.read(store.file_for(KEY))
+    assert kept.position() == "R1 refine" and len(kept.durations) == 8 and "PolicyError" in kept.last_error
+
+
+@pytest.mark.parametrize("batch", [(8, 9), range(8, 10), np.array([8, 9]), [np.int64(8), np.int64(9)]],
+                         ids=["a tuple", "a range", "an array", "numpy ints"])
+def test_a_refined_batch_of_any_sequence_kind_opens_its_round(batch, table, backend):
+    refines = iter([batch, []])
+    tune_ = Tune.start("k", "mm", table.configs, backend, Batches(lambda: list(range(8)), lambda: next(refines)))
+    try:
+        state = tune_.drive()
+    finally:
+        tune_.close()
+    assert [r.batch for r in state.rounds] == [list(range(8)), [8, 9]] and state.done
+
+
 def test_after_every_config_failed_a_retry_compiles_nothing_again(table, store):
     with pytest.raises(TuneFailed):
         run_tune(table, FailingCompiler(None), store)
