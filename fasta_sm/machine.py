@@ -24,7 +24,7 @@ import math
 import numbers
 import operator
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
 
 import numpy as np
@@ -386,6 +386,11 @@ class Tune:
         if chunk:
             repeat = [len(state.durations.get(i, ())) for i in chunk]
             outcome = self.backend.benchmark([state.configs[i] for i in chunk], repeat=repeat)
+            if isinstance(outcome.durations_us, (Mapping, Set, str, bytes)):  # list() would take keys, or any order
+                raise BackendError(
+                    f"kernel {state.kernel!r}: backend returned durations as {type(outcome.durations_us).__name__} "
+                    f"{outcome.durations_us!r:.60}, not a sequence in the order of its {len(chunk)} configs"
+                )
             durations = list(outcome.durations_us)
             if len(durations) != len(chunk):
                 raise BackendError(

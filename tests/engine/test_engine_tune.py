@@ -471,6 +471,8 @@ BAD_DURATIONS = {
     "a number as text": (_set(0, "12"), r"duration '12' .* is not a number"),
     "a bool": (_set(2, True), r"duration True .* is not a number"),
     "a numpy bool": (_set(2, np.bool_(True)), r"duration (np\.)?True_? .* is not a number"),
+    "a map by config": (lambda d: {40 + k: x for k, x in enumerate(d)}, r"durations .*dict .*not a sequence"),
+    "a set": (lambda d: set(d), r"durations .*set .*not a sequence"),
 }
 
 
