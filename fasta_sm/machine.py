@@ -208,8 +208,10 @@ class Tune:
             tune._open_round(decision, "R1", 0, planned_s)
             _check_reads_back(state)
             tune._checkpoint()
-        except BaseException:
+        except BaseException as exc:
             tune.close()  # a tune that never started must not stay in the shared machine
+            if isinstance(exc, Exception) and not isinstance(exc, FastaError):  # as `advance` notes a refine's
+                add_note(exc, f"fasta-sm: kernel {kernel!r} at R1 plan")
             raise
         return tune
 

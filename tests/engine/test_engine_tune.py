@@ -333,6 +333,19 @@ def test_a_policy_that_stops_before_any_config_ran_says_how_many_were_never_trie
         run_tune(table, FailingCompiler(None), store, policy="random", policy_params={"budget": 0.05})
 
 
+def test_a_plan_that_raises_is_raised_as_itself_with_a_note_naming_the_kernel(table, backend, store, monkeypatch):
+    from fasta_sm.policies.baseline import Exhaustive
+
+    def boom(self, rng):
+        raise ZeroDivisionError("plan blew up")
+
+    monkeypatch.setattr(Exhaustive, "plan", boom)
+    with pytest.raises(ZeroDivisionError, match="plan blew up") as raised:
+        run_tune(table, backend, store)
+    assert getattr(raised.value, "__notes__", []) == ["fasta-sm: kernel 'mm_synth' at R1 plan"]
+    assert not store.file_for(KEY).exists()  # nothing was measured, nothing is written
+
+
 def test_a_tune_whose_first_round_cannot_start_leaves_the_shared_machine(table, backend):
     class PlansTwice:
         name = "twice"
