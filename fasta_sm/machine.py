@@ -306,12 +306,13 @@ class Tune:
                 )
             return dict(enumerate(listed))
         outcomes = dict(self.backend.compile_first(configs))
-        if not outcomes or not all(isinstance(p, int) and 0 <= p < len(configs) for p in outcomes):
+        positions = [_as_index(p) for p in outcomes]  # True is no position, though it equals 1; a numpy int is one
+        if not outcomes or not all(p is not None and 0 <= p < len(configs) for p in positions):
             raise BackendError(
-                f"kernel {self.state.kernel!r}: compile_first returned positions {sorted(outcomes)} "
+                f"kernel {self.state.kernel!r}: compile_first returned positions {list(outcomes)!r:.120} "
                 f"for {len(configs)} configs (at least one, each below {len(configs)})"
             )
-        return outcomes
+        return dict(zip(positions, outcomes.values()))
 
     def _prefetch(self, reserve: int, rest: list[int]) -> None:
         """Offer a backend that compiles ahead the configs it will be asked for, then those likeliest to come next.

@@ -907,7 +907,10 @@ def test_a_tune_stopped_while_part_of_a_batch_still_compiles_resumes_from_its_fi
     assert resumed.state.durations == whole.durations and resumed.state.best == whole.best
 
 
-@pytest.mark.parametrize("answer", [{}, {5: CompileOutcome(error=None, seconds=0.1)}])
+@pytest.mark.parametrize("answer", [{}, {5: CompileOutcome(error=None, seconds=0.1)},
+                                    {True: CompileOutcome(error=None, seconds=0.1)},
+                                    {1.0: CompileOutcome(error=None, seconds=0.1)}],
+                         ids=["none", "past the chunk", "a bool", "a float"])
 def test_compile_first_must_return_at_least_one_position_of_the_chunk(table, backend, answer):
     class Wrong(CountingBackend):
         def compile_first(self, configs):
@@ -915,6 +918,15 @@ def test_compile_first_must_return_at_least_one_position_of_the_chunk(table, bac
 
     with pytest.raises(BackendError, match=r"compile_first returned positions .* for 2 configs"):
         drive_fresh(table, Wrong(backend), policy="exhaustive", chunk_size=2)
+
+
+def test_compile_first_may_name_its_positions_by_numpy_ints(table, backend):
+    class NumpyPositions(CompilesOnBackend):
+        def compile_first(self, configs):
+            return {np.int64(k): outcome for k, outcome in super().compile_first(configs).items()}
+
+    state = drive_fresh(table, NumpyPositions(backend), policy="exhaustive", chunk_size=2)
+    assert state.done and state.best == table.true_best
 
 
 class PartialCompiles(CountingBackend):
