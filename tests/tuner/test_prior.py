@@ -349,11 +349,15 @@ def test_a_child_forked_while_another_thread_reads_the_prior_tunes_with_a_prior_
     assert process.exitcode == 0
 
 
-def test_a_finished_tune_read_for_the_prior_is_what_its_full_decode_tells(table_file, state_dir):
+def _finished_file(table_file, state_dir) -> Path:
     table = load_table(table_file)
     store = StateStore(state_dir)
     tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
-    path = store.file_for("shape-a")
+    return store.file_for("shape-a")
+
+
+def test_a_finished_tune_read_for_the_prior_is_what_its_full_decode_tells(table_file, state_dir):
+    path = _finished_file(table_file, state_dir)
     whole = StateStore.read(path)
     light = StateStore.read_finished(path)
     fastest = sorted(whole.durations, key=lambda i: (whole.mean_us(i), i))
@@ -363,10 +367,7 @@ def test_a_finished_tune_read_for_the_prior_is_what_its_full_decode_tells(table_
 
 
 def test_an_unfinished_tune_offers_nothing_to_the_prior(table_file, state_dir):
-    table = load_table(table_file)
-    store = StateStore(state_dir)
-    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
-    path = store.file_for("shape-a")
+    path = _finished_file(table_file, state_dir)
     state = StateStore.read(path)
     state.phase = "R2"
     path.write_bytes(pack_state(state))
@@ -374,10 +375,7 @@ def test_an_unfinished_tune_offers_nothing_to_the_prior(table_file, state_dir):
 
 
 def test_a_damaged_finished_tune_is_refused_by_the_prior_naming_its_file(table_file, state_dir):
-    table = load_table(table_file)
-    store = StateStore(state_dir)
-    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
-    path = store.file_for("shape-a")
+    path = _finished_file(table_file, state_dir)
     blob = bytearray(path.read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     path.write_bytes(bytes(blob))
@@ -386,10 +384,7 @@ def test_a_damaged_finished_tune_is_refused_by_the_prior_naming_its_file(table_f
 
 
 def test_a_finished_tune_whose_timings_name_a_config_past_its_list_is_refused_by_the_prior(table_file, state_dir):
-    table = load_table(table_file)
-    store = StateStore(state_dir)
-    tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
-    path = store.file_for("shape-a")
+    path = _finished_file(table_file, state_dir)
     state = StateStore.read(path)
     state.durations[len(state.configs)] = [1.0]
     path.write_bytes(pack_state(state))
