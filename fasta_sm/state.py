@@ -441,6 +441,8 @@ def unpack_finished(blob: bytes, source: str = "<bytes>") -> FinishedTune | None
         if data.get("phase") != "DONE" or type(data.get("best")) is not int:
             return None
         durations, rounds = data["durations"], data["rounds"]
+        _check_index_keys(durations, "durations", source)  # "1" is index 1, as the full decode reads it
+        durations = {int(i): timings for i, timings in durations.items()}
         raw = _entries_at(data["configs"].blob, set(durations))
         if any(type(i) is not int or i not in raw for i in durations):
             raise StateFileError(f"{source}: durations name a config outside the list")

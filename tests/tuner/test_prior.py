@@ -7,8 +7,10 @@ import multiprocessing
 import os
 import threading
 import time
+import zlib
 from pathlib import Path
 
+import msgpack
 import pytest
 
 import fasta_sm.store as store_module
@@ -364,6 +366,22 @@ def test_a_finished_tune_read_for_the_prior_is_what_its_full_decode_tells(table_
     assert light.key == whole.key and light.backend == whole.backend
     assert [c.identity for c in light.fastest] == [whole.configs[i].identity for i in fastest]
     assert light.finished_at == whole.rounds[-1].finished
+
+
+def test_a_finished_tune_whose_timings_are_keyed_by_decimal_text_is_read_by_the_prior_as_by_the_full_decode(
+        table_file, state_dir):
+    # docs/state-format.md: an index written as its decimal text, "1", is read as that index
+    path = _finished_file(table_file, state_dir)
+    data = msgpack.unpackb(path.read_bytes(), raw=False, strict_map_key=False)
+    data["durations"] = {str(index): timings for index, timings in data["durations"].items()}
+    del data["crc32"]
+    body = b"".join(msgpack.packb(name) + msgpack.packb(value) for name, value in data.items())
+    crc = msgpack.packb("crc32") + msgpack.packb(zlib.crc32(body))
+    path.write_bytes(msgpack.Packer().pack_map_header(len(data) + 1) + body + crc)
+    whole = StateStore.read(path)
+    fastest = sorted(whole.durations, key=lambda i: (whole.mean_us(i), i))
+    light = StateStore.read_finished(path)
+    assert [c.identity for c in light.fastest] == [whole.configs[i].identity for i in fastest]
 
 
 def test_an_unfinished_tune_offers_nothing_to_the_prior(table_file, state_dir):
