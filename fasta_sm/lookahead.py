@@ -43,7 +43,8 @@ def likely_next(state: TuneState, policy: Policy, rng: np.random.Generator) -> l
     while R1 is still being timed. Empty when there is nothing to expect
     from (no prediction, nothing timed), when a prediction for the batch is
     not finite, or when a copy of the policy raises (a guess must never fail
-    the tune).
+    the tune). A pick outside the config list is dropped: the machine would
+    index the list with it, and lose the whole offer, certain work included.
     """
     base = _expected_observations(state)
     if base is None or state.best_us is None:
@@ -65,7 +66,8 @@ def likely_next(state: TuneState, policy: Policy, rng: np.random.Generator) -> l
             return []
         if decision.retime:
             continue
-        picks += [int(i) for i in decision.batch if int(i) not in tried and int(i) not in picks]
+        inside = [i for i in map(int, decision.batch) if 0 <= i < state.n_configs]  # a copy's slip is no offer's end
+        picks += [i for i in inside if i not in tried and i not in picks]
     return picks
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -153,3 +156,53 @@ def test_a_state_resumed_under_older_params_decides_the_same_with_or_without_loo
     assert prefetching.offered
     assert [(r.batch, r.retime) for r in looked.rounds] == [(r.batch, r.retime) for r in plain.rounds]
     assert looked.policy_state == plain.policy_state
+
+
+class _CopiesGuessOutside:
+    """Fasta, but a copy (as the lookahead refines) also proposes configs outside the list: -1 and N."""
+
+    name = "fasta"
+
+    def __init__(self, configs, copied=False):
+        self.inner, self.n, self.copied = make_policy("fasta", configs), len(configs), copied
+
+    def __deepcopy__(self, memo):
+        clone = copy.copy(self)
+        clone.inner, clone.copied = copy.deepcopy(self.inner, memo), True
+        return clone
+
+    def plan(self, rng):
+        return self.inner.plan(rng)
+
+    def refine(self, observed, rng):
+        decision = self.inner.refine(observed, rng)
+        if self.copied and not decision.retime and len(decision.batch):
+            return dataclasses.replace(decision, batch=[self.n, -1, *decision.batch])
+        return decision
+
+    def state_dict(self):
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state):
+        self.inner.load_state_dict(state)
+
+
+def test_a_guess_outside_the_config_list_is_dropped_and_the_rest_still_offered(table, caplog):
+    offers = []
+
+    class Offered(ReplayBackend):
+        def prefetch(self, configs, reserve=0, certain=0):
+            offers.append((len(configs), certain))
+
+    policy = _CopiesGuessOutside(table.configs)
+    tune = Tune.start("k", table.kernel, table.configs, Offered(table, noise=True, seed=0), policy, seed=0,
+                      chunk_size=len(table.configs))
+    try:
+        _at_second_guided_round(tune)
+        likely = likely_next(tune.state, tune.policy, tune._rng)
+        assert likely and all(0 <= i < len(table.configs) for i in likely), likely
+        tune.drive()
+    finally:
+        tune.close()
+    assert "prefetch failed" not in caplog.text
+    assert any(size > certain for size, certain in offers)
