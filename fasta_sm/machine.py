@@ -216,8 +216,20 @@ class Tune:
         return tune
 
     def close(self) -> None:
-        """Leave the shared machine (it keeps a reference to every model)."""
+        """Leave the shared machine (it keeps a reference to every model), and stop the backend's guesses.
+
+        A backend that compiles ahead (`cancel_prefetch`) would otherwise go
+        on compiling its list of guesses, which no round of this tune will
+        ask for, beside whatever the process compiles next.
+        """
         shared_machine().remove_model(self)
+        cancel = getattr(self.backend, "cancel_prefetch", None)
+        if cancel is None:
+            return
+        try:
+            cancel()
+        except Exception as exc:  # noqa: BLE001  a hint that fails to stop must not hide the tune's result
+            log.warning("kernel %s: cancelling prefetch failed: %s: %s", self.state.kernel, type(exc).__name__, exc)
 
     def drive(self, until: Callable[[TuneState], bool] | None = None) -> TuneState:
         """Run from wherever the state stands to DONE, or until `until(state)` holds.

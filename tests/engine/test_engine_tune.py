@@ -1215,3 +1215,36 @@ def test_a_seed_of_true_is_refused_not_served_the_finished_tune_of_seed_1(table,
     run_tune(table, backend, store, policy="exhaustive", seed=1)
     with pytest.raises(ValueError, match=r"seed=True must be an integer"):
         run_tune(table, backend, store, policy="exhaustive", seed=True)
+
+
+class CancellingBackend(CountingBackend):
+    """Prefetches, and records when it is told to stop guessing; its benchmark raises once `broken`."""
+
+    def __init__(self, inner, broken=False):
+        super().__init__(inner)
+        self.calls: list[str] = []
+        self.broken = broken
+
+    def prefetch(self, configs, reserve=0, certain=0):
+        self.calls.append("prefetch")
+
+    def cancel_prefetch(self):
+        self.calls.append("cancel")
+
+    def benchmark(self, configs, repeat=None):
+        if self.broken and self.benchmark_calls >= 3:
+            raise RuntimeError("device lost")
+        return super().benchmark(configs, repeat=repeat)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_tune_that_ends_or_fails_stops_its_backends_guesses(table, backend, store, broken):
+    """Guesses no round will use must not go on compiling for nothing beside the next tune's compiles."""
+    cancelling = CancellingBackend(backend, broken=broken)
+    if broken:
+        with pytest.raises(RuntimeError, match="device lost"):
+            run_tune(table, cancelling, store, policy="fasta")
+    else:
+        assert run_tune(table, cancelling, store, policy="fasta").state.done
+    assert "prefetch" in cancelling.calls
+    assert cancelling.calls[-1] == "cancel" and cancelling.calls.count("cancel") == 1
