@@ -38,8 +38,8 @@ def _blas_libraries() -> tuple[Any, ...]:
 def one_blas_thread() -> Iterator[None]:
     """On the main thread, run the block with every loaded BLAS library on one thread; elsewhere, as it is.
 
-    The libraries' own setters, not threadpoolctl's `limit`: a call costs a
-    microsecond rather than 60, and the policy is called about twenty times
+    The libraries' own setters, not threadpoolctl's `limit`: a call costs
+    about 13 µs rather than 60, and the policy is called about twenty times
     a tune.
     """
     global _depth
