@@ -18,7 +18,7 @@ import shutil
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -255,34 +255,13 @@ class StateStore:
     def read(path: Path) -> TuneState:
         """Decode one state file; StateFileError if it is not a valid state, StateDirError if it cannot be read
         for now (the file may be sound)."""
-        for_now = f"cannot read state file {path} for now ({{}}); it is left as it is"
-        try:
-            blob = _read_regular(path)
-            return unpack_state(blob, source=str(path))
-        except FileNotFoundError:
-            raise
-        except MemoryError:  # says nothing of the file, like ENOMEM: it may be sound
-            raise StateDirError(for_now.format("out of memory")) from None
-        except OSError as exc:
-            if exc.errno in _PASSING_ERRNOS:
-                raise StateDirError(for_now.format(exc.strerror or exc)) from None
-            raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
+        return _decoded(path, unpack_state)
 
     @staticmethod
     def read_finished(path: Path) -> FinishedTune | None:
         """The finished tune in the file at `path`, its timed configs alone decoded (None if it is not finished);
         errors as `read` raises them."""
-        for_now = f"cannot read state file {path} for now ({{}}); it is left as it is"
-        try:
-            return unpack_finished(_read_regular(path), source=str(path))
-        except FileNotFoundError:
-            raise
-        except MemoryError:
-            raise StateDirError(for_now.format("out of memory")) from None
-        except OSError as exc:
-            if exc.errno in _PASSING_ERRNOS:
-                raise StateDirError(for_now.format(exc.strerror or exc)) from None
-            raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
+        return _decoded(path, unpack_finished)
 
     @staticmethod
     def read_listed(path: Path) -> TuneState:
@@ -465,6 +444,22 @@ _PASSING_ERRNOS = frozenset(
 )
 """Read errors that say nothing of the file (out of descriptors, memory, a storage hiccup): it is left in place.
 Any other (a directory, no permission, a link loop) would fail again at every tune: the file is set aside."""
+
+
+def _decoded(path: Path, decode: Callable[..., Any]) -> Any:
+    """`decode(bytes, source=path)` of the file at `path`: StateFileError for bytes no decoder takes or a file
+    that is unreadable for good, StateDirError for one that cannot be read for now (it may be sound)."""
+    for_now = f"cannot read state file {path} for now ({{}}); it is left as it is"
+    try:
+        return decode(_read_regular(path), source=str(path))
+    except FileNotFoundError:
+        raise
+    except MemoryError:  # says nothing of the file, like ENOMEM: it may be sound
+        raise StateDirError(for_now.format("out of memory")) from None
+    except OSError as exc:
+        if exc.errno in _PASSING_ERRNOS:
+            raise StateDirError(for_now.format(exc.strerror or exc)) from None
+        raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
 
 
 def _read_regular(path: Path, limit: int = -1) -> bytes:
