@@ -625,7 +625,8 @@ class FastaAutotunerMixin:
                 # a config the tune never tried is left out rather than given inf, which Inductor reads
                 # as a failure ("Skipped 120/150 configs (unknown)")
                 timings[launcher] = means.get(index, math.inf)
-        self.launchers = list(timings)
+        # every launcher stays listed: torch closes all but the winner's, the untried among them
+        self.launchers = [*timings, *(launcher for launcher in ranked if launcher not in timings)]
         coordesc = getattr(self, "coordesc_tuner", None)
         for launcher, ms in timings.items():
             if coordesc is not None and math.isfinite(ms):

@@ -313,3 +313,17 @@ def test_a_warm_fx_graph_cache_finds_the_winner_in_inductors_autotune_cache_and_
     assert later.autotune_cache_info.get("autotune_cache_state") == "hit"
     assert len(later.launchers) == 1 and to_fasta_config(later.run("in", "out", 4096, 4096, stream=0)) == winner
     assert CALLS["bench"] == 0 and CALLS["compile"] <= 1
+
+
+def test_torch_releases_the_launchers_of_configs_the_tune_never_tried(tmp_path, faked, monkeypatch):
+    """Torch closes every launcher in `launchers` but the winner's: one dropped from that list keeps its module."""
+    _, parent = worker_then_parent(tmp_path, faked)
+    r1 = StateStore(tmp_path / "states").load(parent._fasta_plan.key).rounds[0].batch
+    index = [i for i in range(len(parent._fasta_space)) if i not in r1][-1]
+    untried = FakeLauncher(parent._fasta_space[index])
+    parent.launchers.append(untried)  # compiled ahead, as a guess is
+    closed = []
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "_close_static_launcher", staticmethod(closed.append))
+    parent.run("in", "out", 4096, 4096, stream=0)
+    done = StateStore(tmp_path / "states").load(parent._fasta_plan.key)
+    assert index not in done.durations and any(launcher is untried for launcher in closed)
