@@ -436,8 +436,12 @@ def unpack_finished(blob: bytes, source: str = "<bytes>") -> FinishedTune | None
     """
     try:
         data = _read_top_map(blob, source)
-        if not isinstance(data, dict) or data.get("schema") not in READABLE_SCHEMAS:
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if type(schema) is not int or schema not in READABLE_SCHEMAS:  # as the full decode: True is no schema
             raise StateFileError(f"{source}: not a state of a schema this fasta-sm reads")
+        if (CHECKSUM_FIELD in data) != (schema >= 2):  # a checksum only guards a file that must hold one
+            raise StateFileError(f"{source}: a schema {schema} file {'without' if schema >= 2 else 'with'} "
+                                 f"{CHECKSUM_FIELD}")
         if data.get("phase") != "DONE" or type(data.get("best")) is not int:
             return None
         durations, rounds = data["durations"], data["rounds"]
@@ -446,7 +450,10 @@ def unpack_finished(blob: bytes, source: str = "<bytes>") -> FinishedTune | None
         raw = _entries_at(data["configs"].blob, set(durations))
         if any(type(i) is not int or i not in raw for i in durations):
             raise StateFileError(f"{source}: durations name a config outside the list")
-        means = {i: sample_mean([float(t) for t in timings]) for i, timings in durations.items()}
+        durations = {i: [float(t) for t in timings] for i, timings in durations.items()}
+        if any(not timings or not all(0 < t <= LONGEST_US for t in timings) for timings in durations.values()):
+            raise StateFileError(f"{source}: durations hold an invalid timing")  # would rank its config first
+        means = {i: sample_mean(timings) for i, timings in durations.items()}
         fastest = sorted(means, key=lambda i: (means[i], i))
         for i in fastest:
             _check_config_entry(raw[i], i, source)

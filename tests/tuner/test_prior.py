@@ -408,3 +408,31 @@ def test_a_finished_tune_whose_timings_name_a_config_past_its_list_is_refused_by
     path.write_bytes(pack_state(state))
     with pytest.raises(StateFileError, match="outside the list"):
         StateStore.read_finished(path)
+
+
+def _repacked(data: dict, crc: bool = True) -> bytes:
+    body = b"".join(msgpack.packb(name) + msgpack.packb(value) for name, value in data.items())
+    tail = msgpack.packb("crc32") + msgpack.packb(zlib.crc32(body)) if crc else b""
+    return msgpack.Packer().pack_map_header(len(data) + crc) + body + tail
+
+
+@pytest.mark.parametrize(
+    ("change", "crc"),
+    [
+        (lambda data: None, False),  # a schema 3 file that lost its checksum
+        (lambda data: data["durations"][min(data["durations"])].__setitem__(0, -1.0), True),
+        (lambda data: data["durations"][min(data["durations"])].__setitem__(0, float("nan")), True),
+        (lambda data: data.__setitem__("schema", True), True),
+    ],
+    ids=["no-checksum", "negative-timing", "nan-timing", "schema-true"],
+)
+def test_a_finished_tune_its_full_decode_refuses_is_refused_by_the_prior_too(table_file, state_dir, change, crc):
+    path = _finished_file(table_file, state_dir)
+    data = msgpack.unpackb(path.read_bytes(), raw=False, strict_map_key=False)
+    del data["crc32"]
+    change(data)
+    path.write_bytes(_repacked(data, crc))
+    with pytest.raises(StateFileError):
+        StateStore.read(path)
+    with pytest.raises(StateFileError):
+        StateStore.read_finished(path)
