@@ -444,20 +444,18 @@ def unpack_finished(blob: bytes, source: str = "<bytes>") -> FinishedTune | None
                                  f"{CHECKSUM_FIELD}")
         if data.get("phase") != "DONE" or type(data.get("best")) is not int:
             return None
-        durations, rounds = data["durations"], data["rounds"]
-        _check_index_keys(durations, "durations", source)  # "1" is index 1, as the full decode reads it
-        durations = {int(i): timings for i, timings in durations.items()}
+        _check_index_keys(data["durations"], "durations", source)  # "1" is index 1, as the full decode reads it
+        durations = {int(i): [float(t) for t in timings] for i, timings in data["durations"].items()}
         raw = _entries_at(data["configs"].blob, set(durations))
-        if any(type(i) is not int or i not in raw for i in durations):
+        if any(i not in raw for i in durations):
             raise StateFileError(f"{source}: durations name a config outside the list")
-        durations = {i: [float(t) for t in timings] for i, timings in durations.items()}
         if any(not timings or not all(0 < t <= LONGEST_US for t in timings) for timings in durations.values()):
             raise StateFileError(f"{source}: durations hold an invalid timing")  # would rank its config first
         means = {i: sample_mean(timings) for i, timings in durations.items()}
         fastest = sorted(means, key=lambda i: (means[i], i))
         for i in fastest:
             _check_config_entry(raw[i], i, source)
-        last = rounds[-1] if rounds else {}
+        last = data["rounds"][-1] if data["rounds"] else {}
         return FinishedTune(
             key=str(data["key"]),
             backend=str(data["backend"]),
