@@ -20,6 +20,7 @@ from .config import Config
 from .env import env_switch
 from .errors import StateFileError
 from .fork_safe import ForkSafeLock
+from .state import FinishedTune
 from .store import StateStore
 
 log = logging.getLogger("fasta_sm.prior")
@@ -31,20 +32,12 @@ PRIOR_SWITCH = "FASTA_SM_PRIOR"
 """Set to a no (0, false, no, off) to start every tune from its own sample alone."""
 
 
-@dataclass(frozen=True)
-class _Finished:
-    key: str
-    backend: str
-    fastest: tuple[str, ...]  # the identities of every config it timed, fastest mean first
-    finished_at: float  # when its last round ended, as the tune recorded it: a copy of the file keeps it
-
-
 @dataclass
 class _Entry:
     stamp: tuple[int, int, int]  # the file's mtime, size and inode when read
     kernel: str | None
     decoded: bool = False
-    finished: _Finished | None = None
+    finished: FinishedTune | None = None
 
 
 _entries: dict[Path, _Entry] = {}
@@ -73,7 +66,7 @@ def earlier_winners(
     failure may pass.
     """
     index = {config.identity: i for i, config in enumerate(configs)}
-    found: list[_Finished] = []
+    found: list[FinishedTune] = []
     with _entries_lock:
         for path in store.state_files():
             try:
@@ -85,7 +78,7 @@ def earlier_winners(
             if finished is not None and finished.key != key:
                 found.append(finished)
     found.sort(key=lambda finished: (finished.backend == backend, finished.finished_at), reverse=True)
-    offered = [[index[i] for i in finished.fastest if i in index][:PER_TUNE] for finished in found]
+    offered = [[index[c.identity] for c in finished.fastest if c.identity in index][:PER_TUNE] for finished in found]
     picks: dict[int, None] = {}
     for rank in range(PER_TUNE):
         for fastest in offered:
@@ -94,7 +87,7 @@ def earlier_winners(
     return list(picks)
 
 
-def _finished(path: Path, stamp: tuple[int, int, int], kernel: str) -> _Finished | None:
+def _finished(path: Path, stamp: tuple[int, int, int], kernel: str) -> FinishedTune | None:
     """The finished tune of `kernel` in `path` (None if it holds another kernel's, an unfinished or an invalid one).
 
     OSError (StateDirError among them) when the file cannot be read for now: nothing is remembered of it then.
@@ -107,13 +100,9 @@ def _finished(path: Path, stamp: tuple[int, int, int], kernel: str) -> _Finished
         return None
     if not entry.decoded:
         try:
-            tune = StateStore.read_finished(path)
+            entry.finished = StateStore.read_finished(path)
         except StateFileError as exc:
             log.debug("prior: passing over %s (%s)", path, exc)
-        else:
-            if tune is not None:
-                entry.finished = _Finished(tune.key, tune.backend, tuple(c.identity for c in tune.fastest),
-                                           tune.finished_at)
         entry.decoded = True
     return entry.finished
 
