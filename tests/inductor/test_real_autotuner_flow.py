@@ -317,6 +317,8 @@ def test_a_warm_fx_graph_cache_finds_the_winner_in_inductors_autotune_cache_and_
 
 def test_torch_releases_the_launchers_of_configs_the_tune_never_tried(tmp_path, faked, monkeypatch):
     """Torch closes every launcher in `launchers` but the winner's: one dropped from that list keeps its module."""
+    if not hasattr(triton_heuristics.CachingAutotuner, "_close_static_launcher"):
+        pytest.skip(f"torch {torch.__version__} closes no launcher after a tune (no _close_static_launcher)")
     _, parent = worker_then_parent(tmp_path, faked)
     r1 = StateStore(tmp_path / "states").load(parent._fasta_plan.key).rounds[0].batch
     index = [i for i in range(len(parent._fasta_space)) if i not in r1][-1]
