@@ -446,6 +446,8 @@ def unpack_finished(blob: bytes, source: str = "<bytes>") -> FinishedTune | None
             return None
         _check_index_keys(data["durations"], "durations", source)  # "1" is index 1, as the full decode reads it
         durations = {int(i): [float(t) for t in timings] for i, timings in data["durations"].items()}
+        if data["best"] not in durations:
+            raise StateFileError(f"{source}: best config #{data['best']} was never measured")
         raw = _entries_at(data["configs"].blob, set(durations))
         if any(i not in raw for i in durations):
             raise StateFileError(f"{source}: durations name a config outside the list")
@@ -456,11 +458,14 @@ def unpack_finished(blob: bytes, source: str = "<bytes>") -> FinishedTune | None
         for i in fastest:
             _check_config_entry(raw[i], i, source)
         last = data["rounds"][-1] if data["rounds"] else {}
+        finished_at = float(last.get("finished") or last.get("started") or 0.0)
+        if not math.isfinite(finished_at):  # it orders the kernel's tunes, newest first
+            raise StateFileError(f"{source}: the last round's time {finished_at!r} is not finite")
         return FinishedTune(
             key=str(data["key"]),
             backend=str(data["backend"]),
             fastest=tuple(Config.from_dict(raw[i]) for i in fastest),
-            finished_at=float(last.get("finished") or last.get("started") or 0.0),
+            finished_at=finished_at,
         )
     except (StateFileError, MemoryError):
         raise

@@ -423,8 +423,10 @@ def _repacked(data: dict, crc: bool = True) -> bytes:
         (lambda data: data["durations"][min(data["durations"])].__setitem__(0, -1.0), True),
         (lambda data: data["durations"][min(data["durations"])].__setitem__(0, float("nan")), True),
         (lambda data: data.__setitem__("schema", True), True),
+        (lambda data: data.__setitem__("best", len(data["configs"]) + 5), True),
+        (lambda data: data["rounds"][-1].__setitem__("finished", float("nan")), True),
     ],
-    ids=["no-checksum", "negative-timing", "nan-timing", "schema-true"],
+    ids=["no-checksum", "negative-timing", "nan-timing", "schema-true", "best-never-timed", "nan-finish-time"],
 )
 def test_a_finished_tune_its_full_decode_refuses_is_refused_by_the_prior_too(table_file, state_dir, change, crc):
     path = _finished_file(table_file, state_dir)
