@@ -26,7 +26,8 @@ from typing import Any
 import filelock
 import platformdirs
 
-from .errors import LockTimeout, SettingError, StateDirError, StateFileError, TuneFailed
+from .env_numbers import real_from_env
+from .errors import LockTimeout, StateDirError, StateFileError, TuneFailed
 from .state import FinishedTune, TuneState, peek_kernel, unpack_finished, unpack_state
 
 try:
@@ -57,15 +58,7 @@ def default_state_dir() -> Path:
 
 def default_lock_timeout() -> float:
     raw = os.environ.get(LOCK_TIMEOUT_ENV)
-    if raw is None:
-        return DEFAULT_LOCK_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingError(f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
-    if not value >= 0:  # NaN too
-        raise SettingError(f"{LOCK_TIMEOUT_ENV}={raw!r} must be a number of seconds ≥ 0")
-    return value
+    return DEFAULT_LOCK_TIMEOUT_S if raw is None else real_from_env(LOCK_TIMEOUT_ENV, raw, infinite=True)
 
 
 def file_stem(key: str) -> str:

@@ -29,6 +29,7 @@ from ..driver import (
     whole_number,
 )
 from ..env import INDUCTOR_SWITCH, switch_or_off
+from ..env_numbers import whole_from_env
 from ..errors import MissingDependency
 from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
@@ -77,10 +78,7 @@ def enable(
     """
     if max_configs is None:
         raw = os.environ.get(MAX_CONFIGS_ENV, str(DriverSettings.max_configs))
-        try:
-            max_configs = whole_number(f"${MAX_CONFIGS_ENV}", int(raw), 1)
-        except ValueError:
-            raise ValueError(f"${MAX_CONFIGS_ENV}={raw!r} is not a whole number ≥ 1") from None
+        max_configs = whole_from_env(MAX_CONFIGS_ENV, raw, 1)
     policy = default_policy() if policy is None else policy
     params = integration_params(policy, policy_params, FASTA_DEFAULTS)
     check_arguments(policy, params)

@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from queue import Empty, SimpleQueue
 
 from ..env import env_switch
-from ..errors import SettingError
+from ..env_numbers import whole_from_env
 from .cores import usable_cores
 from .fork_server import preload_modules, worker_context
 from .worker import CompileJob, compile_in_worker, describe_error, do_nothing, init_worker, warm_triton_key
@@ -49,13 +49,7 @@ def pool_size() -> int:
     """Workers to spawn: FASTA_COMPILE_WORKERS, else the usable cores (`usable_cores`) less two (the parent times)."""
     configured = os.environ.get("FASTA_COMPILE_WORKERS")
     if configured:
-        try:
-            workers = int(configured)
-        except ValueError:
-            workers = 0
-        if workers < 1:
-            raise SettingError(f"$FASTA_COMPILE_WORKERS={configured!r} is not a whole number ≥ 1")
-        return workers
+        return whole_from_env("FASTA_COMPILE_WORKERS", configured, 1)
     return max(1, usable_cores() - 2)
 
 

@@ -773,11 +773,16 @@ def test_a_state_superseded_after_the_clock_stepped_back_still_lists_as_the_newe
     assert second.name.endswith(".superseded-20261201T120000.000000-1")
 
 
-@pytest.mark.parametrize("raw", ["abc", "-1", "nan"])
+@pytest.mark.parametrize("raw", ["abc", "-1", "nan", "1_0", " 5", "١٠", "infinity"])
 def test_a_lock_timeout_from_the_environment_that_is_no_number_of_seconds_is_refused_naming_it(raw, monkeypatch):
     monkeypatch.setenv("FASTA_SM_LOCK_TIMEOUT", raw)
-    with pytest.raises(SettingError, match=f"FASTA_SM_LOCK_TIMEOUT='{raw}'"):
+    with pytest.raises(SettingError, match=f"FASTA_SM_LOCK_TIMEOUT={raw!r}"):
         default_lock_timeout()
+
+
+def test_a_lock_timeout_of_inf_from_the_environment_waits_for_ever(monkeypatch):
+    monkeypatch.setenv("FASTA_SM_LOCK_TIMEOUT", "inf")
+    assert default_lock_timeout() == float("inf")
 
 
 @pytest.mark.parametrize("fcntl", ["probed read-only", None], ids=["with fcntl", "without fcntl (Windows)"])

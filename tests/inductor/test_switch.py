@@ -96,7 +96,7 @@ def test_context_manager_switches_back_on_even_if_the_block_switched_off(tmp_pat
     assert fi.current_settings()["max_configs"] == 16 and same(patched[1], snapshot()[1])
 
 
-@pytest.mark.parametrize("raw", ["0", "x"])
+@pytest.mark.parametrize("raw", ["0", "x", "1_0", "١٠", " 8"])
 def test_a_bad_max_configs_from_the_environment_is_refused_naming_the_variable(raw, tmp_path, monkeypatch):
     monkeypatch.setenv("FASTA_SM_INDUCTOR_MAX_CONFIGS", raw)
     with pytest.raises(ValueError, match=re.escape(f"$FASTA_SM_INDUCTOR_MAX_CONFIGS={raw!r}")):

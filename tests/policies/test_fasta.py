@@ -103,6 +103,23 @@ def test_bad_env_value_names_the_variable(monkeypatch):
         from_environment()
 
 
+@pytest.mark.parametrize("var, text", [("FASTA_MAX_ROUNDS", "1_0"), ("FASTA_MAX_ROUNDS", "١٠"),
+                                       ("FASTA_RETIME_TOP", " 2"), ("FASTA_R1_PCT", "0.1_0"),
+                                       ("FASTA_R1_PCT", "٠.١"), ("FASTA_BASE_BUDGET", "0.1 ")],
+                         ids=["underscore", "arabic-indic digits", "space", "underscore in a fraction",
+                              "arabic-indic fraction", "trailing space"])
+def test_an_env_value_only_python_would_read_as_a_number_is_refused_naming_the_variable(var, text, monkeypatch):
+    monkeypatch.setenv(var, text)
+    with pytest.raises(PolicyError, match=re.escape(f"${var}={text!r} is not a")):
+        from_environment()
+
+
+@pytest.mark.parametrize("text", [".1", "1e-1", "0.1"])
+def test_an_env_fraction_may_be_written_with_a_leading_point_or_an_exponent(text, monkeypatch):
+    monkeypatch.setenv("FASTA_R1_PCT", text)
+    assert from_environment().params.r1_frac == 0.1
+
+
 def test_out_of_range_env_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("FASTA_R1_PCT", "30")
     with pytest.raises(PolicyError, match="FASTA_R1_PCT='30'"):

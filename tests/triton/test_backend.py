@@ -152,10 +152,10 @@ def test_describe_error_is_one_short_line():
     assert "\n" not in text and len(text) <= 400
 
 
-@pytest.mark.parametrize("raw", ["abc", "0"])
+@pytest.mark.parametrize("raw", ["abc", "0", "1_0", "١٠", " 3"])
 def test_a_pool_size_from_the_environment_that_is_no_whole_number_is_refused_naming_it(raw, monkeypatch):
     monkeypatch.setenv("FASTA_COMPILE_WORKERS", raw)
-    with pytest.raises(SettingError, match=f"FASTA_COMPILE_WORKERS='{raw}'"):
+    with pytest.raises(SettingError, match=f"FASTA_COMPILE_WORKERS={raw!r}"):
         pool_size()
 
 

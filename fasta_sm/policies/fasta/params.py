@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...env import COMPILE_POOL_SETTINGS, parse_switch
+from ...env_numbers import real_from_env, whole_from_env
 from ...errors import PolicyError, SettingError
 
 
@@ -330,18 +331,15 @@ def parameter_table() -> str:
 
 def _parse(field_type: Any, name: str, text: str, where: str) -> Any:
     kind = field_type if isinstance(field_type, str) else getattr(field_type, "__name__", str(field_type))
-    if kind == "bool":
-        try:
-            return False if not text.strip() else parse_switch(where, text)
-        except SettingError as error:
-            raise PolicyError(f"fasta: {error} (it sets {name})") from None
     try:
+        if kind == "bool":
+            return False if not text.strip() else parse_switch(where, text)
         if kind == "int":
-            return int(text)
+            return whole_from_env(where, text)
         if kind == "float":
-            return float(text)
-    except ValueError:
-        raise PolicyError(f"fasta: {where}={text!r} is not a valid {kind} for {name}") from None
+            return real_from_env(where, text)
+    except SettingError as error:
+        raise PolicyError(f"fasta: {error} (it sets {name})") from None
     raise PolicyError(f"fasta: {name} cannot be set from {where}")
 
 
