@@ -38,7 +38,7 @@ from ..config import Config
 from ..driver import integration_params, plain_literal, seed_setting, to_fasta_config
 from ..errors import ConfigError, FastaError, StateDirError, add_note
 from ..policies import check_arguments
-from ..policies.fasta.params import LIVE_DEFAULTS
+from ..policies.fasta.params import LIVE_DEFAULTS, check_expert_configs
 from ..state import TuneState, remember_configs
 from ..store import StateStore, refuse_non_directory, state_dir_path
 from ..tuner import TuneResult, tune
@@ -200,6 +200,7 @@ class Autotuner(TritonAutotuner):
                 self.policy_params["budget"] = plain_literal("budget", budget)  # as policy_params' values are
             refuse_non_directory(state_dir_path(state_dir))
             check_arguments(self.policy, self.policy_params)
+            self._check_expert_configs()
             self.seed = seed_setting(seed)
             check_settings()
         except (FastaError, ValueError) as exc:
@@ -215,6 +216,17 @@ class Autotuner(TritonAutotuner):
         if len(self.configs) > 1 and _compiles_in_pool(fn):
             note_kernel_module(base.__module__, getattr(base, "__globals__", {}))
             start_fork_server()
+
+    def _check_expert_configs(self) -> None:
+        """Refuse a fasta `expert_configs` index past the end of `configs` now rather than at the first launch.
+
+        The indices name configs of the list a tune runs on: after `prune_configs_by`, the pruned list, which
+        the policy checks them against when the tune starts. A `perf_model` keeps some of `configs`, so an
+        index past them never names one; an `early_config_prune` may return a list of its own, of any length,
+        so with one nothing can be told before the launch.
+        """
+        if self.policy == "fasta" and self.early_config_prune is None:
+            check_expert_configs(self.policy_params.get("expert_configs", ()), len(self.configs))
 
     def _milliseconds(self, name: str, value: Any, default: float) -> float:
         """A timing knob (`warmup`, `rep`) as a number of ms ≥ 0, or `default` for None; else an error naming it."""

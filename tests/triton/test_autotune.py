@@ -24,7 +24,7 @@ from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
 from triton_device import DEVICE, HAS_CUDA
 
 import fasta_sm
-from fasta_sm.errors import StateDirError, notes_of
+from fasta_sm.errors import PolicyError, StateDirError, notes_of
 from fasta_sm.policies import make_policy
 from fasta_sm.store import StateStore
 from fasta_sm.triton.autotune import _source_hash, to_fasta_config, to_triton_config
@@ -496,6 +496,48 @@ def test_an_empty_config_list_is_an_error_naming_the_kernel(tmp_path):
 def test_bad_tune_settings_are_refused_when_the_kernel_is_decorated(tmp_path, settings, named):
     with pytest.raises(ValueError, match=rf"accumulate_kernel\): .*{re.escape(named)}"):
         fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), **settings)(accumulate_kernel)
+
+
+def expert_configs_past_the_end(index: int, count: int) -> str:
+    return re.escape(f"fasta: expert_configs index {index} is past the end of the config list ({count} configs")
+
+
+@pytest.mark.parametrize("prune", [None, {"perf_model": lambda **kwargs: kwargs["BLOCK"], "top_k": 2}],
+                         ids=["no prune", "a perf_model, which keeps some of the configs"])
+def test_an_expert_configs_index_past_the_config_list_is_refused_when_the_kernel_is_decorated(tmp_path, prune):
+    with pytest.raises(ValueError, match=r"accumulate_kernel\): " + expert_configs_past_the_end(3, 3)):
+        fasta_sm.autotune(SMALL, key=["n"], prune_configs_by=prune, state_dir=str(tmp_path),
+                          policy_params={"expert_configs": [0, 3]})(accumulate_kernel)
+
+
+def test_expert_configs_index_the_configs_left_once_repeats_are_dropped(tmp_path):
+    with pytest.raises(ValueError, match=expert_configs_past_the_end(3, 3)):
+        fasta_sm.autotune([*SMALL, SMALL[0]], key=["n"], state_dir=str(tmp_path),
+                          policy_params={"expert_configs": [3]})(accumulate_kernel)
+
+
+def test_an_expert_configs_index_past_what_the_prune_left_is_refused_when_that_tune_starts(tmp_path):
+    """The indices name configs of the list the tune runs on: under `prune_configs_by`, the pruned one."""
+    prune = {"perf_model": lambda **kwargs: kwargs["BLOCK"], "top_k": 2}
+    kernel = fasta_sm.autotune(SMALL, key=["n"], prune_configs_by=prune, state_dir=str(tmp_path),
+                               policy_params={"expert_configs": [2]})(accumulate_kernel)
+    with pytest.raises(PolicyError, match=expert_configs_past_the_end(2, 2)):
+        launch(kernel)
+
+
+def test_an_early_config_prune_may_return_more_configs_than_the_decorator_was_given_for_expert_configs_to_name(
+    tmp_path
+):
+    def widen(configs, nargs, **kwargs):
+        return [*configs, triton.Config({"BLOCK": 512}, num_warps=1, num_stages=1)]
+
+    kernel = fasta_sm.autotune(SMALL, key=["n"], prune_configs_by={"early_config_prune": widen},
+                               reset_to_zero=["out_ptr"], state_dir=str(tmp_path),
+                               policy_params={"optimize_configs": True, "expert_configs": [3]})(accumulate_kernel)
+    x, out = launch(kernel)
+    torch.testing.assert_close(out, 2.0 * x)
+    (result,) = kernel.results.values()
+    assert result.state.n_configs == 4 and result.state.policy_params["expert_configs"] == [3]
 
 
 def test_numpy_numbers_in_policy_params_are_kept_as_the_python_numbers_a_state_file_can_hold(tmp_path):

@@ -381,6 +381,17 @@ def environment_overrides(environ: Mapping[str, str] | None = None) -> dict[str,
     return {name: value for name, value in environment_params(environ).items() if getattr(defaults, name) != value}
 
 
+def check_expert_configs(indices: Iterable[int], count: int) -> None:
+    """Refuse an `expert_configs` index past the end of a config list of `count` (indices are checked ≥ 0 by
+    `FastaParams`): wherever the list's length is first known, so that the user hears of it there."""
+    outside = [i for i in indices if i >= count]
+    if outside:
+        raise PolicyError(
+            f"fasta: expert_configs index {outside[0]} is past the end of the config list "
+            f"({count} configs, indices 0..{count - 1})"
+        )
+
+
 def resolve_params(overrides: Mapping[str, Any]) -> FastaParams:
     """Defaults, then per-tune keyword arguments.
 

@@ -37,7 +37,7 @@ from .feasibility import (
     spill_dominance,
 )
 from .features import extract_features
-from .params import LARGEST, FastaParams, environment_overrides, resolve_params
+from .params import LARGEST, FastaParams, check_expert_configs, environment_overrides, resolve_params
 from .sampling import (
     cell_retry_picks,
     marginal_scores,
@@ -149,9 +149,7 @@ class FastaPolicy:
         self.params = params
         n = len(self._configs)
         self._active = np.ones(n, dtype=bool)
-        outside = [i for i in params.expert_configs if i >= n]
-        if outside:
-            raise PolicyError(f"fasta: expert_configs index {outside[0]} outside 0..{n - 1}")
+        check_expert_configs(params.expert_configs, n)
         if params.optimize_configs:
             expert = [self._configs[i] for i in params.expert_configs]
             kept = {c.identity for c in optimize_configs(self._configs, expert=expert)}
