@@ -6,6 +6,7 @@ itself starts without torch or Triton.
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
 import sys
@@ -13,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,6 +22,7 @@ from ..backends.replay import DISTURBED_SPREAD, count_disturbed, timed_by_interp
 from ..cli_paths import NamedPath, UsageCommand
 from ..errors import ConfigError, MissingDependency, TableError
 from ..state import storable_text
+from .spec import KernelSpec, load_spec, resolve_spec
 
 
 def _finite(least: float, strict: bool) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
@@ -72,6 +75,65 @@ def _check_writable(out_dir: Path) -> None:
     except OSError as exc:
         raise click.BadParameter(f"{out_dir}: no table can be written there ({exc.strerror or exc})",
                                  param_hint="--out") from None
+
+
+class _Unwritten(Exception):
+    """A kernel left without a table: `record` says why, names it at the end, and goes on to the next kernel."""
+
+    def __init__(self, kernel: str, message: str) -> None:
+        super().__init__(message)
+        self.kernel = kernel
+
+
+def _record_one(
+    name: str,
+    spec_params: dict[str, object],
+    out_dir: Path,
+    limit: int | None,
+    *,
+    force: bool,
+    record_spec: Callable[[KernelSpec], dict[str, Any]],
+    command: str,
+) -> tuple[Path, dict[str, Any]]:
+    """Record the SPEC `name` and write its table; the table and where it went, or `_Unwritten` saying why not."""
+    from .record import compiled_before, spread, triton_cache_dir, write_table
+
+    try:  # its function ran only now: what it refuses leaves this kernel out, not the ones after it
+        spec = load_spec(_spec_path(name), **spec_params)
+    except ConfigError as exc:
+        raise _Unwritten(name, f"error: {exc}; no table written") from None
+    space = len(spec.configs)
+    spec.configs = spread(spec.configs, limit)
+    if len(spec.configs) < space:  # a subset is named as one: it must not pass for the kernel's space
+        spec.name = f"{spec.name}_subset{len(spec.configs)}"
+    target = out_dir / f"{spec.name}.json"
+    if target.exists() and not target.is_file():  # --force replaces a table; this would fail once recorded
+        raise _Unwritten(spec.name, f"error: {target} is not a file; no table can replace it")
+    if target.exists() and not force:  # a recording costs GPU minutes; a smoke run must not replace it
+        raise _Unwritten(spec.name, f"error: {target} exists; pass --force to replace it")
+    of_space = f" (an evenly spaced subset of {space})" if len(spec.configs) < space else ""
+    click.echo(f"recording {spec.name}: {len(spec.configs)} configs{of_space}")
+    warm = compiled_before(spec)
+    if warm:
+        click.echo(
+            f"warning: {spec.name}: Triton's cache {triton_cache_dir()} already holds {warm} "
+            f"build{'s' if warm > 1 else ''} of its kernel; a config built before records a cache hit's "
+            "compile_s, not a compile. Record it from an empty TRITON_CACHE_DIR, in a run of its own "
+            "(docs/recording.md)",
+            err=True,
+        )
+    try:
+        table = record_spec(spec)
+    except (ConfigError, TableError) as exc:  # refused, or recorded as nothing a table holds: the rest go on
+        raise _Unwritten(spec.name, f"error: {exc}; no table written") from None
+    table["command"] = command
+    try:
+        path = write_table(table, target, replace=force)
+    except FileExistsError as exc:  # another recording of this kernel wrote its table meanwhile
+        raise _Unwritten(spec.name, f"error: {exc.strerror}") from None
+    except OSError as exc:  # a full disk, say: this kernel's recording is lost, not the ones after it
+        raise _Unwritten(spec.name, f"error: cannot write {target}: {exc.strerror or exc}; no table written") from None
+    return path, table
 
 
 @click.command("record", cls=UsageCommand)
@@ -144,8 +206,7 @@ def record_command(
 
     from .compile_pool import CompilePool, check_settings
     from .fork_server import interpreting
-    from .record import compiled_before, record, spread, triton_cache_dir, write_table
-    from .spec import load_spec, resolve_spec
+    from .record import record
 
     check_settings()
     if device == "cpu" and not interpreting():
@@ -163,6 +224,9 @@ def record_command(
     # fasta-sm's own arguments, from `fasta-sm` or `-m` alike; a path's undecodable bytes escaped, as a table needs
     command = storable_text(shlex.join(["fasta-sm", *sys.argv[1:]]))
     pool = CompilePool(workers)
+    record_spec = functools.partial(
+        record, device=device, warmup_ms=warmup_ms, rep_ms=rep_ms, check=not no_check, pool=pool, progress=click.echo
+    )
     started = time.perf_counter()
     unwritten: list[str] = []
     try:
@@ -172,60 +236,13 @@ def record_command(
             if deadline_s is not None and time.perf_counter() - started > deadline_s:
                 click.echo(f"deadline reached: {name} not recorded", err=True)
                 continue
-            try:  # its function ran only now: what it refuses leaves this kernel out, not the ones after it
-                spec = load_spec(_spec_path(name), **spec_params)
-            except ConfigError as exc:
-                click.echo(f"error: {exc}; no table written", err=True)
-                unwritten.append(name)
-                continue
-            space = len(spec.configs)
-            spec.configs = spread(spec.configs, limit)
-            if len(spec.configs) < space:  # a subset is named as one: it must not pass for the kernel's space
-                spec.name = f"{spec.name}_subset{len(spec.configs)}"
-            target = Path(out_dir) / f"{spec.name}.json"
-            if target.exists() and not target.is_file():  # --force replaces a table; this would fail once recorded
-                click.echo(f"error: {target} is not a file; no table can replace it", err=True)
-                unwritten.append(spec.name)
-                continue
-            if target.exists() and not force:  # a recording costs GPU minutes; a smoke run must not replace it
-                click.echo(f"error: {target} exists; pass --force to replace it", err=True)
-                unwritten.append(spec.name)
-                continue
-            of_space = f" (an evenly spaced subset of {space})" if len(spec.configs) < space else ""
-            click.echo(f"recording {spec.name}: {len(spec.configs)} configs{of_space}")
-            warm = compiled_before(spec)
-            if warm:
-                click.echo(
-                    f"warning: {spec.name}: Triton's cache {triton_cache_dir()} already holds {warm} "
-                    f"build{'s' if warm > 1 else ''} of its kernel; a config built before records a cache hit's "
-                    "compile_s, not a compile. Record it from an empty TRITON_CACHE_DIR, in a run of its own "
-                    "(docs/recording.md)",
-                    err=True,
-                )
             try:
-                table = record(
-                    spec,
-                    device=device,
-                    warmup_ms=warmup_ms,
-                    rep_ms=rep_ms,
-                    check=not no_check,
-                    pool=pool,
-                    progress=click.echo,
+                path, table = _record_one(
+                    name, spec_params, Path(out_dir), limit, force=force, record_spec=record_spec, command=command
                 )
-            except (ConfigError, TableError) as exc:  # refused, or recorded as nothing a table holds: the rest go on
-                click.echo(f"error: {exc}; no table written", err=True)
-                unwritten.append(spec.name)
-                continue
-            table["command"] = command
-            try:
-                path = write_table(table, target, replace=force)
-            except FileExistsError as exc:  # another recording of this kernel wrote its table meanwhile
-                click.echo(f"error: {exc.strerror}", err=True)
-                unwritten.append(spec.name)
-                continue
-            except OSError as exc:  # a full disk, say: this kernel's recording is lost, not the ones after it
-                click.echo(f"error: cannot write {target}: {exc.strerror or exc}; no table written", err=True)
-                unwritten.append(spec.name)
+            except _Unwritten as exc:
+                click.echo(str(exc), err=True)
+                unwritten.append(exc.kernel)
                 continue
             timed = [row for row in table["configs"] if row["duration_us"]]
             best = min((sum(r["duration_us"]) / len(r["duration_us"]) for r in timed), default=float("nan"))
@@ -241,7 +258,6 @@ def record_command(
                     '(docs/recording.md, "Disturbed timings")',
                     err=True,
                 )
-            del spec, table
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
         if unwritten:
