@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import operator
 import time
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any
@@ -34,7 +33,7 @@ from .config import Config
 from .errors import BackendError, FastaError, PolicyError, TuneFailed, add_note, describe, notes_of
 from .fork_safe import ForkSafeLock
 from .lookahead import likely_next
-from .protocols import LONGEST_S, LONGEST_US, Backend, ChecksRound, CompileOutcome, Decision, Policy
+from .protocols import LONGEST_S, LONGEST_US, Backend, ChecksRound, CompileOutcome, Decision, Policy, as_index
 from .state import (
     PHASES,
     SEED_MAX,
@@ -318,7 +317,7 @@ class Tune:
                 )
             return dict(enumerate(listed))
         outcomes = dict(self.backend.compile_first(configs))
-        positions = [_as_index(p) for p in outcomes]  # True is no position, though it equals 1; a numpy int is one
+        positions = [as_index(p) for p in outcomes]  # True is no position, though it equals 1; a numpy int is one
         if not outcomes or not all(p is not None and 0 <= p < len(configs) for p in positions):
             raise BackendError(
                 f"kernel {self.state.kernel!r}: compile_first returned positions {list(outcomes)!r:.120} "
@@ -511,7 +510,7 @@ class Tune:
         _check_reason(state, decision)
         if not isinstance(decision.retime, (bool, np.bool_)):
             raise PolicyError(f"{name} gave retime={decision.retime!r}; expected True or False")
-        batch = [_as_index(i) for i in decision.batch]
+        batch = [as_index(i) for i in decision.batch]
         if None in batch:  # int() would take 2.7 for #2 and True for #1
             raise PolicyError(f"{name} proposed {decision.batch[batch.index(None)]!r}, not a config index")
         if len(set(batch)) != len(batch):
@@ -593,16 +592,6 @@ def _check_batch_kind(kernel: str, policy: str, batch: Any) -> None:
             f"kernel {kernel!r}: policy {policy!r} gave a batch that is not a sequence of config indices: "
             f"{type(batch).__name__} {batch!r:.60}"
         )
-
-
-def _as_index(value: object) -> int | None:
-    """A whole number as Python's indexing takes it (a numpy integer, a 0-d integer array), else None."""
-    if isinstance(value, (bool, np.bool_)):
-        return None
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        return None
 
 
 def _check_reason(state: TuneState, decision: Decision) -> None:

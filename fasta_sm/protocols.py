@@ -7,6 +7,7 @@ about files, locks or the order of steps: that is the machine's job.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -19,6 +20,20 @@ LONGEST_US = 1e12
 """A duration past this (11.6 days) is a broken timer, not a kernel, and its means would overflow."""
 LONGEST_S = 1e9
 """Compile or benchmark seconds past this (31 years) are a broken clock; their sum would overflow."""
+
+
+def as_index(value: object) -> int | None:
+    """A config index as Python's indexing takes it (a numpy integer, a 0-d integer array), else None.
+
+    Not int(), which reads 2.7 as #2 and True as #1, configs nobody named. The engine checks a policy's batch
+    and a backend's positions with it, must-measure its own indices: all take the same numbers.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 @dataclass(frozen=True)

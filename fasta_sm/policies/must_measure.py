@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,7 +9,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import FastaError
-from ..protocols import ChecksRound, Decision, Observations, TakesPrior
+from ..protocols import ChecksRound, Decision, Observations, TakesPrior, as_index
 from . import make_policy, register, with_environment
 
 
@@ -28,13 +27,14 @@ class MustMeasure:
     def __init__(
         self, configs: Sequence[Config], inner: str, must: Sequence[int], params: Mapping[str, Any] | None = None
     ):
-        odd = [i for i in must if isinstance(i, bool) or not isinstance(i, numbers.Integral)]
-        if odd:  # int() would read 1.7 as 1, a config nobody named
-            raise FastaError(f"must-measure: index {odd[0]!r:.60} is not a whole number")
-        bad = [i for i in must if not 0 <= i < len(configs)]
+        indices = [as_index(i) for i in must]
+        if None in indices:  # int() would read 1.7 as 1, a config nobody named
+            odd = next(given for given, index in zip(must, indices) if index is None)
+            raise FastaError(f"must-measure: index {odd!r:.60} is not a whole number")
+        bad = [i for i in indices if not 0 <= i < len(configs)]
         if bad:
             raise FastaError(f"must-measure: index {bad[0]} outside 0..{len(configs) - 1}")
-        self.must = sorted(int(i) for i in must)
+        self.must = sorted(indices)
         self.inner = make_policy(inner, configs, params)
 
     @classmethod

@@ -169,10 +169,17 @@ def test_a_parameter_of_the_wrong_kind_is_reported_as_such_not_as_an_unknown_one
     assert "takes" not in str(refused.value)
 
 
-@pytest.mark.parametrize("index", [1.7, "1", True])
+@pytest.mark.parametrize("index", [1.7, "1", True, np.bool_(True)])
 def test_must_measure_refuses_an_index_that_is_not_a_whole_number(index):
     with pytest.raises(FastaError, match="is not a whole number"):
         make_policy("must-measure", BOWL.configs, {"inner": "random", "must": [0, index]})
+
+
+@pytest.mark.parametrize("index", [np.int64(1), np.asarray(1)], ids=["numpy int", "0-d array"])
+def test_must_measure_takes_the_whole_numbers_the_engine_takes_as_config_indices(index):
+    """One check for both: a 0-d integer array, which a policy's batch may hold, was refused here."""
+    policy = make_policy("must-measure", BOWL.configs, {"inner": "random", "must": [index, 0]})
+    assert policy.must == [0, 1] and all(type(i) is int for i in policy.must)
 
 
 def test_must_measure_fills_in_its_inner_policys_knobs_from_the_environment(monkeypatch):
