@@ -204,6 +204,18 @@ def test_algorithm_doc_lists_every_parameter_with_its_current_default():
     assert parameter_table() in doc
 
 
+def test_each_default_in_the_parameter_table_reads_back_as_a_bench_param():
+    """docs/cli.md: `--param` reads a Python literal, the spelling of the table's defaults; so each must read
+    back as its default (a tuple once read as one string of names, and the empty `expert_configs` as nothing)."""
+    from fasta_sm.cli import _literal
+    from fasta_sm.policies.fasta.params import parameter_table, resolve_params
+
+    defaults = FastaParams()
+    for row in parameter_table().splitlines()[2:]:
+        name, shown = (cell.strip().removeprefix("`").removesuffix("`") for cell in row.split("|")[1:3])
+        assert getattr(resolve_params({name: _literal(shown)}), name) == getattr(defaults, name), name
+
+
 @pytest.mark.parametrize("budget", [np.float32(0.5), np.int64(1)], ids=["float32", "int64"])
 def test_a_numpy_budget_is_taken_as_the_fraction_it_holds(budget):
     plain = FastaPolicy(MATMUL.configs, budget=float(budget))

@@ -321,11 +321,9 @@ def parameter_table() -> str:
     """The parameter reference of docs/algorithm.md, generated so it cannot drift."""
     env_of = {name: var for var, name in ENV_VARS.items()}
     lines = ["| parameter | default | env var | meaning |", "| --- | --- | --- | --- |"]
-    for f in fields(FastaParams):
-        default = f.default
-        shown = ", ".join(default) if isinstance(default, tuple) else repr(default)
+    for f in fields(FastaParams):  # each default as a Python literal: what `fasta-sm bench --param` reads
         env = f"`{env_of[f.name]}`" if f.name in env_of else ""
-        lines.append(f"| `{f.name}` | `{shown}` | {env} | {DESCRIPTIONS[f.name]} |")
+        lines.append(f"| `{f.name}` | `{f.default!r}` | {env} | {DESCRIPTIONS[f.name]} |")
     return "\n".join(lines)
 
 
