@@ -222,7 +222,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
 @main.command("ls")
 @state_dir_option
 def list_states(state_dir: Path | None) -> None:
-    """One line per state file: kernel, policy, position, measured/N, best, age, lock."""
+    """One line per state file: file, kernel, policy, position, round, measured/N, best, age, lock."""
     store = _existing_store(state_dir)
     if store is None:
         return
@@ -657,7 +657,7 @@ def graph(fmt: str, out: Path | None) -> None:
 )
 @state_dir_option
 def report(csv_out: Path | None, state_dir: Path | None) -> None:
-    """Where the tuning time went, per kernel and in total, against exhaustive tuning."""
+    """Where the tuning time went, per tune and in total, against exhaustive tuning."""
     from .report import REPORT_COLUMNS, report_rows
 
     store = _existing_store(state_dir)
