@@ -1,7 +1,7 @@
 """`fasta-sm record`: record replay tables from the command line.
 
-Imported by the main CLI group only when the command runs, so `fasta-sm`
-itself starts without torch or Triton.
+The main CLI group imports this module at start; torch and Triton are
+imported only inside the command, so `fasta-sm` itself starts without them.
 """
 
 from __future__ import annotations
