@@ -2,8 +2,10 @@
 
 Compiling a config charges its recorded `compile_s`; benchmarking returns its
 recorded mean, optionally with noise drawn to match the recorded spread. The
-noise of a config's k-th timing depends only on (seed, the config's row, k), so a tune
-resumed in another process sees exactly what an uninterrupted one would.
+noise of a config's k-th timing depends only on (seed, the table's kernel, the
+config's row, k), so a tune resumed in another process sees exactly what an
+uninterrupted one would, and two tables with the same config list (one kernel
+at two shapes) do not share their noise under one seed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import math
 import sys
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,6 +339,7 @@ class ReplayBackend:
         self.table = table
         self.noise = noise
         self.seed = seed
+        self._stream = zlib.crc32(table.kernel.encode("utf-8", "surrogatepass"))
 
     def describe(self) -> str:
         mode = f"noise seed {self.seed}" if self.noise else MEANS
@@ -367,7 +371,7 @@ class ReplayBackend:
         if not self.noise or len(samples) < 2:
             return mean
         spread = float(np.std(samples, ddof=1))
-        draw = np.random.default_rng([self.seed, index, repeat]).standard_normal()
+        draw = np.random.default_rng([self.seed, self._stream, index, repeat]).standard_normal()
         return min(max(mean + spread * draw, mean * 0.5), LONGEST_US)  # a timing the engine takes
 
     def _index(self, config: Config) -> int:

@@ -224,11 +224,19 @@ def test_the_synthetic_table_has_failures_and_a_two_sample_spread(table):
     assert all(len(s) == 2 and s[0] < s[1] for s, e in zip(table.samples_us, table.errors) if e is None)
 
 
-def test_replay_noise_depends_only_on_seed_config_and_repeat(table):
+def test_replay_noise_depends_only_on_seed_kernel_config_and_repeat(table):
     a, b = ReplayBackend(table, noise=True, seed=1), ReplayBackend(table, noise=True, seed=1)
     assert a.timing(0, 2) == b.timing(0, 2)
     assert a.timing(0, 0) != a.timing(0, 1)
     assert ReplayBackend(table, noise=False).timing(0, 5) == pytest.approx(sum(table.samples_us[0]) / 2)
+
+
+def test_two_tables_of_one_config_list_do_not_share_their_replay_noise(tmp_path, table_data):
+    # one kernel recorded at two shapes has one config list: a bench's runs on the two must be independent
+    other = load_table(write_table(tmp_path / "mm_synth_2048.json", {**table_data, "kernel": "mm_synth_2048"}))
+    table = load_table(write_table(tmp_path / "mm_synth.json", table_data))
+    first, second = ReplayBackend(table, noise=True, seed=1), ReplayBackend(other, noise=True, seed=1)
+    assert [first.timing(i) for i in range(4)] != [second.timing(i) for i in range(4)]
 
 
 def test_replay_noise_never_draws_a_timing_the_engine_would_refuse(tmp_path, table_data):
@@ -888,8 +896,13 @@ def test_a_tune_timed_as_compiles_end_decides_exactly_as_one_that_compiles_whole
 
 
 def test_a_tune_stopped_while_part_of_a_batch_still_compiles_resumes_from_its_file(table):
+    wide = {"small_budget": 0.5}  # guided rounds of two configs on this small table: one can still compile
+
+    def fasta():
+        return make_policy("fasta", table.configs, wide)
+
     counting = CompilesOnBackend(ReplayBackend(table, noise=True, seed=7))
-    t = Tune.start("k", "mm", table.configs, counting, make_policy("fasta", table.configs), seed=3)
+    t = Tune.start("k", "mm", table.configs, counting, fasta(), seed=3)
     try:
         state = t.drive(until=lambda s: s.step == "benchmark" and any(i not in s.compiled for i in s.pending)
                                          and s.phase == "R2")
@@ -897,14 +910,17 @@ def test_a_tune_stopped_while_part_of_a_batch_still_compiles_resumes_from_its_fi
         t.close()
     assert not state.done
     reread = unpack_state(pack_state(state))
-    resumed = Tune(reread, CountingBackend(ReplayBackend(table, noise=True, seed=7)),
-                   make_policy("fasta", table.configs))
+    resumed = Tune(reread, CountingBackend(ReplayBackend(table, noise=True, seed=7)), fasta())
     try:
         resumed.drive()
     finally:
         resumed.close()
-    whole = drive_fresh(table, ReplayBackend(table, noise=True, seed=7))
-    assert resumed.state.durations == whole.durations and resumed.state.best == whole.best
+    whole = Tune.start("k", "mm", table.configs, ReplayBackend(table, noise=True, seed=7), fasta(), seed=3)
+    try:
+        whole.drive()
+    finally:
+        whole.close()
+    assert resumed.state.durations == whole.state.durations and resumed.state.best == whole.state.best
 
 
 @pytest.mark.parametrize("answer", [{}, {5: CompileOutcome(error=None, seconds=0.1)},

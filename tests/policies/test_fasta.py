@@ -430,7 +430,9 @@ def test_a_stop_after_settled_re_timing_says_it_settled():
 
 
 def test_a_stop_at_the_re_time_round_cap_names_the_contenders_still_open():
-    final = drive(FastaPolicy(MATMUL.configs, retime_rounds=2), MATMUL, seed=0).decisions[-1]
+    policy = FastaPolicy(MATMUL.configs, retime_top=4, retime_tol=1.0, retime_rounds=2, retime_z=0.0,
+                         retime_decay=1.0)  # every round re-times the four fastest
+    final = drive(policy, MATMUL, seed=0).decisions[-1]
     assert re.fullmatch(r"fasta: budget spent; re-timing stopped at retime_rounds=2 with (#\d+, )*#\d+ still in "
                         r"contention with #\d+", final.reason), final.reason
 
