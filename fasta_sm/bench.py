@@ -127,10 +127,14 @@ def _summary(runs: list[Run], n: int, exhaustive: float) -> dict[str, float]:
 
 
 def table_paths(tables_dir: str | Path) -> list[Path]:
-    """The replay tables a bench runs on; a TableError naming `tables_dir` when there are none."""
+    """The replay tables a bench runs on; a TableError naming `tables_dir` when there are none.
+
+    Hidden files are left out, as a shell's `*.json` leaves them: an editor's
+    lock (`.#t.json`) or macOS metadata (`._t.json`) is no table of anyone's.
+    """
     if not Path(tables_dir).is_dir():
         raise TableError(f"{tables_dir}: not a directory of replay tables")
-    paths = sorted(Path(tables_dir).glob("*.json"))
+    paths = sorted(path for path in Path(tables_dir).glob("*.json") if not path.name.startswith("."))
     if not paths:
         raise TableError(f"{tables_dir}: no *.json replay tables in it")
     return paths

@@ -804,6 +804,15 @@ def test_tables_lists_the_readable_tables_then_fails_naming_an_unreadable_one(ta
     assert "junk.json: missing field 'kernel'" in done.stderr
 
 
+@pytest.mark.parametrize("command", ["tables", "bench"])
+def test_hidden_files_among_the_tables_are_left_out(table_file, command):
+    (table_file.parent / ".#toy_mm.json").symlink_to("user@host.1234")  # an editor's lock on the table
+    (table_file.parent / "._toy_mm.json").write_bytes(b"\x00\x05\x16\x07")  # macOS metadata beside a copy
+    extra = ["--seeds", "1", "--policies", "random"] if command == "bench" else []
+    done = fasta_sm(command, "--tables", str(table_file.parent), *extra)
+    assert done.returncode == 0 and "toy_mm" in done.stdout and done.stderr == ""
+
+
 def test_output_files_in_a_missing_directory_are_refused_before_any_work(tmp_path, table_file):
     done = fasta_sm("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "random",
                     "--json", str(tmp_path / "no" / "x.json"))
