@@ -11,6 +11,7 @@ sign.
 
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import SettingError
@@ -39,4 +40,7 @@ def real_from_env(name: str, text: str, *, infinite: bool = False) -> float:
     if not _REAL.fullmatch(text):
         spelt = ", or inf" if infinite else ""
         raise SettingError(f"${name}={text!r} is not a number ≥ 0 in {_PLAIN}, such as 0.5, .5 or 1e-3{spelt}")
-    return float(text)
+    value = float(text)
+    if math.isinf(value):  # only `inf` itself means for ever
+        raise SettingError(f"${name}={text!r} is too large for a number; write inf where the setting takes it")
+    return value

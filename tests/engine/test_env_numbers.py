@@ -66,3 +66,9 @@ def test_inf_reads_as_infinity_where_the_setting_takes_one():
 def test_only_inf_spells_infinity_where_the_setting_takes_one(text):
     with pytest.raises(SettingError, match=refusal(text, "a number ≥ 0") + ".*, or inf$"):
         real_from_env("FASTA_TEST_NUMBER", text, infinite=True)
+
+
+@pytest.mark.parametrize("infinite", [False, True], ids=["finite setting", "setting that takes inf"])
+def test_a_decimal_number_too_large_for_a_float_is_refused_not_read_as_infinity(infinite):
+    with pytest.raises(SettingError, match=r"^\$FASTA_TEST_NUMBER='1e999' is too large"):
+        real_from_env("FASTA_TEST_NUMBER", "1e999", infinite=infinite)
