@@ -2,7 +2,9 @@
 
 A misspelt switch (`FASTA_SM_INDUCTOR=ture`) that silently reads as off is a
 tune the user thinks is running and is not; so a value that is neither a yes
-nor a no is an error naming the variable.
+nor a no is an error naming the variable. A variable set to nothing (or to
+blanks) is unset, for switches and numbers alike: `NAME= command` is how a
+shell unsets it for one command.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Mapping
 
 from .errors import SettingError
 
@@ -34,10 +37,16 @@ def parse_switch(name: str, text: str) -> bool:
     raise SettingError(f"${name}={text!r} is neither a yes (1, true, yes, on) nor a no (0, false, no, off)")
 
 
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of `name` in `environ` (the process's environment by default); None when unset or blank."""
+    text = (os.environ if environ is None else environ).get(name)
+    return text if text is not None and text.strip() else None
+
+
 def env_switch(name: str, default: bool = False) -> bool:
     """The switch `name`: `default` when unset or empty."""
-    text = os.environ.get(name, "")
-    return default if not text.strip() else parse_switch(name, text)
+    text = env_value(name)
+    return default if text is None else parse_switch(name, text)
 
 
 def switch_or_off(name: str) -> bool:

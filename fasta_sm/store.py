@@ -26,6 +26,7 @@ from typing import Any
 import filelock
 import platformdirs
 
+from .env import env_value
 from .env_numbers import real_from_env
 from .errors import LockTimeout, StateDirError, StateFileError, TuneFailed
 from .state import FinishedTune, TuneState, peek_kernel, unpack_finished, unpack_state
@@ -57,7 +58,7 @@ def default_state_dir() -> Path:
 
 
 def default_lock_timeout() -> float:
-    raw = os.environ.get(LOCK_TIMEOUT_ENV)
+    raw = env_value(LOCK_TIMEOUT_ENV)
     return DEFAULT_LOCK_TIMEOUT_S if raw is None else real_from_env(LOCK_TIMEOUT_ENV, raw, infinite=True)
 
 

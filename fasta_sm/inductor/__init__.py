@@ -28,7 +28,7 @@ from ..driver import (
     seed_setting,
     whole_number,
 )
-from ..env import INDUCTOR_SWITCH, switch_or_off
+from ..env import INDUCTOR_SWITCH, env_value, switch_or_off
 from ..env_numbers import whole_from_env
 from ..errors import MissingDependency
 from ..machine import DEFAULT_CHUNK
@@ -77,8 +77,8 @@ def enable(
     Calling it again replaces the settings.
     """
     if max_configs is None:
-        raw = os.environ.get(MAX_CONFIGS_ENV, str(DriverSettings.max_configs))
-        max_configs = whole_from_env(MAX_CONFIGS_ENV, raw, 1)
+        raw = env_value(MAX_CONFIGS_ENV)
+        max_configs = DriverSettings.max_configs if raw is None else whole_from_env(MAX_CONFIGS_ENV, raw, 1)
     policy = default_policy() if policy is None else policy
     params = integration_params(policy, policy_params, FASTA_DEFAULTS)
     check_arguments(policy, params)

@@ -26,7 +26,7 @@ from multiprocessing import util as multiprocessing_util
 from multiprocessing.connection import Connection
 from queue import Empty, SimpleQueue
 
-from ..env import env_switch
+from ..env import env_switch, env_value
 from ..env_numbers import whole_from_env
 from .cores import usable_cores
 from .fork_server import preload_modules, worker_context
@@ -47,8 +47,8 @@ POLL_S = 0.01
 
 def pool_size() -> int:
     """Workers to spawn: FASTA_COMPILE_WORKERS, else the usable cores (`usable_cores`) less two (the parent times)."""
-    configured = os.environ.get("FASTA_COMPILE_WORKERS")
-    if configured:
+    configured = env_value("FASTA_COMPILE_WORKERS")
+    if configured is not None:
         return whole_from_env("FASTA_COMPILE_WORKERS", configured, 1)
     return max(1, usable_cores() - 2)
 

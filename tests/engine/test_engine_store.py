@@ -785,6 +785,14 @@ def test_a_lock_timeout_of_inf_from_the_environment_waits_for_ever(monkeypatch):
     assert default_lock_timeout() == float("inf")
 
 
+@pytest.mark.parametrize("text", ["", "  "])
+def test_a_lock_timeout_set_to_nothing_in_the_environment_is_the_default(text, monkeypatch):
+    monkeypatch.delenv("FASTA_SM_LOCK_TIMEOUT", raising=False)
+    default = default_lock_timeout()
+    monkeypatch.setenv("FASTA_SM_LOCK_TIMEOUT", text)  # `FASTA_SM_LOCK_TIMEOUT= cmd` unsets it for cmd
+    assert default_lock_timeout() == default
+
+
 @pytest.mark.parametrize("fcntl", ["probed read-only", None], ids=["with fcntl", "without fcntl (Windows)"])
 def test_is_locked_tells_a_held_lock_from_a_free_one(fcntl, table, backend, store, monkeypatch):
     run_tune(table, backend, store)

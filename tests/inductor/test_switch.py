@@ -20,6 +20,7 @@ from torch._inductor.runtime.hints import DeviceProperties
 from triton.runtime.jit import JITFunction
 
 import fasta_sm.inductor as fi
+from fasta_sm.driver import DriverSettings
 from fasta_sm.errors import PolicyError
 from fasta_sm.inductor.autotuner import FastaCachingAutotuner
 from fasta_sm.inductor.codegen import HOOK_LINE, rewrite_source, without_settings
@@ -374,6 +375,13 @@ def test_a_policy_param_that_kernel_source_cannot_hold_is_refused_naming_it(valu
     with pytest.raises(ValueError, match=r"policy_params\['retime_cost'\]"):
         fi.enable(state_dir=tmp_path, policy_params={"retime_cost": value})
     assert not fi.is_enabled()
+
+
+@pytest.mark.parametrize("text", ["", "  "])
+def test_max_configs_set_to_nothing_in_the_environment_is_the_default(text, monkeypatch, tmp_path):
+    monkeypatch.setenv(fi.MAX_CONFIGS_ENV, text)
+    with fi.enabled(state_dir=tmp_path) as settings:
+        assert settings.max_configs == DriverSettings.max_configs
 
 
 def test_a_bad_max_configs_in_the_environment_leaves_fasta_sm_off_not_inductor_broken(monkeypatch, caplog):

@@ -120,6 +120,14 @@ def test_an_env_fraction_may_be_written_with_a_leading_point_or_an_exponent(text
     assert from_environment().params.r1_frac == 0.1
 
 
+@pytest.mark.parametrize("var", ["FASTA_R1_PCT", "FASTA_MAX_ROUNDS", "FASTA_CONFIG_OPTIMIZER"])
+@pytest.mark.parametrize("text", ["", "  "])
+def test_a_knob_variable_set_to_nothing_leaves_its_knob_at_the_default(monkeypatch, var, text):
+    from fasta_sm.policies.fasta.params import environment_params
+
+    assert environment_params({var: text}) == {}
+
+
 def test_out_of_range_env_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("FASTA_R1_PCT", "30")
     with pytest.raises(PolicyError, match="FASTA_R1_PCT='30'"):

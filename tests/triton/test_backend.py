@@ -159,6 +159,14 @@ def test_a_pool_size_from_the_environment_that_is_no_whole_number_is_refused_nam
         pool_size()
 
 
+@pytest.mark.parametrize("text", ["", "  "])
+def test_a_pool_size_set_to_nothing_in_the_environment_is_the_default(text, monkeypatch):
+    monkeypatch.delenv("FASTA_COMPILE_WORKERS", raising=False)
+    default = pool_size()
+    monkeypatch.setenv("FASTA_COMPILE_WORKERS", text)
+    assert pool_size() == default
+
+
 def test_pool_size_follows_the_environment(monkeypatch):
     monkeypatch.setenv("FASTA_COMPILE_WORKERS", "3")
     assert pool_size() == 3

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...env import COMPILE_POOL_SETTINGS, parse_switch
+from ...env import COMPILE_POOL_SETTINGS, env_value, parse_switch
 from ...env_numbers import real_from_env, whole_from_env
 from ...errors import PolicyError, SettingError
 
@@ -331,7 +331,7 @@ def _parse(field_type: Any, name: str, text: str, where: str) -> Any:
     kind = field_type if isinstance(field_type, str) else getattr(field_type, "__name__", str(field_type))
     try:
         if kind == "bool":
-            return False if not text.strip() else parse_switch(where, text)
+            return parse_switch(where, text)
         if kind == "int":
             return whole_from_env(where, text)
         if kind == "float":
@@ -354,12 +354,13 @@ def environment_params(environ: Mapping[str, str] | None = None) -> dict[str, An
         if name.startswith("FASTA_") and not name.startswith("FASTA_SM_") and name not in known:
             _warn_ignored(name)
     types = {f.name: f.type for f in fields(FastaParams)}
-    values = {name: _parse(types[name], name, environ[var], var) for var, name in ENV_VARS.items() if var in environ}
+    given = {var: name for var, name in ENV_VARS.items() if env_value(var, environ) is not None}
+    values = {name: _parse(types[name], name, environ[var], var) for var, name in given.items()}
     if values:
         try:
             FastaParams(**values)
         except PolicyError as error:
-            settings = ", ".join(f"{var}={environ[var]!r}" for var in ENV_VARS if var in environ)
+            settings = ", ".join(f"{var}={environ[var]!r}" for var in given)
             raise PolicyError(f"{error} (set from the environment: {settings})") from None
     return values
 
