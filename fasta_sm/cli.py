@@ -36,6 +36,7 @@ from .backends.replay import CACHE_HIT_S, DISTURBED_SPREAD, ReplayBackend, Repla
 from .cli_paths import NamedPath, UsageGroup
 from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
+from .env import env_value
 from .errors import FastaError, PolicyError, StateFileError, TableError
 from .policies import make_policy, policy_names, require_listed, with_environment
 from .render import age_of, format_us, kernel_labels, key_values, state_to_json, tune_label
@@ -604,7 +605,7 @@ def _existing_store(state_dir: Path | None) -> StateStore | None:
     path = _state_dir_path(state_dir)
     if path.is_dir():
         return StateStore(path, lock_timeout_s=0)
-    if _given_state_dir(state_dir) is None and not os.environ.get(STATE_DIR_ENV) and not path.exists():
+    if _given_state_dir(state_dir) is None and env_value(STATE_DIR_ENV) is None and not path.exists():
         notes.print(f"no tunes yet: the default state dir {path} does not exist (the first tune creates it)")
         return None
     raise click.ClickException(f"no state dir {path}" + (" (it is not a directory)" if path.exists() else ""))

@@ -51,8 +51,8 @@ PEEK_MOST_BYTES = 1024 * 1024
 
 def default_state_dir() -> Path:
     """`$FASTA_SM_STATE_DIR`, else the per-user cache dir (`~/.cache/fasta-sm/states` on Linux)."""
-    configured = os.environ.get(STATE_DIR_ENV)
-    if configured:
+    configured = env_value(STATE_DIR_ENV)
+    if configured is not None:
         return Path(configured).expanduser().absolute()
     return Path(platformdirs.user_cache_dir("fasta-sm")).absolute() / "states"
 

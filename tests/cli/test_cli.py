@@ -638,8 +638,12 @@ def test_reading_commands_never_create_a_missing_state_dir(tmp_path):
     assert not (tmp_path / "typo").exists()
 
 
-def test_reading_commands_on_a_first_run_say_there_are_no_tunes_yet(tmp_path, monkeypatch):
-    monkeypatch.delenv("FASTA_SM_STATE_DIR", raising=False)
+@pytest.mark.parametrize("variable", [None, "", "  "], ids=["unset", "empty", "blanks"])
+def test_reading_commands_on_a_first_run_say_there_are_no_tunes_yet(variable, tmp_path, monkeypatch):
+    if variable is None:
+        monkeypatch.delenv("FASTA_SM_STATE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("FASTA_SM_STATE_DIR", variable)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     for command in ("ls", "report"):
         result = CliRunner().invoke(main, [command])

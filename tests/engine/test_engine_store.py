@@ -24,7 +24,7 @@ from engine_harness import CountingBackend, seal
 from fasta_sm import store as store_module
 from fasta_sm.errors import LockTimeout, PolicyError, SettingError, StateDirError, TuneFailed
 from fasta_sm.state import pack_state
-from fasta_sm.store import StateStore, default_lock_timeout
+from fasta_sm.store import StateStore, default_lock_timeout, default_state_dir
 from fasta_sm.tuner import open_tune, tune
 
 KEY = "mm_synth:fp16:1024"
@@ -72,6 +72,14 @@ def test_the_default_state_dir_comes_from_the_environment(tmp_path, monkeypatch)
     monkeypatch.setenv("FASTA_SM_STATE_DIR", str(tmp_path / "from-env"))
     assert StateStore().path == tmp_path / "from-env"
     assert (tmp_path / "from-env").is_dir()
+
+
+@pytest.mark.parametrize("text", ["", "  "])
+def test_a_state_dir_variable_set_to_nothing_is_the_per_user_default(text, monkeypatch):
+    monkeypatch.delenv("FASTA_SM_STATE_DIR", raising=False)
+    default = default_state_dir()
+    monkeypatch.setenv("FASTA_SM_STATE_DIR", text)  # not a folder named by blanks in the working directory
+    assert default_state_dir() == default
 
 
 def test_a_state_dir_that_cannot_be_created_is_a_clear_error(tmp_path):
