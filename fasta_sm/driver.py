@@ -75,9 +75,10 @@ def integration_params(
 
 
 def plain_literal(name: str, value: Any) -> Any:
-    """`value` (a numpy number as the Python number it holds) if its repr reads back as itself; else an error
-    naming `name`: inf, NaN and objects cannot travel in kernel source or a state file."""
-    value = python_scalar(value)
+    """`value` (numpy numbers, also inside lists, tuples and dicts, as the Python numbers they hold) if its repr
+    reads back as itself; else an error naming `name`: inf, NaN and objects cannot travel in kernel source or a
+    state file."""
+    value = python_values(value)
     try:
         same = ast.literal_eval(repr(value)) == value
     except (ValueError, SyntaxError):
@@ -106,6 +107,15 @@ def seed_setting(seed: Any) -> int:
 def python_scalar(value: Any) -> Any:
     """A numpy number as the Python number it holds; anything else as it is."""
     return value.item() if hasattr(value, "item") and type(value).__module__ == "numpy" else value
+
+
+def python_values(value: Any) -> Any:
+    """`python_scalar` through lists, tuples and dicts: `expert_configs=[np.int64(3)]` is the list [3]."""
+    if type(value) in (list, tuple):
+        return type(value)(python_values(item) for item in value)
+    if type(value) is dict:
+        return {python_values(key): python_values(item) for key, item in value.items()}
+    return python_scalar(value)
 
 
 @dataclass(frozen=True)

@@ -546,6 +546,13 @@ def test_numpy_numbers_in_policy_params_are_kept_as_the_python_numbers_a_state_f
     assert type(kernel.policy_params["retime_rounds"]) is int
 
 
+def test_numpy_numbers_inside_a_policy_params_list_are_kept_as_python_numbers(tmp_path):
+    kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path),
+                               policy_params={"expert_configs": [np.int64(1), np.int32(2)]})(accumulate_kernel)
+    assert kernel.policy_params["expert_configs"] == [1, 2]
+    assert all(type(index) is int for index in kernel.policy_params["expert_configs"])
+
+
 def test_a_numpy_budget_is_kept_as_the_python_number_a_state_file_can_hold(tmp_path):
     kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), budget=np.float32(0.5))(accumulate_kernel)
     assert kernel.policy_params["budget"] == 0.5 and type(kernel.policy_params["budget"]) is float
