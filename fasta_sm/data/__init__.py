@@ -15,7 +15,9 @@ def tables_dir() -> Path:
 
 
 def table_names() -> list[str]:
-    return sorted(p.stem for p in tables_dir().glob("*.json"))
+    """The shipped tables' names; hidden files (an editor's `.#t.json` lock in an editable install) are no
+    tables, as `bench.table_paths` leaves them out."""
+    return sorted(p.stem for p in tables_dir().glob("*.json") if not p.name.startswith("."))
 
 
 def table_path(name_or_path: str) -> Path:

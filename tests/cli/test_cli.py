@@ -817,6 +817,18 @@ def test_hidden_files_among_the_tables_are_left_out(table_file, command):
     assert done.returncode == 0 and "toy_mm" in done.stdout and done.stderr == ""
 
 
+def test_the_shipped_tables_are_listed_without_hidden_files(table_file, monkeypatch):
+    """`tables` with no option lists the package's own folder: an editor's lock there (an editable install) is no
+    table, as `tables --stats` and `bench` already leave it out."""
+    import fasta_sm.data
+
+    (table_file.parent / ".#toy_mm.json").symlink_to("user@host.1234")
+    monkeypatch.setattr(fasta_sm.data, "tables_dir", lambda: table_file.parent)
+    assert invoke("tables").split() == ["toy_mm"]
+    refused = CliRunner().invoke(main, ["tune", "--replay", "no_such_table"])
+    assert str(refused.exception).endswith("not a file, nor one of toy_mm")
+
+
 def test_output_files_in_a_missing_directory_are_refused_before_any_work(tmp_path, table_file):
     done = fasta_sm("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "random",
                     "--json", str(tmp_path / "no" / "x.json"))
