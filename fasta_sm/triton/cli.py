@@ -167,7 +167,8 @@ def _record_one(
     "--limit",
     type=click.IntRange(min=1),
     default=None,
-    help="Record only an evenly spaced subset of N configs (smoke runs), as the kernel <name>_subsetN.",
+    help="Record only an evenly spaced subset of N configs (smoke runs), as the kernel <name>_subsetN; "
+    "an N at or past the space's size records the whole space, as <name>.",
 )
 @click.option("--no-check", is_flag=True, help="Skip checking each config's output against the reference.")
 @click.option("--force", is_flag=True, help="Replace a table already in --out (otherwise that kernel is refused).")

@@ -829,6 +829,12 @@ def test_the_shipped_tables_are_listed_without_hidden_files(table_file, monkeypa
     assert str(refused.exception).endswith("not a file, nor one of toy_mm")
 
 
+def test_record_help_says_a_limit_at_or_past_the_space_records_it_whole_under_its_own_name():
+    """As docs/cli.md says and `record.spread` does: only a true subset is named `<name>_subsetN`."""
+    shown = " ".join(invoke("record", "--help").split())
+    assert "as the kernel <name>_subsetN; an N at or past the space's size records the whole space, as <name>." in shown
+
+
 def test_output_files_in_a_missing_directory_are_refused_before_any_work(tmp_path, table_file):
     done = fasta_sm("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "random",
                     "--json", str(tmp_path / "no" / "x.json"))
