@@ -33,8 +33,9 @@ def _check_scalar(config: Config, name: str, value: Any) -> Scalar:
         if not math.isfinite(value):
             raise ConfigError(f"{config._where()}: {name}={value!r} is not a finite number")
         return value
+    kind = "dict" if isinstance(value, dict) else type(value).__name__  # a table's JSON object is a dict subclass
     raise ConfigError(
-        f"{config._where()}: {name}={value!r} has type {type(value).__name__}; "
+        f"{config._where()}: {name}={value!r} has type {kind}; "
         "config values must be int, float, bool or str"
     )
 

@@ -81,6 +81,16 @@ def test_a_descriptive_field_of_the_wrong_type_is_a_table_error_naming_it(field,
         load_table(path)
 
 
+@pytest.mark.parametrize(("value", "kind"), [({"x": 1}, "dict"), ([1, 2], "list")], ids=["object", "array"])
+def test_a_kwarg_value_that_is_no_scalar_is_a_table_error_naming_its_json_kind(value, kind, tmp_path, table_data):
+    data = copy.deepcopy(table_data)
+    name = next(iter(data["configs"][3]["kwargs"]))
+    data["configs"][3]["kwargs"][name] = value
+    path = write_table(tmp_path / "nested.json", data)
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[3]: ") + ".*" + re.escape(f"has type {kind};")):
+        load_table(path)
+
+
 @pytest.mark.parametrize("where", ["kernel", "row"])
 def test_text_that_is_not_unicode_is_a_table_error_naming_where_it_stands(where, tmp_path, table_data):
     data = copy.deepcopy(table_data)
