@@ -37,12 +37,12 @@ from .cli_paths import NamedPath, UsageGroup
 from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .env import env_value
-from .errors import FastaError, PolicyError, StateFileError, TableError
+from .errors import FastaError, PolicyError, StateDirError, StateFileError, TableError
 from .policies import make_policy, policy_names, require_listed, with_environment
 from .render import age_of, format_us, kernel_labels, key_values, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
-from .store import STATE_DIR_ENV, StateStore, default_state_dir
+from .store import STATE_DIR_ENV, STATE_SUFFIX, StateStore, default_state_dir
 from .triton.cli import record_command
 
 console = Console(markup=False, emoji=False)
@@ -262,10 +262,59 @@ def list_states(state_dir: Path | None) -> None:
         corrupt = sum(".corrupt-" in path.name for path in aside)
         notes.print(
             f"{len(aside)} state file{'s' if len(aside) > 1 else ''} set aside in {store.path}: "
-            f"{corrupt} unreadable (.corrupt-*; never read again, yours to inspect and delete) and "
+            f"{corrupt} unreadable (.corrupt-*; never read again, yours to inspect; `fasta-sm clean` removes them) and "
             f"{len(aside) - corrupt} superseded (.superseded-*; their results carry into their key's next tune "
             "after another change of settings)"
         )
+
+
+@main.command()
+@click.option(
+    "--superseded",
+    is_flag=True,
+    help="Also remove superseded states (.superseded-*), whose results would carry into their key's next tune "
+    "after another change of its settings.",
+)
+@click.option("--dry-run", is_flag=True, help="Name what would be removed; remove nothing.")
+@state_dir_option
+def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
+    """Remove the state files set aside: quarantined ones (.corrupt-*), with --superseded superseded ones too.
+
+    Finished and unfinished tunes, and lock files, are never touched; a
+    superseded state whose kernel is being tuned right now is kept.
+    """
+    store = _existing_store(state_dir)
+    if store is None:
+        return
+    aside = store.set_aside_files()
+    is_superseded = [f"{STATE_SUFFIX}.superseded-" in path.name for path in aside]
+    chosen = [path for path, old in zip(aside, is_superseded) if superseded or not old]
+    busy, failed = [], []
+    for path in chosen:
+        if dry_run:
+            click.echo(f"would remove {path.name}")
+            continue
+        try:
+            if store.remove_set_aside(path):
+                click.echo(f"removed {path.name}")
+            else:
+                busy.append(path.name)
+        except StateDirError as exc:
+            failed.append(str(exc))
+    done = len(chosen) - len(busy) - len(failed)
+    if not aside:
+        notes.print(f"nothing set aside in {store.path}")
+    else:
+        verb = "would remove" if dry_run else "removed"
+        notes.print(f"{verb} {done if not dry_run else len(chosen)} of the {len(aside)} state files set aside in "
+                    f"{store.path}")
+    left = sum(is_superseded) if not superseded else 0
+    if left:
+        notes.print(f"{left} superseded kept (--superseded removes them too)")
+    if busy:
+        notes.print(f"kept {len(busy)} superseded whose kernel is being tuned now: {', '.join(busy)}")
+    if failed:
+        raise click.ClickException("; ".join(failed))
 
 
 @main.command()

@@ -391,8 +391,39 @@ class StateStore:
         return sorted(self.path.glob("*" + STATE_SUFFIX))
 
     def set_aside_files(self) -> list[Path]:
-        """Every state moved aside, quarantined (`.corrupt-*`) or superseded (`.superseded-*`): kept, never read."""
+        """Every state moved aside: quarantined (`.corrupt-*`, never read again) or superseded (`.superseded-*`,
+        read when its key's tune starts over, for the results it carries)."""
         return sorted([*self.path.glob(f"*{STATE_SUFFIX}.corrupt-*"), *self.path.glob(f"*{STATE_SUFFIX}.superseded-*")])
+
+    def remove_set_aside(self, path: Path) -> bool:
+        """Delete one set-aside state file; False, deleting nothing, when its key is being tuned right now.
+
+        A superseded file goes only under its key's lock, as a tune takes it: a
+        tune starting over reads the key's superseded files for their results.
+        """
+        stem, superseded, _ = path.name.partition(f"{STATE_SUFFIX}.superseded-")
+        if not superseded:
+            self._unlink(path)
+            return True
+        lock = filelock.FileLock(str(path.with_name(stem + LOCK_SUFFIX)))
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            return False
+        except OSError as exc:
+            raise StateDirError(f"cannot lock {lock.lock_file} to remove {path}: {exc.strerror or exc}") from None
+        try:
+            self._unlink(path)
+        finally:
+            lock.release()
+        return True
+
+    @staticmethod
+    def _unlink(path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StateDirError(f"cannot remove {path}: {exc.strerror or exc}") from None
 
     def resolve(self, key_or_file: str) -> Path:
         """A path to a state file from a path, a file name in the store (with or without its suffix), or a key."""
