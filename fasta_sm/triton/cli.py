@@ -213,7 +213,11 @@ def record_command(
     if device == "cpu" and not interpreting():
         raise click.BadParameter("cpu needs Triton's interpreter: run with TRITON_INTERPRET=1", param_hint="--device")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise click.BadParameter(f"{device}: torch sees no CUDA device here", param_hint="--device")
+        raise click.BadParameter(
+            f"{device}: torch sees no CUDA device here; recording needs a GPU (on a CPU, TRITON_INTERPRET=1 with"
+            " --device cpu records a smoke table whose timings mean nothing)",
+            param_hint="--device",
+        )
 
     spec_params = _parse_params(params)
     for name in specs:  # each recording costs GPU minutes: a typo in the last spec must not cost the ones before

@@ -160,6 +160,15 @@ def test_record_refuses_an_empty_out_rather_than_writing_into_the_working_direct
     assert result.exit_code == 2 and "'--out': is empty" in result.output and not list(tmp_path.iterdir())
 
 
+def test_record_without_a_gpu_says_how_to_record_on_a_cpu(tmp_path, monkeypatch):
+    """`--device` defaults to cuda: on a CPU box the error is the user's first, for an option never typed."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = CliRunner().invoke(record_command, ["row_sum", "--out", str(tmp_path / "out"), "--limit", "1"])
+    assert result.exit_code == 2, result.output
+    assert "cuda: torch sees no CUDA device here" in result.output
+    assert "TRITON_INTERPRET=1 with --device cpu" in result.output and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--warmup-ms", "inf"), ("--warmup-ms", "-5"), ("--rep-ms", "nan"), ("--rep-ms", "-1"), ("--workers", "0"),
