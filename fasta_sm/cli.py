@@ -38,7 +38,7 @@ from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .env import env_value
 from .errors import FastaError, PolicyError, StateDirError, StateFileError, TableError
-from .policies import make_policy, policy_names, require_listed, with_environment
+from .policies import make_policy, named_parameters, policy_names, require_listed, with_environment
 from .render import age_of, format_us, kernel_labels, key_values, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
@@ -443,7 +443,8 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
             which = _indices(waiting)
         head.add_row(
             "pending",
-            f"{len(state.pending)} configs in this round ({len(timed & pending)} timed, {len(failed)} failed); "
+            f"{len(state.pending)} config{'s' if len(state.pending) != 1 else ''} in this round "
+            f"({len(timed & pending)} timed, {len(failed)} failed); "
             f"{len(waiting)} to time: {which}",
         )
     if state.last_error:
@@ -764,6 +765,11 @@ def _policy_params(policy: str, items: tuple[str, ...], tables: list[Path]) -> d
         params[name] = _literal(text)
     if not params:
         return params
+    named = named_parameters(policy)
+    knobs = [name for name in named or [] if name != "budget"]  # the budget is --budget's
+    if named is not None and (unknown := [name for name in params if name not in knobs]):
+        raise click.BadParameter(f"policy {policy!r} takes {', '.join(knobs) or 'no parameter'} here (its budget "
+                                 f"is --budget); got {unknown[0]!r}", param_hint="--param")
     for table in tables:
         try:
             make_policy(policy, load_table(table).configs, params)

@@ -44,6 +44,16 @@ def require_listed(name: str) -> None:
         raise PolicyError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
 
 
+def named_parameters(name: str) -> list[str] | None:
+    """The parameters policy `name` takes beside its configs; None when it takes any name (fasta's `**params`,
+    which it checks itself)."""
+    _load_builtin()
+    parameters = list(inspect.signature(_REGISTRY[name]).parameters.values())[1:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return [p.name for p in parameters]
+
+
 def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] | None = None) -> Policy:
     """Build policy `name` over `configs`; unknown names and parameters are errors."""
     _load_builtin()
@@ -53,12 +63,11 @@ def make_policy(name: str, configs: Sequence[Config], params: Mapping[str, Any] 
     if not configs:
         raise ConfigError(f"policy {name!r}: the config list is empty; there is nothing to tune")
     given = dict(params or {})
-    signature = inspect.signature(factory)
     try:
-        signature.bind(list(configs), **given)
+        inspect.signature(factory).bind(list(configs), **given)
     except TypeError:
-        takes = [p for p in list(signature.parameters)[1:] if p != "kwargs"]
-        raise PolicyError(f"policy {name!r} takes {', '.join(takes) or 'no parameters'}; got {given!r}") from None
+        raise PolicyError(f"policy {name!r} takes {', '.join(named_parameters(name) or []) or 'no parameters'}; "
+                          f"got {given!r}") from None
     try:
         return factory(list(configs), **given)
     except (TypeError, ValueError) as exc:  # a value of the wrong kind, found by the policy itself

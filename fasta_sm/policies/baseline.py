@@ -37,6 +37,11 @@ def budget_count(n_configs: int, budget: float) -> int:
     return max(1, min(n_configs, bought(n_configs, check_budget(budget))))
 
 
+def budget_spent(policy: str, count: int) -> Decision:
+    """The empty batch a budgeted baseline ends with, and why."""
+    return Decision(batch=[], reason=f"{policy}: budget of {count} config{'s' if count != 1 else ''} spent")
+
+
 @register("exhaustive")
 class Exhaustive:
     """Measures every config once, in list order, in one round."""
@@ -74,7 +79,7 @@ class RandomSearch:
         return Decision(batch=batch.tolist(), reason=f"random: {self._count} of {self._n} configs")
 
     def refine(self, observed: Observations, rng: np.random.Generator) -> Decision:
-        return Decision(batch=[], reason=f"random: budget of {self._count} configs spent")
+        return budget_spent("random", self._count)
 
     def state_dict(self) -> dict[str, Any]:
         return {}

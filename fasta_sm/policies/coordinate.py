@@ -22,7 +22,7 @@ import numpy as np
 from ..config import Config
 from ..protocols import Decision, Observations
 from . import register
-from .baseline import budget_count
+from .baseline import budget_count, budget_spent
 from .fasta.features import extract_features
 
 _INDUCTOR_FIELDS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K",
@@ -100,7 +100,7 @@ class CoordinateDescent:
         durations = np.asarray(observed.duration_us, dtype=float)
         tried = int(np.sum(~np.isnan(durations)))
         if self._count - tried <= 0:
-            return Decision(batch=[], reason=f"coordesc: budget of {self._count} configs spent")
+            return budget_spent("coordesc", self._count)
         candidate = self._next(durations)
         if candidate is None:
             return Decision(batch=[], reason="coordesc: a whole sweep of the fields kept no improvement")

@@ -20,7 +20,7 @@ from ..config import Config
 from ..errors import MissingDependency
 from ..protocols import Decision, Observations
 from . import register
-from .baseline import budget_count
+from .baseline import budget_count, budget_spent
 from .fasta.features import extract_features
 
 
@@ -60,7 +60,7 @@ class ExtraTreesLCB:
         candidates = np.flatnonzero(np.isnan(durations))
         rows = np.flatnonzero(np.isfinite(durations))
         if left <= 0 or candidates.size == 0:
-            return Decision(batch=[], reason=f"trees: budget of {self._count} configs spent")
+            return budget_spent("trees", self._count)
         size = min(left, self._batch, candidates.size)
         if rows.size < 2 or self._x.shape[1] == 0:
             picks = rng.choice(candidates, size=size, replace=False)

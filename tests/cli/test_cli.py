@@ -464,6 +464,13 @@ def test_bench_refuses_a_param_the_policy_does_not_know_naming_it(table_file):
     assert "--param" in error and "nonsense" in error
 
 
+@pytest.mark.parametrize(("policy", "takes"), [("random", "no parameter"), ("trees", "r1_frac, rounds, kappa")])
+def test_bench_refuses_a_baseline_param_naming_the_knobs_it_takes_its_budget_apart(policy, takes, table_file):
+    error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", policy,
+                    "--param", "nonsense=1")
+    assert f"policy {policy!r} takes {takes} here (its budget is --budget); got 'nonsense'" in error
+
+
 def test_bench_refuses_a_param_without_a_value(table_file):
     error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1", "--param", "failure_fit")
     assert "NAME=VALUE" in error

@@ -31,6 +31,12 @@ def test_baseline_keeps_its_budget_and_never_repeats(name, budget):
     assert len(proposed) == len(set(proposed)) <= int(np.ceil(budget * len(MATMUL.configs)))
 
 
+@pytest.mark.parametrize("name", ["coordesc", "trees", "random"])
+def test_a_baseline_whose_budget_buys_one_config_says_so_in_the_singular(name):
+    trace = drive(make_policy(name, BOWL.configs, {"budget": 1 / len(BOWL.configs)}), BOWL, seed=1)
+    assert trace.decisions[-1].reason == f"{name}: budget of 1 config spent"
+
+
 def test_coordesc_starts_from_the_most_central_config():
     policy = CoordinateDescent(BOWL.configs)
     start = policy.plan(np.random.default_rng(0)).batch
