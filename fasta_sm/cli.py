@@ -289,6 +289,8 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
     aside = store.set_aside_files()
     is_superseded = [f"{STATE_SUFFIX}.superseded-" in path.name for path in aside]
     chosen = [path for path, old in zip(aside, is_superseded) if superseded or not old]
+    folders = [path.name for path in chosen if store.is_directory(path)]  # never deleted, tree and all
+    chosen = [path for path in chosen if not store.is_directory(path)]
     busy, failed = [], []
     for path in chosen:
         if dry_run:
@@ -311,6 +313,9 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
     left = sum(is_superseded) if not superseded else 0
     if left:
         notes.print(f"{left} superseded kept (--superseded removes them too)")
+    if folders:
+        notes.print(f"kept {len(folders)} set aside that {'is a directory' if len(folders) == 1 else 'are directories'}"
+                    f" (clean removes files only; yours to inspect and delete): {', '.join(folders)}")
     if busy:
         notes.print(f"kept {len(busy)} superseded whose kernel is being tuned now: {', '.join(busy)}")
     if failed:

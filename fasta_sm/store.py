@@ -419,6 +419,15 @@ class StateStore:
         return True
 
     @staticmethod
+    def is_directory(path: Path) -> bool:
+        """Whether `path` is a directory itself, not a link to one: a quarantine moves aside whatever stood at a
+        state file's name, a directory too, and `clean` deletes files only (a link goes, never what it points to)."""
+        try:
+            return stat.S_ISDIR(os.lstat(path).st_mode)
+        except OSError:
+            return False
+
+    @staticmethod
     def _unlink(path: Path) -> None:
         try:
             path.unlink(missing_ok=True)

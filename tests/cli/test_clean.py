@@ -90,3 +90,17 @@ def test_a_file_clean_cannot_remove_is_named_in_an_error_after_the_others_went(s
     result = CliRunner().invoke(main, ["clean", "--superseded", "--state-dir", str(state_dir)])
     assert result.exit_code == 1 and not set_aside["superseded"].exists()
     assert f"cannot remove {set_aside['corrupt']}: Permission denied" in result.stderr
+
+
+def test_a_directory_set_aside_is_kept_and_named_not_an_error_at_every_clean(set_aside, state_dir):
+    """A quarantine moves a directory that stood at a state file's name aside as `*.fsm.corrupt-*`: clean never
+    deletes a tree, and its dry run must not say it would."""
+    folder = set_aside["state"].with_name(set_aside["state"].name + ".corrupt-20261204T000001Z")
+    folder.mkdir()
+    (folder / "inside").write_text("kept")
+    for dry in (["--dry-run"], []):
+        out, said = invoke("clean", *dry, "--state-dir", str(state_dir))
+        assert folder.name not in out
+        assert f"kept 1 set aside that is a directory (clean removes files only; yours to inspect and delete): " \
+               f"{folder.name}" in said
+    assert (folder / "inside").read_text() == "kept" and not set_aside["corrupt"].exists()
