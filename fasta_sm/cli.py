@@ -293,8 +293,11 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
     chosen = [path for path in chosen if not store.is_directory(path)]
     busy, failed = [], []
     for path in chosen:
-        if dry_run:
-            click.echo(f"would remove {path.name}")
+        if dry_run:  # what clean would do, found without taking a lock (that would create lock files)
+            if store.set_aside_in_use(path):
+                busy.append(path.name)
+            else:
+                click.echo(f"would remove {path.name}")
             continue
         try:
             if store.remove_set_aside(path):
@@ -308,8 +311,7 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
         notes.print(f"nothing set aside in {store.path}")
     else:
         verb = "would remove" if dry_run else "removed"
-        notes.print(f"{verb} {done if not dry_run else len(chosen)} of the {len(aside)} state files set aside in "
-                    f"{store.path}")
+        notes.print(f"{verb} {done} of the {len(aside)} state files set aside in {store.path}")
     left = sum(is_superseded) if not superseded else 0
     if left:
         notes.print(f"{left} superseded kept (--superseded removes them too)")
@@ -317,7 +319,8 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
         notes.print(f"kept {len(folders)} set aside that {'is a directory' if len(folders) == 1 else 'are directories'}"
                     f" (clean removes files only; yours to inspect and delete): {', '.join(folders)}")
     if busy:
-        notes.print(f"kept {len(busy)} superseded whose kernel is being tuned now: {', '.join(busy)}")
+        notes.print(f"{'would keep' if dry_run else 'kept'} {len(busy)} superseded whose kernel is being tuned now: "
+                    f"{', '.join(busy)}")
     if failed:
         raise click.ClickException("; ".join(failed))
 

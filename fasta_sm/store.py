@@ -205,26 +205,13 @@ class StateStore:
         on a state dir it may not write (a read-only mount, another user's
         cache). None: the lock file cannot be opened at all.
         """
-        lock_path = state_file.with_suffix(LOCK_SUFFIX)
-        if fcntl is None:
-            return _is_locked_by_filelock(lock_path)
-        try:
-            fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a named pipe must not block
-        except FileNotFoundError:
-            return False
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return None
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
-        finally:
-            os.close(fd)
+        return _lock_held(state_file.with_suffix(LOCK_SUFFIX))
+
+    def set_aside_in_use(self, path: Path) -> bool:
+        """Whether `path` is a superseded state whose key some process holds the lock of right now, probed
+        read-only as `is_locked` does: what `remove_set_aside` would keep, told without taking any lock."""
+        lock_path = _superseded_lock(path)
+        return lock_path is not None and _lock_held(lock_path) is True
 
     def load(self, key: str, notes: list[str] | None = None) -> TuneState | None:
         """The state for `key`, or None if there is none or it had to be quarantined.
@@ -401,11 +388,11 @@ class StateStore:
         A superseded file goes only under its key's lock, as a tune takes it: a
         tune starting over reads the key's superseded files for their results.
         """
-        stem, superseded, _ = path.name.partition(f"{STATE_SUFFIX}.superseded-")
-        if not superseded:
+        lock_path = _superseded_lock(path)
+        if lock_path is None:
             self._unlink(path)
             return True
-        lock = filelock.FileLock(str(path.with_name(stem + LOCK_SUFFIX)))
+        lock = filelock.FileLock(str(lock_path))
         try:
             lock.acquire(timeout=0)
         except filelock.Timeout:
@@ -527,6 +514,12 @@ def _keep_under(path: Path, target: Path) -> None:
             os.fsync(copy.fileno())  # whole on disk before the new tune's first checkpoint replaces the original
 
 
+def _superseded_lock(path: Path) -> Path | None:
+    """The lock file of the key whose superseded state `path` is; None if it is none (a quarantined file)."""
+    stem, superseded, _ = path.name.partition(f"{STATE_SUFFIX}.superseded-")
+    return path.with_name(stem + LOCK_SUFFIX) if superseded else None
+
+
 def _superseded_age(path: Path) -> tuple[str, int]:
     """Where a superseded file stands among its key's: its name's stamp, then its `-N`."""
     stamp, _, attempt = path.name.rpartition(".superseded-")[2].partition("-")
@@ -536,6 +529,30 @@ def _superseded_age(path: Path) -> tuple[str, int]:
 def _stamp() -> str:
     """A UTC timestamp for file names, to the microsecond (never rounded up into the next second)."""
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
+
+
+def _lock_held(lock_path: Path) -> bool | None:
+    """Whether some process holds the lock file at `lock_path` right now, probed through a read-only descriptor;
+    None when it cannot be opened at all."""
+    if fcntl is None:
+        return _is_locked_by_filelock(lock_path)
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a named pipe must not block
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _is_locked_by_filelock(lock_path: Path) -> bool | None:

@@ -104,3 +104,11 @@ def test_a_directory_set_aside_is_kept_and_named_not_an_error_at_every_clean(set
         assert f"kept 1 set aside that is a directory (clean removes files only; yours to inspect and delete): " \
                f"{folder.name}" in said
     assert (folder / "inside").read_text() == "kept" and not set_aside["corrupt"].exists()
+
+
+def test_a_dry_run_keeps_a_superseded_state_of_a_kernel_being_tuned_as_clean_does(set_aside, state_dir):
+    with StateStore(state_dir).lock(set_aside["key"], "toy_mm"):
+        out, said = invoke("clean", "--superseded", "--dry-run", "--state-dir", str(state_dir))
+    assert out == f"would remove {set_aside['corrupt'].name}\n" and set_aside["superseded"].exists()
+    assert f"would remove 1 of the 2 state files set aside in {state_dir}" in said
+    assert f"would keep 1 superseded whose kernel is being tuned now: {set_aside['superseded'].name}" in said
