@@ -311,7 +311,8 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
         notes.print(f"nothing set aside in {store.path}")
     else:
         verb = "would remove" if dry_run else "removed"
-        notes.print(f"{verb} {done} of the {len(aside)} state files set aside in {store.path}")
+        files = f"{len(aside)} state file{'s' if len(aside) != 1 else ''}"
+        notes.print(f"{verb} {done} of the {files} set aside in {store.path}")
     left = sum(is_superseded) if not superseded else 0
     if left:
         notes.print(f"{left} superseded kept (--superseded removes them too)")

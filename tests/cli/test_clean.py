@@ -112,3 +112,10 @@ def test_a_dry_run_keeps_a_superseded_state_of_a_kernel_being_tuned_as_clean_doe
     assert out == f"would remove {set_aside['corrupt'].name}\n" and set_aside["superseded"].exists()
     assert f"would remove 1 of the 2 state files set aside in {state_dir}" in said
     assert f"would keep 1 superseded whose kernel is being tuned now: {set_aside['superseded'].name}" in said
+
+
+def test_clean_of_one_file_set_aside_says_file_in_the_singular(state_dir):
+    state_dir.mkdir()
+    (state_dir / "0123.fsm.corrupt-20261204T000000Z").write_bytes(b"garbage")
+    _, said = invoke("clean", "--state-dir", str(state_dir))
+    assert f"removed 1 of the 1 state file set aside in {state_dir}" in said
