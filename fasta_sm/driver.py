@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .config import Config, check_config_list
 from .errors import FastaError, LockTimeout, TuneFailed
 from .machine import DEFAULT_CHUNK, Tune
@@ -75,7 +77,8 @@ def integration_params(
 
 
 def plain_literal(name: str, value: Any) -> Any:
-    """`value` (numpy numbers, also inside lists, tuples and dicts, as the Python numbers they hold) if its repr
+    """`value` (numpy numbers, also inside lists, tuples and dicts, as the Python numbers they hold, and numpy
+    arrays as the lists they hold) if its repr
     reads back as itself; else an error naming `name`: inf, NaN and objects cannot travel in kernel source or a
     state file."""
     value = python_values(value)
@@ -110,7 +113,10 @@ def python_scalar(value: Any) -> Any:
 
 
 def python_values(value: Any) -> Any:
-    """`python_scalar` through lists, tuples and dicts: `expert_configs=[np.int64(3)]` is the list [3]."""
+    """`python_scalar` through lists, tuples and dicts, and a numpy array as the list it holds, as `tune` keeps
+    one: `expert_configs=[np.int64(3)]` and `expert_configs=np.array([3])` are the list [3]."""
+    if isinstance(value, np.ndarray):  # `item()` would refuse a longer one, and make a number of `np.array([3])`
+        return value.tolist()
     if type(value) in (list, tuple):
         return type(value)(python_values(item) for item in value)
     if type(value) is dict:

@@ -553,6 +553,16 @@ def test_numpy_numbers_inside_a_policy_params_list_are_kept_as_python_numbers(tm
     assert all(type(index) is int for index in kernel.policy_params["expert_configs"])
 
 
+@pytest.mark.parametrize(("configs", "kept"), [(np.array([0, 1]), [0, 1]), (np.array([1]), [1])],
+                         ids=["an array", "an array of one"])
+def test_a_numpy_array_in_policy_params_is_kept_as_the_list_it_holds_as_tune_keeps_it(configs, kept, tmp_path):
+    """`item()` refused an array of two ('can only convert an array of size 1', naming nothing) and made the
+    number 1 of an array of one, which expert_configs then refused as no list."""
+    kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path),
+                               policy_params={"expert_configs": configs})(accumulate_kernel)
+    assert kernel.policy_params["expert_configs"] == kept
+
+
 def test_a_numpy_budget_is_kept_as_the_python_number_a_state_file_can_hold(tmp_path):
     kernel = fasta_sm.autotune(SMALL, key=["n"], state_dir=str(tmp_path), budget=np.float32(0.5))(accumulate_kernel)
     assert kernel.policy_params["budget"] == 0.5 and type(kernel.policy_params["budget"]) is float
