@@ -379,8 +379,10 @@ class StateStore:
 
     def set_aside_files(self) -> list[Path]:
         """Every state moved aside: quarantined (`.corrupt-*`, never read again) or superseded (`.superseded-*`,
-        read when its key's tune starts over, for the results it carries)."""
-        return sorted([*self.path.glob(f"*{STATE_SUFFIX}.corrupt-*"), *self.path.glob(f"*{STATE_SUFFIX}.superseded-*")])
+        read when its key's tune starts over, for the results it carries). Each once, and none named as a state
+        or lock file (`x.fsm.corrupt-1.fsm` is a state file, which `ls` lists and `clean` must leave alone)."""
+        aside = {*self.path.glob(f"*{STATE_SUFFIX}.corrupt-*"), *self.path.glob(f"*{STATE_SUFFIX}.superseded-*")}
+        return sorted(path for path in aside if not path.name.endswith((STATE_SUFFIX, LOCK_SUFFIX)))
 
     def remove_set_aside(self, path: Path) -> bool:
         """Delete one set-aside state file; False, deleting nothing, when its key is being tuned right now.

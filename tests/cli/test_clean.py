@@ -119,3 +119,16 @@ def test_clean_of_one_file_set_aside_says_file_in_the_singular(state_dir):
     (state_dir / "0123.fsm.corrupt-20261204T000000Z").write_bytes(b"garbage")
     _, said = invoke("clean", "--state-dir", str(state_dir))
     assert f"removed 1 of the 1 state file set aside in {state_dir}" in said
+
+
+def test_clean_leaves_files_named_as_state_or_lock_files_and_counts_each_file_once(state_dir):
+    """Names no tune writes: one matching both patterns was removed and counted twice, and `*.fsm` / `*.lock`
+    names, which ls lists as state files and tunes lock, were removed as set aside."""
+    state_dir.mkdir()
+    kept = [state_dir / "a.fsm.corrupt-1.fsm", state_dir / "a.fsm.corrupt-1.lock"]
+    both = state_dir / "b.fsm.superseded-1.fsm.corrupt-2"
+    for path in [*kept, both]:
+        path.write_bytes(b"x")
+    out, said = invoke("clean", "--superseded", "--state-dir", str(state_dir))
+    assert out == f"removed {both.name}\n" and "removed 1 of the 1 state file set aside" in said
+    assert all(path.exists() for path in kept) and not both.exists()
