@@ -396,7 +396,7 @@ class StateStore:
             return True
         lock = filelock.FileLock(str(lock_path))
         try:
-            lock.acquire(timeout=0)
+            lock.acquire(timeout=PROBE_GRACE_S, poll_interval=PROBE_GRACE_S / 20)  # past an `ls` probing it
         except filelock.Timeout:
             return False
         except OSError as exc:
