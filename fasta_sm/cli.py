@@ -98,6 +98,11 @@ class _StderrHandler(logging.StreamHandler):
 @click.pass_context
 def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None:
     """Durable, sample-efficient autotuning for Triton kernels."""
+    command = main.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
+    if root_state_dir is not None and command is not None and not _reads_state(command):
+        readers = ", ".join(name for name in main.list_commands(ctx) if _reads_state(main.get_command(ctx, name)))
+        raise click.UsageError(f"--state-dir is for the commands that read or write tunes ({readers}); "
+                               f"{ctx.invoked_subcommand} takes none")
     ctx.obj = {"state_dir": root_state_dir}
     errors = Console(stderr=True, markup=False, emoji=False)
     if errors.is_terminal:
@@ -108,6 +113,10 @@ def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None
     logging.basicConfig(level=logging.WARNING, format=layout, handlers=[handler])
     if verbose:  # fasta-sm's own steps; the state machine library's callbacks stay quiet
         logging.getLogger("fasta_sm").setLevel(logging.INFO)
+
+
+def _reads_state(command: click.Command | None) -> bool:
+    return command is not None and any(param.name == "state_dir" for param in command.params)
 
 
 @main.command()

@@ -63,6 +63,13 @@ def test_an_empty_directory_name_is_refused_not_read_as_the_working_directory(ar
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("command", ["tables", "bench", "graph"])
+def test_a_state_dir_before_a_command_that_reads_no_state_is_refused_not_ignored(command, tmp_path):
+    error = refused("--state-dir", str(tmp_path), command)
+    assert f"--state-dir is for the commands that read or write tunes (clean, ls, report, show, tune); {command}" \
+        in error
+
+
 def test_second_tune_reuses_the_done_state(table_file, state_dir):
     tune(table_file, state_dir)
     assert "reused" in tune(table_file, state_dir)
