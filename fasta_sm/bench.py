@@ -34,6 +34,8 @@ EXHAUSTIVE_IN_BENCH = (
     "it takes no budget, so it is not a bench policy"
 )
 BUDGET_IN_PARAMS = "the first policy's budget is set by --budget (bench's `budget`), not as one of its params"
+NEEDLE_MOST = 3
+"""A needle kernel has at most this many configs within 5 % of its best (the policy issue's definition)."""
 
 
 class _QuietRollback(logging.Filter):
@@ -144,6 +146,34 @@ def _row_labels(tables: Sequence[ReplayTable], paths: Sequence[Path]) -> list[st
     """Each table's kernel name, with its file's name where two tables hold one kernel (two devices, say)."""
     kernels = [t.kernel for t in tables]
     return [f"{k} ({p.name})" if kernels.count(k) > 1 else k for k, p in zip(kernels, paths)]
+
+
+def needle_labels(paths: Sequence[Path]) -> list[str]:
+    """The row labels (as `bench` names its kernels) of the tables that are needles: few configs near the best."""
+    tables = [load_table(p) for p in paths]
+    return [label for table, label in zip(tables, _row_labels(tables, paths)) if table.within(0.05) <= NEEDLE_MOST]
+
+
+def leader_margins(result: Mapping[str, Any], needles: Sequence[str]) -> list[dict[str, Any]]:
+    """The first policy's catch2 against the best baseline's, overall and on each needle kernel.
+
+    The policy issue asks the leader for a strictly higher catch2 than every
+    baseline on both; a row per comparison: `kernel` ("overall" or a
+    needle), the leader's `catch2`, the best `baseline` and its
+    `baseline_catch2`. Empty with one policy.
+    """
+    leader, *baselines = result["overall"]
+    if not baselines:
+        return []
+    rows = [("overall", result["overall"])]
+    for label in needles:
+        rows.append((label, {k["policy"]: k for k in result["kernels"] if k["kernel"] == label}))
+    margins = []
+    for label, by_policy in rows:
+        best = max(baselines, key=lambda name: by_policy[name]["catch2"])
+        margins.append({"kernel": label, "catch2": by_policy[leader]["catch2"], "baseline": best,
+                        "baseline_catch2": by_policy[best]["catch2"]})
+    return margins
 
 
 def bench(

@@ -900,7 +900,7 @@ def bench_command(
     json_out: Path | None,
 ) -> None:
     """Score the policy against baselines on recorded tables, at the same evaluation budget."""
-    from .bench import EXHAUSTIVE_IN_BENCH, bench, table_paths
+    from .bench import EXHAUSTIVE_IN_BENCH, NEEDLE_MOST, bench, leader_margins, needle_labels, table_paths
     from .data import tables_dir as shipped_tables
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -960,6 +960,16 @@ def bench_command(
     for policy, row in result["overall"].items():
         overall.add_row(policy, *(f"{row[c]:.3f}" for c in columns))
     _print_table(overall)
+    margins = leader_margins(result, needle_labels(paths))
+    if margins:
+        against = Table("kernel", f"{names[0]} catch2", "best baseline", "its catch2", f"{names[0]} is",
+                        title=f"{names[0]} against the best baseline, overall and on each needle kernel "
+                        f"(at most {NEEDLE_MOST} configs within 5 % of the best)")
+        for row in margins:
+            lead, other = row["catch2"], row["baseline_catch2"]
+            verdict = "higher" if lead > other else "tied" if lead == other else "lower"
+            against.add_row(row["kernel"], f"{lead:.3f}", row["baseline"], f"{other:.3f}", verdict)
+        _print_table(against)
     if json_out is not None:
         with _writing("--json", json_out):
             json_out.write_text(json.dumps(_finite_or_null(result), indent=2, allow_nan=False))

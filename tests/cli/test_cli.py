@@ -546,6 +546,22 @@ def test_bench_tells_two_tables_of_one_kernel_apart_by_file(table_file, tmp_path
     assert sorted(row["kernel"] for row in rows) == ["toy_mm (other.json)", f"toy_mm ({table_file.name})"]
 
 
+def test_bench_sets_the_leader_against_the_best_baseline_overall_and_on_each_needle(table_file, tmp_path):
+    table_file.unlink()
+    for kernel, first in (("toy_needle", 50.0), ("toy_flat", 100.0)):  # one config near the best, or all of them
+        data = json.loads(write_table(tmp_path / "toy.json").read_text())
+        data["kernel"] = kernel
+        for position, row in enumerate(data["configs"]):
+            if row["error"] is None:
+                row["duration_us"] = [first, first] if position == 0 else [100.0, 100.5]
+        (tmp_path / f"{kernel}.json").write_text(json.dumps(data))
+    (tmp_path / "toy.json").unlink()
+    out = invoke("bench", "--tables", str(tmp_path), "--seeds", "1", "--policies", "fasta,random")
+    against = out[out.index("fasta against the best baseline"):]
+    assert re.search(r"overall\s+│\s+[\d.]+\s+│\s+random", against)
+    assert "toy_needle" in against and "toy_flat" not in against
+
+
 def test_bench_json_writes_null_for_a_regret_no_run_could_measure(table_file, tmp_path):
     table = json.loads(table_file.read_text())
     for row in table["configs"][1:]:

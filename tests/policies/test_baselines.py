@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from driving import drive
 
-from fasta_sm.bench import bench, percentile, run_policy
+from fasta_sm.bench import bench, leader_margins, needle_labels, percentile, run_policy
 from fasta_sm.errors import ConfigError, FastaError, MissingDependency, PolicyError
 from fasta_sm.policies import coordinate, make_policy, trees, with_environment  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
@@ -95,6 +95,33 @@ def test_bench_report_has_exactly_the_documented_shape(tmp_path):
     assert set(report["overall"]) == {"fasta", "random"}
     assert all(set(v) == metrics for v in report["overall"].values())
     json.dumps(report)
+
+
+def test_the_needle_kernels_are_the_tables_with_at_most_three_configs_within_5_percent(tmp_path):
+    paths = []
+    for data in (landscapes.bowl(1), landscapes.needle(1, count=40)):
+        paths.append(tmp_path / f"{data['kernel']}.json")
+        paths[-1].write_text(json.dumps(data))
+    assert needle_labels(paths) == ["synthetic_needle_1"]
+
+
+def test_the_leader_is_set_against_the_best_baseline_overall_and_on_each_needle():
+    def row(kernel, policy, catch2):
+        return {"kernel": kernel, "policy": policy, "catch2": catch2}
+
+    result = {
+        "kernels": [row("a", "fasta", 0.9), row("a", "random", 0.5), row("a", "trees", 0.9),
+                    row("b", "fasta", 1.0), row("b", "random", 0.2), row("b", "trees", 0.4)],
+        "overall": {"fasta": {"catch2": 0.95}, "random": {"catch2": 0.35}, "trees": {"catch2": 0.65}},
+    }
+    assert leader_margins(result, ["a"]) == [
+        {"kernel": "overall", "catch2": 0.95, "baseline": "trees", "baseline_catch2": 0.65},
+        {"kernel": "a", "catch2": 0.9, "baseline": "trees", "baseline_catch2": 0.9},
+    ]
+
+
+def test_a_bench_of_one_policy_has_no_baseline_to_set_it_against():
+    assert leader_margins({"kernels": [], "overall": {"fasta": {"catch2": 1.0}}}, []) == []
 
 
 def test_bench_gives_baselines_the_leaders_evaluation_count(tmp_path):
