@@ -85,7 +85,22 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-@click.group(cls=UsageGroup, context_settings={"help_option_names": ["-h", "--help"]})
+_COMMAND_ARGS = "fasta_sm.command_args"
+
+
+class _MainGroup(UsageGroup):
+    """Keeps what follows the command's name, so that a check on the group's own options can still let the
+    command's `--help` through (`fasta-sm --state-dir X tables --help` shows tables' help)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta[_COMMAND_ARGS] = list(rest)
+        return name, command, rest
+
+
+@click.group(cls=_MainGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fasta-sm")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the engine does.")
 @click.option(
@@ -100,6 +115,7 @@ def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None
     """Durable, sample-efficient autotuning for Triton kernels."""
     command = main.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
     if root_state_dir is not None and command is not None and not _reads_state(command):
+        _help_if_asked(ctx, command)
         readers = ", ".join(name for name in main.list_commands(ctx) if _reads_state(main.get_command(ctx, name)))
         raise click.UsageError(f"--state-dir is for the commands that read or write tunes ({readers}); "
                                f"{ctx.invoked_subcommand} takes none")
@@ -117,6 +133,14 @@ def main(ctx: click.Context, verbose: bool, root_state_dir: Path | None) -> None
 
 def _reads_state(command: click.Command | None) -> bool:
     return command is not None and any(param.name == "state_dir" for param in command.params)
+
+
+def _help_if_asked(ctx: click.Context, command: click.Command) -> None:
+    """Show the command's help and exit, as click does before any check, where its arguments ask for it."""
+    args = ctx.meta.get(_COMMAND_ARGS, [])
+    options = args[:args.index("--")] if "--" in args else args
+    if any(arg in command.get_help_option_names(ctx) for arg in options):
+        command.make_context(ctx.invoked_subcommand, list(args), parent=ctx)  # prints the help, exits
 
 
 @main.command()

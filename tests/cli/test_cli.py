@@ -70,6 +70,12 @@ def test_a_state_dir_before_a_command_that_reads_no_state_is_refused_not_ignored
         in error
 
 
+@pytest.mark.parametrize("command", ["tables", "record"])
+def test_a_state_dir_before_a_command_that_reads_no_state_still_lets_its_help_through(command, tmp_path):
+    out = invoke("--state-dir", str(tmp_path), command, "--help")
+    assert f" {command} [OPTIONS]" in out and "--state-dir is for" not in out
+
+
 def test_second_tune_reuses_the_done_state(table_file, state_dir):
     tune(table_file, state_dir)
     assert "reused" in tune(table_file, state_dir)
