@@ -143,9 +143,21 @@ def table_paths(tables_dir: str | Path) -> list[Path]:
 
 
 def _row_labels(tables: Sequence[ReplayTable], paths: Sequence[Path]) -> list[str]:
-    """Each table's kernel name, with its file's name where two tables hold one kernel (two devices, say)."""
+    """Each table's kernel name, with its file's name where two tables hold one kernel (two devices, say).
+
+    Each label names one table: a kernel named as another table's label
+    (`k (b.json)` beside two tables of `k`) or as the `overall` row of
+    `bench`'s third table adds its file's name too.
+    """
     kernels = [t.kernel for t in tables]
-    return [f"{k} ({p.name})" if kernels.count(k) > 1 else k for k, p in zip(kernels, paths)]
+    labels = list(kernels)
+    while True:
+        taken = {label for label in labels if labels.count(label) > 1} | {"overall"}
+        plain = [i for i, label in enumerate(labels) if label == kernels[i] and label in taken]
+        if not plain:
+            return labels
+        for i in plain:
+            labels[i] = f"{kernels[i]} ({paths[i].name})"
 
 
 def needle_labels(paths: Sequence[Path]) -> list[str]:

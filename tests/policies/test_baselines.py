@@ -105,6 +105,21 @@ def test_the_needle_kernels_are_the_tables_with_at_most_three_configs_within_5_p
     assert needle_labels(paths) == ["synthetic_needle_1"]
 
 
+@pytest.mark.parametrize("needle_kernel", ["k (b.json)", "overall"])
+def test_a_needle_named_as_another_row_gets_a_label_of_its_own_and_its_own_figures(needle_kernel, tmp_path):
+    for name, data in (("a", landscapes.needle(1, count=40)), ("b", landscapes.bowl(1)), ("c", landscapes.bowl(2))):
+        data["kernel"] = needle_kernel if name == "a" else "k"
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    report = bench(tmp_path, ["fasta", "random"], seeds=2)
+    labels = [row["kernel"] for row in report["kernels"] if row["policy"] == "fasta"]
+    assert len(set(labels)) == 3 and "overall" not in labels
+    needle = needle_labels(sorted(tmp_path.glob("*.json")))
+    assert needle == [labels[0]]
+    own = {row["policy"]: row["catch2"] for row in report["kernels"] if row["kernel"] == labels[0]}
+    assert leader_margins(report, needle)[1] == {"kernel": labels[0], "catch2": own["fasta"], "baseline": "random",
+                                                  "baseline_catch2": own["random"]}
+
+
 def test_the_leader_is_set_against_the_best_baseline_overall_and_on_each_needle():
     def row(kernel, policy, catch2):
         return {"kernel": kernel, "policy": policy, "catch2": catch2}
