@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from toy_table import write_table
@@ -566,6 +567,24 @@ def test_bench_sets_the_leader_against_the_best_baseline_overall_and_on_each_nee
     against = out[out.index("fasta against the best baseline"):]
     assert re.search(r"overall\s+│\s+[\d.]+\s+│\s+random", against)
     assert "toy_needle" in against and "toy_flat" not in against
+
+
+def test_bench_calls_equal_overall_catch2s_tied_though_their_float_sums_differ(monkeypatch):
+    import fasta_sm.bench
+
+    def bench(_folder, names, _seeds, **_):  # 10 seeds: fasta catches 1 and 2, random 3 and 0, 0.15 both
+        rows = [{"kernel": kernel, "policy": policy, "N": 10, "catch2": catch2}
+                for kernel, catches in (("a", (0.1, 0.3)), ("b", (0.2, 0.0))) for policy, catch2 in zip(names, catches)]
+        columns = ("catch2", "catch5", "median_regret_pct", "p95_regret_pct", "evals_pct", "cost_pct")
+        for row in rows:
+            row.update({c: row["catch2"] for c in columns})
+        return {"kernels": rows, "overall": {p: {c: float(np.mean([r[c] for r in rows if r["policy"] == p]))
+                                                 for c in columns} for p in names}}
+
+    monkeypatch.setattr(fasta_sm.bench, "bench", bench)
+    monkeypatch.setattr(fasta_sm.bench, "needle_labels", lambda _paths: [])
+    out = invoke("bench", "--seeds", "10", "--policies", "fasta,random")
+    assert re.search(r"overall\s+│\s+0\.150\s+│\s+random\s+│\s+0\.150\s+│\s+tied", out), out
 
 
 def test_bench_json_writes_null_for_a_regret_no_run_could_measure(table_file, tmp_path):
