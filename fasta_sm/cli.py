@@ -987,8 +987,7 @@ def bench_command(
     margins = leader_margins(result, needle_labels(paths))
     if margins:
         against = Table("kernel", f"{names[0]} catch2", "best baseline", "its catch2", f"{names[0]} is",
-                        title=f"{names[0]} against the best baseline, overall and on each needle kernel "
-                        f"(at most {NEEDLE_MOST} configs within 5 % of the best)")
+                        title=f"Against the best baseline (needles: ≤ {NEEDLE_MOST} configs within 5 %)")
         for row in margins:
             lead, other = row["catch2"], row["baseline_catch2"]
             # means over kernels of k/seeds: equal shares summed in another order differ in the last bit

@@ -564,7 +564,7 @@ def test_bench_sets_the_leader_against_the_best_baseline_overall_and_on_each_nee
         (tmp_path / f"{kernel}.json").write_text(json.dumps(data))
     (tmp_path / "toy.json").unlink()
     out = invoke("bench", "--tables", str(tmp_path), "--seeds", "1", "--policies", "fasta,random")
-    against = out[out.index("fasta against the best baseline"):]
+    against = out[out.index("Against the best baseline"):]
     assert re.search(r"overall\s+│\s+[\d.]+\s+│\s+random", against)
     assert "toy_needle" in against and "toy_flat" not in against
 
