@@ -75,7 +75,8 @@ class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotu
         """A hash of the kernel's source as Inductor generated it, without the settings fasta-sm wrote into it:
         they are the tune's settings, not its kernel (a tune run with others is superseded, its measurements
         kept), and a state dir or a seed must not make the same kernel a new tune; nor must Inductor's
-        `force_disable_caches`, which it also writes into the source (`codegen.as_tuned`)."""
+        `force_disable_caches` and its autotune-cache switches, which it also writes into the source
+        (`codegen.as_tuned`)."""
         settings = self.inductor_meta.get(META_KEY)
         try:
             source = Path(self.filename).read_text(encoding="utf-8")

@@ -165,6 +165,27 @@ def test_force_disable_caches_written_into_the_source_keeps_the_kernels_tune_key
     assert keys[0] == keys[1] != make_pointwise(tmp_path, settings, name="cfdc222")._fasta_plan.key
 
 
+@pytest.mark.parametrize(
+    ("unset", "switch"),
+    [("'autotune_local_cache': True", "'autotune_local_cache': False"),
+     ("'autotune_remote_cache': None", "'autotune_remote_cache': True"),
+     ("'autotune_remote_cache': None", "'autotune_remote_cache': False")],
+    ids=["local autotune cache off", "remote autotune cache on", "remote autotune cache off"],
+)
+def test_autotune_cache_switches_written_into_the_source_keep_the_kernels_tune_key(tmp_path, unset, switch):
+    """Inductor writes its autotune-cache switches (autotune_local_cache=False in code,
+    TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE=0/1) into every kernel's inductor_meta: they choose which cache Inductor
+    reads, not the kernel, so a DONE tune must be found under them as under the defaults."""
+    settings = fi.enable(state_dir=tmp_path / "states").to_dict()
+    default = "'autotune_local_cache': True, 'autotune_remote_cache': None"
+    keys = []
+    for switches, name in ((default, "cacd000"), (default.replace(unset, switch), "cacd111")):
+        source = SOURCE_WITH_HEURISTIC.replace("{'kernel_name': 'k'}", f"{{'kernel_name': 'k', {switches}}}")
+        (tmp_path / f"{name}.py").write_text(rewrite_source(source, settings))
+        keys.append(make_pointwise(tmp_path, settings, name=name)._fasta_plan.key)
+    assert keys[0] == keys[1]
+
+
 def test_a_setting_kernel_source_would_read_twice_is_refused_by_enable(tmp_path):
     with pytest.raises(ValueError, match=r"state_dir='.*tunes\\\\new' cannot travel in kernel source"):
         fi.enable(state_dir=tmp_path / "tunes\\new")
