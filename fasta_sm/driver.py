@@ -516,6 +516,9 @@ class FastaAutotunerMixin:
         )
         must = self._fasta_plan.must if self._fasta_plan else []
         self._fasta_plan = None
+        # The base's pick over its own configs is no winner of the tuned space, under whose hash its autotune cache
+        # would keep it: every later run would read it back and never tune the kernel again.
+        self.save_cache_hook = None
         return must
 
     # --- the seams of CachingAutotuner ---

@@ -329,3 +329,31 @@ def test_torch_releases_the_launchers_of_configs_the_tune_never_tried(tmp_path, 
     parent.run("in", "out", 4096, 4096, stream=0)
     done = StateStore(tmp_path / "states").load(parent._fasta_plan.key)
     assert index not in done.durations and any(launcher is untried for launcher in closed)
+
+
+def test_a_parent_that_gives_up_leaves_no_autotune_cache_entry_that_keeps_later_runs_from_tuning(
+        tmp_path, faked, monkeypatch):
+    """A fallback (here: another process holds the kernel's lock) times Inductor's own configs; writing that pick
+    to Inductor's autotune cache, under the hash of the whole tuned space, would answer every later run's lookup
+    with it, so the kernel would never be tuned again while the cache lives, though its tune is unfinished."""
+    from fasta_sm import driver
+    from fasta_sm.errors import LockTimeout
+
+    def with_local_cache():
+        return decorate(tmp_path, faked, autotune_local_cache=True)
+
+    worker = with_local_cache()
+    worker.precompile(warm_cache_only=True)
+    worker.prepare_for_pickle()
+    parent = pickle.loads(pickle.dumps(worker))
+    parent.restore_after_unpickle(old_values=None)
+    parent.precompile(warm_cache_only=False, reload_kernel=with_local_cache)
+
+    def held_elsewhere(plan, backend):
+        raise LockTimeout("another process holds the lock")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(driver, "parent_phase", held_elsewhere)
+        parent.run("in", "out", 4096, 4096, stream=0)
+    later = with_local_cache()  # the next run, the lock free again
+    assert later._fasta_plan is not None and len(later._fasta_space) == len(parent._fasta_space)
