@@ -402,6 +402,9 @@ class Autotuner(TritonAutotuner):
             pre_hook=self.user_pre_hook,
             post_hook=self.post_hook,
             config_pre_hooks={f.identity: c.pre_hook for f, c in zip(fasta_configs, candidates) if c.pre_hook},
+            # a tuple kwarg is its repr in a fasta config (it keys the state); launched, it is the tuple
+            config_kwargs={f.identity: dict(c.kwargs) for f, c in zip(fasta_configs, candidates)
+                           if dict(c.kwargs) != dict(f.kwargs)},
             do_bench=self._do_bench,
             warmup_ms=self.warmup_ms,
             rep_ms=self.rep_ms,

@@ -114,6 +114,9 @@ class TritonBackend:
     `reset_to_zero`) and restore as in `triton.autotune`; `restore_value`
     arguments are saved either way, so a user `pre_hook` without a
     `post_hook` still has them put back, where Triton puts back nothing.
+    `config_kwargs` maps a config's identity to the kwargs of the Triton config it
+    stands for, where they differ from its own (a tuple kwarg, which a fasta
+    config holds as its repr): hooks and launches get those, as Triton's do.
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class TritonBackend:
         pre_hook: Callable[..., Any] | None = None,
         post_hook: Callable[..., Any] | None = None,
         config_pre_hooks: Mapping[str, Callable[..., Any]] | None = None,
+        config_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         do_bench: Callable[..., Any] | None = None,
         warmup_ms: float = WARMUP_MS,
         rep_ms: float = REP_MS,
@@ -144,6 +148,7 @@ class TritonBackend:
         self.pre_hook = pre_hook
         self.post_hook = post_hook
         self.config_pre_hooks = dict(config_pre_hooks or {})
+        self.config_kwargs = dict(config_kwargs or {})
         self.failures = failures
         self.user_do_bench = do_bench
         self.warmup_ms = warmup_ms
@@ -346,7 +351,7 @@ class TritonBackend:
             **self.kwargs,
             "grid": self.grid,
             "warmup": False,
-            **config.kwargs,
+            **self._kwargs_of(config),
             "num_warps": config.num_warps,
             "num_ctas": 1,
             "num_stages": config.num_stages,
@@ -400,10 +405,15 @@ class TritonBackend:
 
     # ------------------------------------------------------------------ internals
 
+    def _kwargs_of(self, config: Config) -> Mapping[str, Any]:
+        """The meta-parameters `config` is launched with: those `config_kwargs` gives for it where the
+        fasta config holds another form of them (a tuple kwarg, kept as its repr), else its own."""
+        return self.config_kwargs.get(config.identity, config.kwargs)
+
     def _launch_kwargs(self, config: Config) -> dict[str, Any]:
         return {
             **self.kwargs,
-            **config.kwargs,
+            **self._kwargs_of(config),
             "num_warps": config.num_warps,
             "num_stages": config.num_stages,
             **config.options,

@@ -1297,3 +1297,26 @@ def test_the_fork_server_ends_with_its_process_though_a_child_that_process_forke
         for pid in (server, child):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@triton.jit
+def scale_by_first_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, PAIR: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * PAIR[0], mask=mask)
+
+
+def test_a_tuple_config_kwarg_reaches_each_timed_launch_and_hook_as_the_tuple_as_in_triton(tmp_path):
+    """A fasta config holds a tuple kwarg as its repr, which keys the state; timed as that string, every config
+    failed (`'str' object has no attribute 'dtype'`) and the tune stopped, where Triton's ran."""
+    seen = []
+    configs = [triton.Config({"BLOCK": b, "PAIR": (3, 1)}, num_warps=1, num_stages=1,
+                             pre_hook=lambda nargs: seen.append(nargs["PAIR"])) for b in (16, 32)]
+    kernel = fasta_sm.autotune(configs, key=["n"], policy="exhaustive", do_bench=once,
+                               state_dir=str(tmp_path))(scale_by_first_kernel)
+    x, out = torch.ones(64, device=DEVICE), torch.zeros(64, device=DEVICE)
+    kernel[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](x, out, 64)
+    torch.testing.assert_close(out, 3.0 * x)
+    assert seen and set(seen) == {(3, 1)}
+    (result,) = kernel.results.values()
+    assert result.state.failed == {} and {c.kwargs["PAIR"] for c in result.state.configs} == {"(3, 1)"}
