@@ -345,6 +345,25 @@ class Autotuner(TritonAutotuner):
             self._as_fasta[id(config)] = fresh
         return fresh
 
+    def _in_stored_order(
+        self, key: str, fasta_configs: list[Config], candidates: list[triton.Config]
+    ) -> tuple[list[Config], list[triton.Config]]:
+        """The configs an `early_config_prune` left, in the order the key's state file holds the same configs in.
+
+        A prune may return its list in an order that changes from process to process (twins dropped through a
+        `set`, whose order follows Python's per-process string hashing); the tune is over the list in order, so
+        another order would supersede a finished tune and tune again in each new process. A list that differs
+        by more than its order is left as it is, a new list (superseded as any edited list is).
+        """
+        try:
+            stored = [config.identity for config in self.store().read(self.store().file_for(key)).configs]
+        except (OSError, FastaError):  # none yet, or one the tune itself will set aside or report
+            return fasta_configs, candidates
+        ours = {f.identity: (f, c) for f, c in zip(fasta_configs, candidates)}
+        if stored == list(ours) or len(stored) != len(ours) or set(stored) != ours.keys():
+            return fasta_configs, candidates
+        return [ours[identity][0] for identity in stored], [ours[identity][1] for identity in stored]
+
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every config (after pruning) without launching or tuning, as `triton.autotune` does."""
         pruned = self._prune(dict(zip(self.arg_names, args)), kwargs)
@@ -391,6 +410,9 @@ class Autotuner(TritonAutotuner):
         self._refuse_conflicts(nargs, {name for config in candidates for name in config.all_kwargs()})
         self._refuse_incomplete(nargs, candidates)
         fasta_configs = [self._fasta(c) for c in candidates]
+        if self.early_config_prune:
+            fasta_configs, candidates = self._in_stored_order(_key_string(self.kernel_name, key), fasta_configs,
+                                                              candidates)
         by_identity = {f.identity: c for f, c in zip(fasta_configs, candidates)}
         backend = TritonBackend(
             self.fn,

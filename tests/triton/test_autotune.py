@@ -1320,3 +1320,22 @@ def test_a_tuple_config_kwarg_reaches_each_timed_launch_and_hook_as_the_tuple_as
     assert seen and set(seen) == {(3, 1)}
     (result,) = kernel.results.values()
     assert result.state.failed == {} and {c.kwargs["PAIR"] for c in result.state.configs} == {"(3, 1)"}
+
+
+def test_a_prune_that_returns_its_configs_in_another_order_in_a_new_process_reuses_the_done_tune(tmp_path):
+    """A prune that drops twins through a set returns them in an order that follows the process's string
+    hashing (PYTHONHASHSEED): each new process superseded the finished tune and tuned again."""
+
+    def decorated(order):  # each call stands for a new process: its own kernel object over one state dir
+        return fasta_sm.autotune(SMALL, key=["n"], reset_to_zero=["out_ptr"], do_bench=once,
+                                 prune_configs_by={"early_config_prune": lambda configs, nargs, **kw: order(configs)},
+                                 state_dir=str(tmp_path))(accumulate_kernel)
+
+    first = decorated(list)
+    launch(first, 512)
+    later = decorated(lambda configs: configs[::-1])
+    x, out = launch(later, 512)
+    torch.testing.assert_close(out, 2.0 * x)
+    (result,) = later.results.values()
+    assert result.reused and later.best_config == first.best_config
+    assert [path.name for path in tmp_path.iterdir() if ".superseded-" in path.name] == []
