@@ -777,9 +777,14 @@ def test_the_deprecated_timing_knobs_warn_where_the_kernel_is_decorated_as_in_tr
     assert {Path(w.filename).name for w in seen} == {"test_autotune.py"}
 
 
-def test_cache_results_is_accepted_and_the_tune_is_kept_either_way(tmp_path):
-    launch(small_tuned(tmp_path, cache_results=False))
-    assert len(StateStore(tmp_path).state_files()) == 1
+@pytest.mark.parametrize("cache_results", [True, False])
+def test_cache_results_is_accepted_and_the_tune_is_kept_either_way(tmp_path, cache_results):
+    """It passed only False, the default, so the value a Triton user sets to keep results was never tried."""
+    kernel = small_tuned(tmp_path, cache_results=cache_results)
+    x, out = launch(kernel)
+    torch.testing.assert_close(out, 2.0 * x)
+    (result,) = kernel.results.values()
+    assert not result.reused and len(StateStore(tmp_path).state_files()) == 1
 
 
 @pytest.mark.gpu
