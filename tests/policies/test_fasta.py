@@ -606,6 +606,25 @@ def test_coverage_path_finishes_and_keeps_its_budget():
     assert all(d.predicted_us is None for d in trace.decisions)
 
 
+def test_a_coverage_budget_of_k_over_n_buys_k_configs_not_one_more():
+    # 0.55 * 100 is 55.00000000000001 in floating point; math.ceil made it 56, one config past the budget.
+    table = landscapes.as_table(landscapes.flags(5, count=100))
+    policy = FastaPolicy(table.configs, coverage_budget=0.55)
+    assert (policy.plan_budget.path, policy.plan_budget.total) == ("coverage", 55)
+    assert drive(policy, table, seed=0).tried == 55
+
+
+def test_shares_of_a_count_in_the_routing_round_as_a_budget_does():
+    from fasta_sm.policies.fasta.budget import route_budget
+    from fasta_sm.policies.fasta.params import FastaParams
+
+    # 0.28 * 100 and 0.7 * 10 carry a residue past 28 and 7; each share buys exactly that many.
+    assert route_budget(100, 3, FastaParams(r1_frac=0.28, guided_share=0.01), 0.5).r1 == 28
+    assert route_budget(100, 9, FastaParams(r1_min=1, r1_per_param=0.7, min_viable_np=0.1), 0.5).r1 == 7
+    assert route_budget(100, 9, FastaParams(r1_min=1, r1_per_param=0.0, min_viable_np=0.7), 0.5).r1 == 7
+    assert route_budget(100, 9, FastaParams(r1_frac=1.0, min_viable_np=0.1, guided_share=0.07), 1.0).r1 == 93
+
+
 @pytest.mark.parametrize("n", [200, 500, 1150])
 def test_r1_leaves_a_share_of_the_budget_to_the_guided_rounds(n):
     from fasta_sm.policies.fasta.budget import route_budget

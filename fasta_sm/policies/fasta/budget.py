@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..baseline import bought, check_budget
@@ -54,11 +53,13 @@ def route_budget(
     else:
         budget_class, fraction = "base", params.base_budget
     total = class_total(n, fraction, params)
-    wanted_r1 = max(math.ceil(params.r1_frac * n), params.r1_min, math.ceil(params.r1_per_param * (1 + dims)))
-    viable_r1 = math.ceil(params.min_viable_np * (1 + dims))
+    # Every share of a count is rounded up as `bought` rounds it: 0.55 of 100 configs is 55, not the 56 that
+    # math.ceil makes of the product's floating-point residue (55.00000000000001).
+    wanted_r1 = max(bought(n, params.r1_frac), params.r1_min, bought(1 + dims, params.r1_per_param))
+    viable_r1 = bought(1 + dims, params.min_viable_np)
 
     def r1_of(total: int) -> int:
-        guided = math.ceil(params.guided_share * total) if total > 1 else 0
+        guided = bought(total, params.guided_share) if total > 1 else 0
         r1 = max(1, min(wanted_r1, total - guided))
         return viable_r1 if r1 < viable_r1 < total else r1
 
@@ -67,7 +68,7 @@ def route_budget(
         return dims > 0 and r1 / (1 + dims) >= params.min_viable_np and r1 < total
 
     if not viable(total):
-        coverage_total = min(n, total if budget is not None else max(total, math.ceil(params.coverage_budget * n)))
+        coverage_total = min(n, total if budget is not None else max(total, bought(n, params.coverage_budget)))
         if raise_to_viable and budget is None and dims > 0 and viable(viable_r1 + 1) and viable_r1 + 1 < coverage_total:
             total = viable_r1 + 1
         else:
