@@ -321,3 +321,12 @@ def test_a_spent_cost_budget_also_skips_the_polish(seed):
     policy._polish_round, policy.refine = watched, refine_watching
     drive(policy, table, seed=seed)
     assert not any(spent_at_polish)
+
+
+def test_a_kwarg_of_more_than_32767_values_rules_out_only_the_configs_above_its_failure():
+    n = 40_000  # level codes past int16's range wrapped around: every config below level 32,768 was ruled out
+    pressure = resource_pressure(("kwargs.BLOCK",), np.arange(n).reshape(-1, 1))
+    durations = np.full(n, np.nan)
+    durations[33_000], durations[36_000] = 5.0, math.inf
+    ruled_out = resource_dominance(pressure, durations, np.zeros(n))
+    assert np.array_equal(np.flatnonzero(ruled_out), np.arange(36_000, n))

@@ -60,7 +60,9 @@ def resource_pressure(names: tuple[str, ...], levels: np.ndarray) -> np.ndarray 
     if not growing:
         return None
     columns = [levels[:, j] for j in growing] + [-levels[:, j] for j, name in enumerate(names) if name == "num_warps"]
-    return np.stack(columns, axis=1).astype(np.int16)
+    stacked = np.stack(columns, axis=1)
+    # int16 keeps the dominance tables small; a column of 32,768 values or more would wrap around in it.
+    return stacked.astype(np.int16 if stacked.size and np.abs(stacked).max() <= np.iinfo(np.int16).max else np.int64)
 
 
 def resource_dominance(pressure: np.ndarray, durations: np.ndarray, p_fail: np.ndarray) -> np.ndarray:
