@@ -813,6 +813,9 @@ def _check_consistent(state: TuneState, source: str) -> None:
     for index, carried in state.carried.items():
         if any(not 0 < x <= LONGEST_US for x in carried.get("durations_us", ())):  # as for `durations`
             raise StateFileError(f"{source}: carried[{index}] has invalid durations {carried['durations_us']!r}")
+    never = state.durations.keys() - state.compiled.keys()
+    if never:  # a timing is taken of a compiled config only; a re-time would compile it, and fail it, again
+        raise StateFileError(f"{source}: config #{min(never)} is measured but was never compiled")
     if state.predicted_us and len(state.predicted_us) != n:
         raise StateFileError(f"{source}: predicted_us has {len(state.predicted_us)} values for {n} configs")
     for position, record in enumerate(state.rounds):

@@ -107,6 +107,7 @@ def tune_states(draw) -> TuneState:
         position = ("R1", "compile")
         pending = [0]
     compiled = draw(st.dictionaries(index, nonneg, max_size=n))
+    compiled.update({i: 0.0 for i in durations if i not in compiled})  # a config is timed once compiled
     timed_candidates = [i for i in pending if i in durations or i in failed]
     round_done = draw(st.lists(st.sampled_from(timed_candidates), max_size=n, unique=True)) if timed_candidates else []
     if position[1] in ("benchmark", "refine"):  # the machine's invariants at those steps
@@ -584,6 +585,13 @@ def test_a_load_error_names_its_source():
 def test_a_state_whose_parts_contradict_each_other_is_refused_saying_where(changes, says):
     with pytest.raises(StateFileError, match=re.escape(f"some/file.fsm: {says}")):
         unpack_state(pack_state(sample_state(**changes)), source="some/file.fsm")
+
+
+def test_a_timing_of_a_config_never_compiled_is_refused():
+    # The machine times compiled configs only. Loaded, such a file failed every run for good: a re-time round
+    # compiled the config, the compile failed, and a config both failed and measured could not be written.
+    with pytest.raises(StateFileError, match=re.escape("some/file.fsm: config #3 is measured but was never compiled")):
+        unpack_state(pack_state(sample_state(durations={0: [10.5], 1: [9.25, 9.5], 3: [12.0]})), source="some/file.fsm")
 
 
 def test_config_identity_ignores_kwarg_order():
