@@ -604,26 +604,34 @@ def _check_reason(state: TuneState, decision: Decision) -> None:
 
 def _check_seconds(kernel: str, what: str, value: float) -> float:
     number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    if not number or not math.isfinite(value) or not 0 <= value <= LONGEST_S:
-        raise BackendError(
-            f"kernel {kernel!r}: backend reported {what} {value!r}; expected a number from 0 to {LONGEST_S:g}"
+    if not number or not 0 <= value <= LONGEST_S or not math.isfinite(value):  # range first: an int past any
+        raise BackendError(  # float (10**400) overflows math.isfinite
+            f"kernel {kernel!r}: backend reported {what} {value!r:.60}; expected a number from 0 to {LONGEST_S:g}"
         )
     return float(value)
 
 
 def _check_duration(kernel: str, config: Config, value: float) -> float:
+    given = value
     try:
         if isinstance(value, (bool, np.bool_, str, bytes)):  # float() would take True as 1 µs, "12" as 12 µs
             raise TypeError
-        value = float(value)
+        with np.errstate(over="ignore"):
+            value = float(value)
+    except OverflowError:  # an int past any float (10**400)
+        raise BackendError(
+            f"kernel {kernel!r}: duration {given!r:.60} µs for {config.label()} is invalid (past any float)"
+        ) from None
     except (TypeError, ValueError):
         raise BackendError(f"kernel {kernel!r}: duration {value!r} for {config.label()} is not a number") from None
+    if math.isinf(value) and not given == value:  # a finite timing past a float (np.longdouble 1e4000): no failure
+        value = math.copysign(LONGEST_US * 10, value)  # refused below as what it is, a timing past the bound
     if math.isnan(value) or value <= 0:  # a kernel takes time: zero is a timer that saw nothing
         raise BackendError(
             f"kernel {kernel!r}: duration {value!r} µs for {config.label()} is invalid (NaN, zero or negative)"
         )
     if LONGEST_US < value < math.inf:  # inf is the protocol's "failed at run time"
         raise BackendError(
-            f"kernel {kernel!r}: duration {value!r} µs for {config.label()} is invalid (over {LONGEST_US:g} µs)"
+            f"kernel {kernel!r}: duration {given!r:.60} µs for {config.label()} is invalid (over {LONGEST_US:g} µs)"
         )
     return value

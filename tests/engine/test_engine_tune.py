@@ -526,6 +526,28 @@ def test_bad_durations_from_a_backend_are_a_backend_error_and_lose_nothing(kind,
     assert not set(map(table.index_of, counting.benchmarked)) & set(kept.durations)
 
 
+@pytest.mark.parametrize("value", [
+    10**400,  # float() overflows
+    pytest.param(np.longdouble("1e4000"), marks=pytest.mark.skipif(
+        not np.isfinite(np.longdouble("1e4000")), reason="long double is double here")),  # float() makes it inf
+], ids=["int", "long double"])
+def test_a_timing_past_any_float_is_a_backend_error_not_a_failure_at_run_time(value, table, backend, store):
+    # An int raised OverflowError, naming no value; a long double became inf, "failed at run time", config by config.
+    bad = CorruptingBackend(backend, good_calls=1, make_bad=_set(1, value))
+    says = r"kernel 'mm_synth': duration \S+ µs for .* is invalid \((past any float|over 1e\+12 µs)\)"
+    with pytest.raises(BackendError, match=says):
+        run_tune(table, bad, store, chunk_size=4)
+    kept = store.read(store.file_for(KEY))
+    assert "BackendError" in kept.last_error and len(kept.durations) == 4
+    assert "failed at run time" not in kept.failed.values()
+
+
+@pytest.mark.parametrize("what", ["compile_s", "benchmark_s"])
+def test_seconds_past_any_float_are_a_backend_error_naming_the_value(what, table, backend, store):
+    with pytest.raises(BackendError, match=r"kernel 'mm_synth': backend reported \w+ seconds 1000+; expected"):
+        run_tune(table, SecondsOf(backend, **{what: 10**400}), store)
+
+
 def test_an_infinite_duration_marks_the_config_failed_at_run_time(table, backend, store):
     bad = CorruptingBackend(backend, good_calls=0, make_bad=_set(0, math.inf))
     result = run_tune(table, bad, store, chunk_size=4)
