@@ -604,6 +604,8 @@ def _check_reason(state: TuneState, decision: Decision) -> None:
 
 def _check_seconds(kernel: str, what: str, value: float) -> float:
     number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if number and isinstance(value, np.generic):  # np.float16 would cast the bound to its type: inf, and a warning
+        value = value.item()
     if not number or not 0 <= value <= LONGEST_S or not math.isfinite(value):  # range first: an int past any
         raise BackendError(  # float (10**400) overflows math.isfinite
             f"kernel {kernel!r}: backend reported {what} {value!r:.60}; expected a number from 0 to {LONGEST_S:g}"

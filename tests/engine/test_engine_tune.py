@@ -1111,6 +1111,17 @@ def test_numpy_seconds_from_a_backend_are_taken_as_seconds(table, backend, store
     assert state.done and type(state.cost.benchmark_s) is float
 
 
+@pytest.mark.filterwarnings("error")
+def test_half_precision_seconds_from_a_backend_are_taken_without_an_overflow_warning(table, backend, store):
+    # Compared with 1e9 as a float16, the bound overflowed: a RuntimeWarning, an error under -W error.
+    class HalfSeconds(CountingBackend):
+        def compile(self, configs):
+            return [CompileOutcome(o.error, np.float16(o.seconds)) for o in self.inner.compile(configs)]
+
+    state = run_tune(table, HalfSeconds(backend), store).state
+    assert state.done and type(state.cost.compile_s) is float
+
+
 def test_compile_seconds_past_any_clock_are_a_backend_error_naming_the_kernel(table, backend, store):
     class CenturiesToCompile(CountingBackend):
         def compile(self, configs):
