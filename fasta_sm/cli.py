@@ -473,8 +473,9 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
                                 "running it again stops the same way")
     else:
         head.add_row("stopped", "(not finished: resumes at the position above)")
-        timed, pending = set(state.round_done), set(state.pending)
+        pending = set(state.pending)
         failed = pending & set(state.failed)
+        timed = set(state.round_done) - failed  # a config that failed at run time is in round_done too
         waiting = state.untimed()
         uncompiled = set(state.uncompiled())
         if uncompiled:
@@ -486,7 +487,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         head.add_row(
             "pending",
             f"{len(state.pending)} config{'s' if len(state.pending) != 1 else ''} in this round "
-            f"({len(timed & pending)} timed, {len(failed)} failed); "
+            f"({len(timed)} timed, {len(failed)} failed); "
             f"{len(waiting)} to time: {which}",
         )
     if state.last_error:

@@ -25,6 +25,7 @@ from fasta_sm.cli import main, run
 from fasta_sm.protocols import BenchmarkOutcome
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore
+from fasta_sm.tuner import open_tune
 from fasta_sm.tuner import tune as api_tune
 
 
@@ -934,6 +935,32 @@ def test_show_does_not_count_configs_that_failed_to_compile_as_still_to_time(mon
     monkeypatch.setenv("COLUMNS", "200")
     out = invoke("show", str(CORPUS / "v1-r1-benchmark.fsm"))
     assert "(4 timed, 2 failed); 7 to time" in out
+
+
+def test_show_does_not_count_a_config_that_failed_at_run_time_as_timed(tmp_path, state_dir, monkeypatch):
+    # a config that fails at run time is in round_done (its turn to be timed is over) and in failed: counted as
+    # timed too, a batch of 9 read "(8 timed, 1 failed); 1 to time"
+    monkeypatch.setenv("COLUMNS", "200")
+    table = load_table(write_table(tmp_path / "toy_mm.json", fail_big=False))
+
+    class FailsAtRunTime(ReplayBackend):
+        def benchmark(self, configs, repeat=None):
+            out = super().benchmark(configs, repeat)
+            durations = [math.inf if c.num_warps == 8 else d for c, d in zip(configs, out.durations_us)]
+            errors = {p: "RuntimeError: illegal memory access" for p, c in enumerate(configs) if c.num_warps == 8}
+            return BenchmarkOutcome(durations, out.seconds, {**out.errors, **errors})
+
+    store = StateStore(state_dir)
+    with store.lock("k", "toy_mm"):
+        tune_ = open_tune(store, "k", "toy_mm", table.configs, FailsAtRunTime(table), benchmark_chunk=1)
+        state = tune_.drive(until=lambda s: s.step == "benchmark" and s.untimed()
+                            and any(i in s.failed and i in s.compiled for i in s.round_done))
+        tune_.close()
+    failed = set(state.pending) & set(state.failed)
+    timed = len(set(state.round_done) - failed)
+    assert timed + len(failed) + len(state.untimed()) == len(state.pending)
+    out = " ".join(invoke("show", "k", "--state-dir", str(state_dir)).split())
+    assert f"({timed} timed, {len(failed)} failed); {len(state.untimed())} to time" in out
 
 
 def test_tables_stats_says_what_each_table_holds(table_file):
