@@ -2,7 +2,8 @@
 
 Exhaustive cost is estimated from what the tune itself measured: its compile
 seconds per config it tried (failed compiles cost time too), and its benchmark
-seconds per timing it took, scaled to the whole space. An estimate even on replay,
+seconds per timing it took or run that failed (failed runs cost time too),
+scaled to the whole space. An estimate even on replay,
 where the configs a tune picked are no average sample of the space (the
 guided rounds favour large, slow-compiling tiles): `fasta-sm tune` prints
 the table's exact figure beside it.
@@ -63,9 +64,13 @@ def tune_costs(state: TuneState, exhaustive_s: float | None = None) -> TuneCosts
         tried = len(set(state.compiled) | set(state.failed)) - len(state.carried_taken)
         if not tried:
             return TuneCosts(spent_s=spent, exhaustive_s=None)
-        bench_per_timing = state.cost.benchmark_s / max(state.evaluations() - state.timings_given(), 1)
+        # a config that compiled and then failed to run cost a timing's seconds too, and exhaustive tuning
+        # would try to time every config that compiles, not only those that ran
+        failed_to_run = len(set(state.failed) & set(state.compiled))
+        runs = state.evaluations() - state.timings_given() + failed_to_run
+        bench_per_run = state.cost.benchmark_s / max(runs, 1)
         compile_all = state.cost.compile_s / tried * state.n_configs
-        exhaustive_s = compile_all + bench_per_timing * (state.n_configs - len(state.failed))
+        exhaustive_s = compile_all + bench_per_run * (state.n_configs - len(state.failed) + failed_to_run)
     return TuneCosts(spent_s=spent, exhaustive_s=exhaustive_s)
 
 

@@ -22,6 +22,7 @@ from toy_table import write_table
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.cli import main, run
+from fasta_sm.errors import TuneFailed
 from fasta_sm.protocols import BenchmarkOutcome
 from fasta_sm.state import pack_state
 from fasta_sm.store import StateStore
@@ -937,22 +938,30 @@ def test_show_does_not_count_configs_that_failed_to_compile_as_still_to_time(mon
     assert "(4 timed, 2 failed); 7 to time" in out
 
 
+class FailsAtRunTime(ReplayBackend):
+    """A replay whose configs that `fails` names compile, then fail when timed."""
+
+    def __init__(self, table, fails: Callable) -> None:
+        super().__init__(table)
+        self.fails = fails
+
+    def benchmark(self, configs, repeat=None):
+        out = super().benchmark(configs, repeat)
+        durations = [math.inf if self.fails(c) else d for c, d in zip(configs, out.durations_us)]
+        errors = {p: "RuntimeError: illegal memory access" for p, c in enumerate(configs) if self.fails(c)}
+        return BenchmarkOutcome(durations, out.seconds, {**out.errors, **errors})
+
+
 def test_show_does_not_count_a_config_that_failed_at_run_time_as_timed(tmp_path, state_dir, monkeypatch):
     # a config that fails at run time is in round_done (its turn to be timed is over) and in failed: counted as
     # timed too, a batch of 9 read "(8 timed, 1 failed); 1 to time"
     monkeypatch.setenv("COLUMNS", "200")
     table = load_table(write_table(tmp_path / "toy_mm.json", fail_big=False))
 
-    class FailsAtRunTime(ReplayBackend):
-        def benchmark(self, configs, repeat=None):
-            out = super().benchmark(configs, repeat)
-            durations = [math.inf if c.num_warps == 8 else d for c, d in zip(configs, out.durations_us)]
-            errors = {p: "RuntimeError: illegal memory access" for p, c in enumerate(configs) if c.num_warps == 8}
-            return BenchmarkOutcome(durations, out.seconds, {**out.errors, **errors})
-
     store = StateStore(state_dir)
     with store.lock("k", "toy_mm"):
-        tune_ = open_tune(store, "k", "toy_mm", table.configs, FailsAtRunTime(table), benchmark_chunk=1)
+        backend = FailsAtRunTime(table, lambda c: c.num_warps == 8)
+        tune_ = open_tune(store, "k", "toy_mm", table.configs, backend, benchmark_chunk=1)
         state = tune_.drive(until=lambda s: s.step == "benchmark" and s.untimed()
                             and any(i in s.failed and i in s.compiled for i in s.round_done))
         tune_.close()
@@ -961,6 +970,19 @@ def test_show_does_not_count_a_config_that_failed_at_run_time_as_timed(tmp_path,
     assert timed + len(failed) + len(state.untimed()) == len(state.pending)
     out = " ".join(invoke("show", "k", "--state-dir", str(state_dir)).split())
     assert f"({timed} timed, {len(failed)} failed); {len(state.untimed())} to time" in out
+
+
+def test_report_counts_the_seconds_of_failed_runs_in_the_exhaustive_estimate(tmp_path, state_dir):
+    # an exhaustive tune of configs that all compile and fail when timed spent what exhaustive tuning spends; the
+    # estimate divided its benchmark seconds by no timing and multiplied them by no config: 117.37 % of exhaustive
+    table = load_table(write_table(tmp_path / "toy_mm.json", fail_big=False))
+    with pytest.raises(TuneFailed, match="no config ran"):
+        api_tune("k", "toy_mm", table.configs, FailsAtRunTime(table, lambda c: True), policy="exhaustive",
+                 store=StateStore(state_dir))
+    out_csv = tmp_path / "report.csv"
+    invoke("report", "--csv", str(out_csv), "--state-dir", str(state_dir))
+    row = next(csv.DictReader(out_csv.open()))
+    assert float(row["benchmark_s"]) > 0 and float(row["cost_pct"]) == pytest.approx(100)
 
 
 def test_tables_stats_says_what_each_table_holds(table_file):
