@@ -14,6 +14,7 @@ the expert configs, which launches the first that compiles, timing none.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
@@ -55,6 +56,19 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
         tuner._fasta_settings = settings
         return tuner
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled in the parent. A kernel that a compile worker built as torch_npu's own NPUFastAutotuner
+        (fasta-sm never installed there) names that class by its slot, which here holds this one: it stays
+        torch_npu's, rather than becoming this class with none of its tune and none of torch_npu's search."""
+        if "_fasta_plan" not in state and _ORIGINAL["cls"] is not None:
+            _warn_built_without_fasta_sm()
+            self.__class__ = _ORIGINAL["cls"]
+        restore = getattr(NPUCachingAutotuner, "__setstate__", None)  # torch's CachingAutotuner's: lock, plugins
+        if restore is None:
+            self.__dict__.update(state)
+        else:
+            restore(self, state)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         must = [i for i, c in enumerate(self.configs) if getattr(c, "from_expert", False)]
@@ -93,6 +107,16 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
         if self.save_cache_hook:
             self.save_cache_hook(winner.config, self.autotune_time_taken_ns)
         return None
+
+
+@functools.cache
+def _warn_built_without_fasta_sm() -> None:
+    """Once per process: every kernel of such a worker pool is built alike."""
+    log.warning(
+        "fasta_sm.npu: kernels were built in compile workers where fasta-sm was not installed (torch_npu starts "
+        "Inductor's worker pool with TORCH_DEVICE_BACKEND_AUTOLOAD=0, or the pool started before enable()); "
+        "torch_npu tunes them with its own FastA"
+    )
 
 
 def _kept_deterministic(meta: dict, kwargs: dict) -> bool:

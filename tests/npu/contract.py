@@ -172,8 +172,9 @@ def our_usage() -> Usage:
                     calls.append((sub.func.attr, keywords, False))
                 elif isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "super":
                     calls.append((sub.func.attr, keywords, True))
-    reads -= set(defined) | own_attrs
-    writes -= set(defined) | {a for a in own_attrs if a.startswith("_fasta")}
+    every_object = {"__class__", "__dict__"}  # Python's own, on every instance: not torch_npu's members
+    reads -= set(defined) | own_attrs | every_object
+    writes -= set(defined) | {a for a in own_attrs if a.startswith("_fasta")} | every_object
     return Usage(overrides=defined, reads=reads, writes=writes, calls=calls)
 
 

@@ -199,6 +199,27 @@ elif scenario == "disable_after_the_worker":
     th.CALLS["bench"] = 0
     parent.run(stream=0)
     seen["benches"], seen["plan"] = th.CALLS["bench"], parent._fasta_plan is not None
+elif scenario == "worker_without_fasta_sm":
+    import logging
+    import pickle
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # a compile worker where fasta-sm's entry point never ran: torch_npu starts Inductor's pool with
+    # TORCH_DEVICE_BACKEND_AUTOLOAD=0 (or it started before enable()), so its slot holds torch_npu's own class
+    os.environ.update(FASTAUTOTUNE="1", ENABLE_PRINT_UB_BITS="1")
+    worker_kernel = build(configs())
+    worker_kernel.precompile(warm_cache_only=True)
+    blob = pickle.dumps(worker_kernel)
+    import fasta_sm.npu
+
+    fasta_sm.npu.enable(state_dir=state_dir)  # the parent
+    quiet_device_guard()
+    parent = pickle.loads(blob)
+    parent.precompile()
+    seen["worker"] = type(worker_kernel).__name__
+    seen["parent"] = type(parent).__name__
+    seen["ran"] = parent.run(stream=0)[1]
+    seen["states"] = len(os.listdir(state_dir)) if os.path.isdir(state_dir) else 0
 elif scenario in ("old_bench", "no_slot_class"):
     from torch_npu._inductor import config
     from torch_npu._inductor.runtime import fasta_autotune

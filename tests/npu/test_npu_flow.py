@@ -108,6 +108,16 @@ def test_a_parent_that_called_disable_after_its_worker_built_the_kernel_times_th
     assert seen == {"benches": 2, "plan": False}  # expert configs #0 and #5, not a tune
 
 
+def test_a_kernel_a_worker_built_as_torch_npus_own_class_stays_torch_npus_in_the_parent(table_file, state_dir):
+    """torch_npu starts Inductor's compile workers with TORCH_DEVICE_BACKEND_AUTOLOAD=0, so fasta-sm's entry point
+    does not run there: the worker's NPUFastAutotuner, pickled by its slot's name, must not unpickle in the parent
+    as fasta-sm's class with no tune (neither fasta-sm's search nor torch_npu's)."""
+    logs: list[str] = []
+    seen = scenario("worker_without_fasta_sm", table_file, state_dir, stderr=logs)
+    assert seen["worker"] == "NPUFastAutotuner" and seen["parent"] == "NPUFastAutotuner" and seen["ran"]
+    assert logs[0].count("fasta-sm was not installed") == 1
+
+
 @pytest.mark.parametrize(("case", "missing"), [("old_bench", "runtime_blocks"), ("no_slot_class", "NPUFastAutotuner")])
 def test_a_torch_npu_without_a_seam_fasta_sm_drives_is_refused_naming_it_with_its_switch_put_back(
     case, missing, table_file, state_dir
