@@ -117,13 +117,13 @@ def decorate(tmp_path, settings, autotune_local_cache=False):
     return decorator(JITFunction(reduce_source))  # a fresh module's function, as in a worker
 
 
-def worker_then_parent(tmp_path, settings):
-    worker = decorate(tmp_path, settings)
+def worker_then_parent(tmp_path, settings, **inductor_meta):
+    worker = decorate(tmp_path, settings, **inductor_meta)
     worker.precompile(warm_cache_only=True)
     worker.prepare_for_pickle()
     parent = pickle.loads(pickle.dumps(worker))
     parent.restore_after_unpickle(old_values=None)
-    parent.precompile(warm_cache_only=False, reload_kernel=lambda: decorate(tmp_path, settings))
+    parent.precompile(warm_cache_only=False, reload_kernel=lambda: decorate(tmp_path, settings, **inductor_meta))
     return worker, parent
 
 
@@ -339,15 +339,7 @@ def test_a_parent_that_gives_up_leaves_no_autotune_cache_entry_that_keeps_later_
     from fasta_sm import driver
     from fasta_sm.errors import LockTimeout
 
-    def with_local_cache():
-        return decorate(tmp_path, faked, autotune_local_cache=True)
-
-    worker = with_local_cache()
-    worker.precompile(warm_cache_only=True)
-    worker.prepare_for_pickle()
-    parent = pickle.loads(pickle.dumps(worker))
-    parent.restore_after_unpickle(old_values=None)
-    parent.precompile(warm_cache_only=False, reload_kernel=with_local_cache)
+    _, parent = worker_then_parent(tmp_path, faked, autotune_local_cache=True)
 
     def held_elsewhere(plan, backend):
         raise LockTimeout("another process holds the lock")
@@ -355,5 +347,5 @@ def test_a_parent_that_gives_up_leaves_no_autotune_cache_entry_that_keeps_later_
     with monkeypatch.context() as patch:
         patch.setattr(driver, "parent_phase", held_elsewhere)
         parent.run("in", "out", 4096, 4096, stream=0)
-    later = with_local_cache()  # the next run, the lock free again
+    later = decorate(tmp_path, faked, autotune_local_cache=True)  # the next run, the lock free again
     assert later._fasta_plan is not None and len(later._fasta_space) == len(parent._fasta_space)
