@@ -42,7 +42,7 @@ from .policies import make_policy, named_parameters, policy_names, require_liste
 from .render import age_of, format_us, kernel_labels, key_values, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
-from .store import STATE_DIR_ENV, STATE_SUFFIX, StateStore, default_state_dir
+from .store import STATE_DIR_ENV, StateStore, default_state_dir, is_superseded
 from .triton.cli import record_command
 
 console = Console(markup=False, emoji=False)
@@ -320,10 +320,15 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
     if store is None:
         return
     aside = store.set_aside_files()
-    is_superseded = [f"{STATE_SUFFIX}.superseded-" in path.name for path in aside]
-    chosen = [path for path, old in zip(aside, is_superseded) if superseded or not old]
-    folders = [path.name for path in chosen if store.is_directory(path)]  # never deleted, tree and all
-    chosen = [path for path in chosen if not store.is_directory(path)]
+    superseded_count = sum(map(is_superseded, aside))
+    chosen, folders = [], []
+    for path in aside:
+        if not superseded and is_superseded(path):
+            continue
+        if store.is_directory(path):
+            folders.append(path.name)  # never deleted, tree and all
+        else:
+            chosen.append(path)
     busy, failed = [], []
     for path in chosen:
         if dry_run:  # what clean would do, found without taking a lock (that would create lock files)
@@ -346,7 +351,7 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
         verb = "would remove" if dry_run else "removed"
         files = f"{len(aside)} state file{'s' if len(aside) != 1 else ''}"
         notes.print(f"{verb} {done} of the {files} set aside in {store.path}")
-    left = sum(is_superseded) if not superseded else 0
+    left = superseded_count if not superseded else 0
     if left:
         notes.print(f"{left} superseded kept (--superseded removes them too)")
     if folders:

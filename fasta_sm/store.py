@@ -516,6 +516,11 @@ def _keep_under(path: Path, target: Path) -> None:
             os.fsync(copy.fileno())  # whole on disk before the new tune's first checkpoint replaces the original
 
 
+def is_superseded(path: Path) -> bool:
+    """Whether `path` names a superseded state (`<stem>.fsm.superseded-<stamp>`), not a quarantined one."""
+    return _superseded_lock(path) is not None
+
+
 def _superseded_lock(path: Path) -> Path | None:
     """The lock file of the key whose superseded state `path` is; None if it is none (a quarantined file)."""
     stem, superseded, _ = path.name.partition(f"{STATE_SUFFIX}.superseded-")
