@@ -18,6 +18,7 @@ mixed into.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.abc
 import importlib.util
 import logging
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -297,6 +299,29 @@ def _whole(value: Any) -> Any:
     return whole if whole == value and not isinstance(value, bool) else value
 
 
+CACHE_ONLY_META = {
+    "'force_disable_caches': True": "'force_disable_caches': False",
+    "'autotune_local_cache': False": "'autotune_local_cache': True",
+    "'autotune_remote_cache': True": "'autotune_remote_cache': None",
+    "'autotune_remote_cache': False": "'autotune_remote_cache': None",
+}
+"""inductor_meta entries Inductor writes into a kernel's source that change which of its caches it reads, not the
+kernel or its configs: each as it is written when set, and as when unset (the default, so keys made without them
+stay as they were). `autotune_remote_cache` is a tristate, None by default (`TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE`
+unset) and True or False when set."""
+
+
+def as_tuned(source: str) -> str:
+    """`source` as its tune is keyed: with the cache switches of `CACHE_ONLY_META` as when unset, so that
+    `TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`, `TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE=0` or `=1` and
+    `autotune_local_cache=False` (which Inductor writes into every kernel's inductor_meta) find the kernel's tune
+    rather than starting another."""
+    for written, unset in CACHE_ONLY_META.items():
+        source = source.replace(written, unset)
+    return source
+
+
+
 class AutotunerBackend:
     """The Backend protocol over one autotuner's own compile and benchmark calls.
 
@@ -399,8 +424,18 @@ class FastaAutotunerMixin:
         return self.device_props.multi_processor_count
 
     def _fasta_kernel_hash(self) -> str:
-        """What names the kernel's code in its key: the base class's hash of its source file."""
-        return self.kernel_hash
+        """What names the kernel's code in its key: a hash of its source file as the codegen wrote it, without
+        what fasta-sm's patch added (`_fasta_generated`) and with the cache switches as when unset (`as_tuned`),
+        so neither makes the same kernel a new tune; the base class's hash when there is no file."""
+        try:
+            source = Path(self.filename).read_text(encoding="utf-8")
+        except (TypeError, OSError, UnicodeDecodeError):  # no file (built by hand)
+            return self.kernel_hash
+        return hashlib.sha256(as_tuned(self._fasta_generated(source)).encode()).hexdigest()[:32]
+
+    def _fasta_generated(self, source: str) -> str:
+        """`source` as the device's codegen wrote it, before fasta-sm's patch added to it."""
+        return source
 
     def _fasta_describe(self) -> str:
         """How this tune measures: the device and the Triton that compiles (tunes measured alike lead the prior)."""

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import inspect
 import logging
-from pathlib import Path
 from typing import Any
 
 from torch._inductor.runtime import triton_heuristics
@@ -23,7 +21,7 @@ from torch._inductor.runtime.hints import HeuristicType
 
 from ..config import Config
 from ..driver import DriverSettings, FastaAutotunerMixin, to_fasta_config
-from .codegen import META_KEY, as_tuned, without_settings
+from .codegen import META_KEY, without_settings
 from .space import DeviceLimits, generate_space
 
 log = logging.getLogger("fasta_sm.inductor.autotuner")
@@ -71,18 +69,11 @@ class FastaCachingAutotuner(FastaAutotunerMixin, triton_heuristics.CachingAutotu
 
         return turned_off()
 
-    def _fasta_kernel_hash(self) -> str:
-        """A hash of the kernel's source as Inductor generated it, without the settings fasta-sm wrote into it:
-        they are the tune's settings, not its kernel (a tune run with others is superseded, its measurements
-        kept), and a state dir or a seed must not make the same kernel a new tune; nor must Inductor's
-        `force_disable_caches` and its autotune-cache switches, which it also writes into the source
-        (`codegen.as_tuned`)."""
-        settings = self.inductor_meta.get(META_KEY)
-        try:
-            source = Path(self.filename).read_text(encoding="utf-8")
-        except (TypeError, OSError, UnicodeDecodeError):  # no file (built by hand): Inductor's own hash
-            return self.kernel_hash
-        return hashlib.sha256(as_tuned(without_settings(source, settings)).encode()).hexdigest()[:32]
+    def _fasta_generated(self, source: str) -> str:
+        """Without the settings fasta-sm wrote into the source (and the hook): they are the tune's settings, not
+        its kernel (a tune run with others is superseded, its measurements kept), and a state dir or a seed must
+        not make the same kernel a new tune."""
+        return without_settings(source, self.inductor_meta.get(META_KEY))
 
 
 def _to_inductor(template: Any, config: Config) -> Any:

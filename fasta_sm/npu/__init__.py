@@ -227,10 +227,27 @@ def autoload() -> None:
 
             install(switch_before)
         except Exception as exc:  # noqa: BLE001  torch_npu keeps its own autotuner, and says so once
-            log.warning("fasta_sm.npu is on but could not install its autotuner (%s: %s); torch_npu tunes its "
-                        "own kernels", type(exc).__name__, exc)
+            _warn_not_installed(f"{type(exc).__name__}: {exc}")
 
     call_after_import(SLOT_MODULE, install_quietly)
+
+
+def install_for_kernel_source() -> None:
+    """Install the class for a kernel whose source imports `fasta_sm.npu.hook`, where fasta-sm is on and not
+    disabled: in a compile worker, where the entry point did not run. The kernel must load whatever happens."""
+    if _turned_off or current_settings() is None:
+        return
+    try:
+        from .autotuner import install
+
+        install(_switch_now(os.environ.get(NPU_SWITCH_ENV)))
+    except Exception as exc:  # noqa: BLE001  torch_npu keeps its own autotuner, and says so once
+        _warn_not_installed(f"{type(exc).__name__}: {exc}")
+
+
+@functools.cache
+def _warn_not_installed(why: str) -> None:
+    log.warning("fasta_sm.npu is on but could not install its autotuner (%s); torch_npu tunes its own kernels", why)
 
 
 _pending_install: list[bool] = []
@@ -242,4 +259,13 @@ def take_pending_install() -> bool | None:
     return _pending_install.pop() if _pending_install else None
 
 
-__all__ = ["ENV_VAR", "NPUUnavailable", "autoload", "current_settings", "disable", "enable", "turned_off"]
+__all__ = [
+    "ENV_VAR",
+    "NPUUnavailable",
+    "autoload",
+    "current_settings",
+    "disable",
+    "enable",
+    "install_for_kernel_source",
+    "turned_off",
+]

@@ -25,7 +25,7 @@ from torch_npu._inductor.runtime import fasta_autotune
 from torch_npu._inductor.runtime.triton_heuristics import NPUCachingAutotuner
 
 from ..driver import FastaAutotunerMixin
-from . import NPUUnavailable, current_settings, take_pending_install, turned_off
+from . import NPUUnavailable, codegen, current_settings, take_pending_install, turned_off
 
 log = logging.getLogger("fasta_sm.npu.autotuner")
 
@@ -79,6 +79,10 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
     def _fasta_turned_off(self) -> bool:
         return turned_off()
 
+    def _fasta_generated(self, source: str) -> str:
+        """Without the hook's import: a kernel keeps its tune whether or not its source was written with it."""
+        return codegen.without_hook(source)
+
     def _fasta_cores(self) -> int:
         """The vector cores torch_npu generates tiles and launches for: the device's, or fewer under
         `NPU_DEVICE_LIMIT`, which gives another config list and other timings, so another tune."""
@@ -113,9 +117,9 @@ class FastaNPUAutotuner(FastaAutotunerMixin, NPUCachingAutotuner):
 def _warn_built_without_fasta_sm() -> None:
     """Once per process: every kernel of such a worker pool is built alike."""
     log.warning(
-        "fasta_sm.npu: kernels were built in compile workers where fasta-sm was not installed (torch_npu starts "
-        "Inductor's worker pool with TORCH_DEVICE_BACKEND_AUTOLOAD=0, or the pool started before enable()); "
-        "torch_npu tunes them with its own FastA"
+        "fasta_sm.npu: kernels were built in compile workers where fasta-sm was not installed (the pool started "
+        "before enable(), or the kernel's source was generated before it, without fasta-sm's hook); torch_npu "
+        "tunes them with its own FastA"
     )
 
 
@@ -138,7 +142,8 @@ def _expert_configs(configs: Any) -> list:
 
 
 def install(switch_before: bool) -> None:
-    """Put FastaNPUAutotuner where torch_npu's cached_autotune picks its FastA autotuner, and switch that on.
+    """Put FastaNPUAutotuner where torch_npu's cached_autotune picks its FastA autotuner, switch that on, and have
+    the kernels generated from now on import the hook (`codegen`), so that compile workers build it too.
 
     `switch_before` is torch_npu's switch before fasta-sm touched it (the
     environment's FASTAUTOTUNE), which `uninstall` puts back. A torch_npu
@@ -155,6 +160,7 @@ def install(switch_before: bool) -> None:
         _ORIGINAL["switch"] = switch_before
     fasta_autotune.NPUFastAutotuner = FastaNPUAutotuner
     npu_config.fasta_autotune = True
+    codegen.patch()
 
 
 def missing_seams() -> list[str]:
@@ -176,6 +182,7 @@ def missing_seams() -> list[str]:
 
 
 def uninstall() -> None:
+    codegen.unpatch()
     if fasta_autotune.NPUFastAutotuner is FastaNPUAutotuner:
         fasta_autotune.NPUFastAutotuner = _ORIGINAL["cls"]
         npu_config.fasta_autotune = _ORIGINAL.pop("switch", False)

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NPU_HEURISTICS = "torch_npu/_inductor/runtime/triton_heuristics.py"
 NPU_FASTA = "torch_npu/_inductor/runtime/fasta_autotune.py"
 NPU_CONFIG = "torch_npu/_inductor/config.py"
+NPU_CODEGEN = "torch_npu/_inductor/codegen/triton.py"
+NPU_COMBO = "torch_npu/_inductor/codegen/triton_combo_kernel.py"
 TORCH_HEURISTICS = "torch/_inductor/runtime/triton_heuristics.py"
 
 

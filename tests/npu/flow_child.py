@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -32,13 +33,40 @@ def configs(expert=(0, 5), twins=False, split=False):
     return out
 
 
-def build(space, heuristic_type="pointwise", **meta):
+def build(space, heuristic_type="pointwise", filename=None, **meta):
     from torch_npu._inductor.runtime import triton_heuristics
 
     fn = SimpleNamespace(__name__="triton_poi_0", fn=object())
     return triton_heuristics.cached_autotune(
-        {"x": 1024}, space, {}, heuristic_type, inductor_meta={"kernel_name": "triton_poi_0", **meta}
+        {"x": 1024}, space, {}, heuristic_type, filename=filename, inductor_meta={"kernel_name": "triton_poi_0", **meta}
     )(fn)
+
+
+KERNEL_BODY = """
+import __main__
+
+kernel = __main__.build(__main__.configs(), filename=__file__)
+"""
+"""What follows the imports in a generated kernel's source: here, the stand-in's kernel, built as its decorator
+would build it."""
+
+
+def load_kernel(path):
+    """The kernel of the source file at `path`, loaded as Inductor's code cache loads one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernel_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.kernel
+
+
+def hooked_imports():
+    """The imports torch_npu generates now, and whether they import fasta-sm's hook."""
+    from torch_npu._inductor.codegen.triton import NPUIndexTritonKernel, NPUTritonKernel
+
+    texts = [cls.gen_common_triton_imports() for cls in (NPUTritonKernel, NPUIndexTritonKernel)]
+    return [text.count("import fasta_sm.npu.hook") for text in texts]
 
 
 def quiet_device_guard():
@@ -220,6 +248,81 @@ elif scenario == "worker_without_fasta_sm":
     seen["parent"] = type(parent).__name__
     seen["ran"] = parent.run(stream=0)[1]
     seen["states"] = len(os.listdir(state_dir)) if os.path.isdir(state_dir) else 0
+elif scenario == "hooked_worker":
+    import pickle
+    from pathlib import Path
+
+    import fasta_sm.npu
+
+    fasta_sm.npu.enable(state_dir=state_dir)  # the parent
+    from torch_npu._inductor.codegen.triton import NPUIndexTritonKernel
+
+    from fasta_sm.npu.codegen import without_hook
+
+    work = Path(state_dir).parent
+    source = NPUIndexTritonKernel.gen_common_triton_imports() + KERNEL_BODY
+    (work / "kernel.py").write_text(source)
+    (work / "plain.py").write_text(without_hook(source))
+    # a compile worker of torch_npu's pool: the environment enable() set, and no backend entry points
+    worker_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "KERNEL_SOURCE": str(work / "kernel.py"),
+                  "KERNEL_PICKLE": str(work / "kernel.pickle")}
+    done = subprocess.run([sys.executable, __file__, "compile_worker", table_path, state_dir], env=worker_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen["worker"] = json.loads(done.stdout.strip().splitlines()[-1])
+    quiet_device_guard()
+    from torch_npu._inductor.runtime import triton_heuristics as th
+
+    parent = pickle.loads((work / "kernel.pickle").read_bytes())
+    parent.precompile()
+    seen["parent"] = type(parent).__name__
+    seen["ran"] = parent.run(stream=0)[1]
+    seen["parent_compiles"], seen["benches"] = th.CALLS["compile"], th.CALLS["bench"]
+    hooked_key = parent._fasta_kernel_hash()
+    parent.filename = str(work / "plain.py")
+    seen["key_ignores_the_hook"] = parent._fasta_kernel_hash() == hooked_key
+elif scenario == "compile_worker":
+    import pickle
+
+    kernel = load_kernel(os.environ["KERNEL_SOURCE"])
+    from torch_npu._inductor.runtime import triton_heuristics as th
+
+    if type(kernel).__name__ == "FastaNPUAutotuner":
+        quiet_device_guard()
+    kernel.precompile(warm_cache_only=True)
+    with open(os.environ["KERNEL_PICKLE"], "wb") as out:
+        pickle.dump(kernel, out)
+    seen.update(kind=type(kernel).__name__, compiles=th.CALLS["compile"],
+                plan=getattr(kernel, "_fasta_plan", None) is not None)
+elif scenario == "hooked_source_elsewhere":
+    # a process that loads a kernel source written with the hook, where fasta-sm is off or not installed
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    os.environ.update(FASTAUTOTUNE="1", ENABLE_PRINT_UB_BITS="1")
+    if os.environ.get("STANDIN_NO_FASTA_SM"):
+        sys.modules["fasta_sm.npu.hook"] = None  # its import now fails, as with fasta-sm uninstalled
+    from fasta_sm.npu.codegen import with_hook
+
+    path = os.path.join(os.path.dirname(state_dir), "kernel.py")
+    with open(path, "w") as out:
+        out.write(with_hook("import torch_npu\nfrom torch_npu._inductor.runtime import triton_heuristics as "
+                            "triton_heuristics\n") + KERNEL_BODY)
+    kernel = load_kernel(path)
+    from torch_npu._inductor.runtime import fasta_autotune
+
+    seen["class"], seen["slot"] = type(kernel).__name__, fasta_autotune.NPUFastAutotuner.__name__
+elif scenario == "codegen_patch":
+    import fasta_sm.npu
+
+    if os.environ.get("STANDIN_CODEGEN_FIRST"):
+        import torch_npu._inductor.codegen.triton  # noqa: F401  loaded before enable()
+    fasta_sm.npu.enable(state_dir=state_dir)
+    seen["enabled"] = hooked_imports()
+    fasta_sm.npu.enable(state_dir=state_dir)
+    seen["enabled_twice"] = hooked_imports()
+    fasta_sm.npu.disable()
+    seen["disabled"] = hooked_imports()
 elif scenario in ("old_bench", "no_slot_class"):
     from torch_npu._inductor import config
     from torch_npu._inductor.runtime import fasta_autotune

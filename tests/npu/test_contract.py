@@ -15,8 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from fasta_sm.npu import codegen
+
 sys.path.insert(0, str(Path(__file__).parent))
 from contract import (
+    NPU_CODEGEN,
+    NPU_COMBO,
     NPU_CONFIG,
     NPU_FASTA,
     NPU_HEURISTICS,
@@ -58,6 +62,8 @@ def published(request):
         "heuristics": npu,
         "fasta": read_from_wheel(wheel, NPU_FASTA),
         "config": read_from_wheel(wheel, NPU_CONFIG),
+        "codegen": read_from_wheel(wheel, NPU_CODEGEN),
+        "combo": read_from_wheel(wheel, NPU_COMBO),
         "chain": chain,
     }
 
@@ -141,3 +147,20 @@ def test_our_imports_exist_in_the_wheel(published):
     modules = {n.module for n in imports if (n.module or "").startswith("torch_npu")}
     assert modules == {"torch_npu._inductor", "torch_npu._inductor.runtime",
                        "torch_npu._inductor.runtime.triton_heuristics"}
+
+
+def test_each_kernel_class_generates_the_import_the_hook_is_written_after(published):
+    """The codegen patch wraps each class's own `gen_common_triton_imports` (a classmethod) and writes the hook
+    after the line importing torch_npu's `triton_heuristics`: without that line, workers would build torch_npu's
+    class again."""
+    tree = ast.parse(published["codegen"])
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    for name in codegen.KERNEL_CLASSES:
+        method = next(n for n in classes[name].body if isinstance(n, ast.FunctionDef) and n.name == codegen.IMPORTS)
+        assert "classmethod" in [ast.unparse(d) for d in method.decorator_list], f"{name}.{codegen.IMPORTS}"
+        lines = [line.strip() for line in ast.get_source_segment(published["codegen"], method).splitlines()]
+        assert codegen.ANCHOR in lines, f"{name}.{codegen.IMPORTS} in torch_npu {published['version']}"
+
+
+def test_combo_kernels_take_their_imports_from_a_kernel_class(published):
+    assert f"self.triton_kernel_cls.{codegen.IMPORTS}()" in published["combo"]

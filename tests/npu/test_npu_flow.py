@@ -19,7 +19,8 @@ from fasta_sm.backends.replay import load_table
 from fasta_sm.store import StateStore
 
 HERE = Path(__file__).resolve().parent
-SWITCHES = ("FASTAUTOTUNE", "FASTA_SM_NPU", "FASTA_SM_NPU_SETTINGS", "ENABLE_PRINT_UB_BITS", "STANDIN_BACKEND_ERROR")
+SWITCHES = ("FASTAUTOTUNE", "FASTA_SM_NPU", "FASTA_SM_NPU_SETTINGS", "ENABLE_PRINT_UB_BITS", "STANDIN_BACKEND_ERROR",
+            "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
 
 def scenario(name, table_file, state_dir, stderr=None, **env):
@@ -116,6 +117,37 @@ def test_a_kernel_a_worker_built_as_torch_npus_own_class_stays_torch_npus_in_the
     seen = scenario("worker_without_fasta_sm", table_file, state_dir, stderr=logs)
     assert seen["worker"] == "NPUFastAutotuner" and seen["parent"] == "NPUFastAutotuner" and seen["ran"]
     assert logs[0].count("fasta-sm was not installed") == 1
+
+
+def test_a_compile_worker_without_fasta_sms_entry_point_builds_fasta_sms_class_from_the_kernels_hook(
+    table_file, state_dir
+):
+    """torch_npu starts its compile workers with TORCH_DEVICE_BACKEND_AUTOLOAD=0: the import fasta-sm writes into
+    the kernel's source installs the class there, so the worker plans and compiles R1 and the parent finishes it."""
+    seen = scenario("hooked_worker", table_file, state_dir)
+    (state_file,) = StateStore(state_dir).state_files()
+    state = StateStore.read(state_file)
+    assert seen["worker"]["kind"] == "FastaNPUAutotuner" and seen["worker"]["plan"]
+    assert seen["parent"] == "FastaNPUAutotuner" and state.done and seen["ran"]
+    assert 0 < seen["worker"]["compiles"] < len(state.configs), "the worker compiled R1, not every config"
+    assert seen["benches"] == state.evaluations(), "the parent timed the tune, and nothing else"
+
+
+def test_a_kernels_key_is_the_same_with_or_without_the_hook_in_its_source(table_file, state_dir):
+    assert scenario("hooked_worker", table_file, state_dir)["key_ignores_the_hook"]
+
+
+@pytest.mark.parametrize("env", [{}, {"STANDIN_NO_FASTA_SM": "1"}], ids=["fasta-sm off", "fasta-sm not installed"])
+def test_a_kernel_source_with_the_hook_loads_as_torch_npus_where_fasta_sm_is_not_on(env, table_file, state_dir):
+    seen = scenario("hooked_source_elsewhere", table_file, state_dir, **env)
+    assert seen == {"class": "NPUFastAutotuner", "slot": "NPUFastAutotuner"}
+
+
+@pytest.mark.parametrize("env", [{}, {"STANDIN_CODEGEN_FIRST": "1"}], ids=["codegen after", "codegen before"])
+def test_enable_writes_the_hook_once_into_each_kernel_classs_imports_and_disable_takes_it_out(env, table_file,
+                                                                                              state_dir):
+    seen = scenario("codegen_patch", table_file, state_dir, **env)
+    assert seen == {"enabled": [1, 1], "enabled_twice": [1, 1], "disabled": [0, 0]}
 
 
 @pytest.mark.parametrize(("case", "missing"), [("old_bench", "runtime_blocks"), ("no_slot_class", "NPUFastAutotuner")])

@@ -53,6 +53,7 @@ class NPUCachingAutotuner:
         self.configs = configs
         self.save_cache_hook = save_cache_hook
         self.inductor_meta = inductor_meta or {}
+        self.filename = filename
         self.runtime_block_arg_names = tuple(self.inductor_meta.get("runtime_block_arg_names", ()))
         self.launchers = []
         self.compile_results = None
