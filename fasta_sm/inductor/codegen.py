@@ -1,7 +1,7 @@
 """The codegen patch: kernel source that imports the hook and carries fasta-sm's settings.
 
 `TritonKernel.codegen_kernel` returns a kernel's whole source text. The
-patch adds one import line after Inductor's `triton_heuristics` import and a
+patch adds the hook's import after Inductor's `triton_heuristics` import and a
 `fasta_sm` entry to the decorator's `inductor_meta`, for pointwise and
 reduction kernels only. Settings travel in the source (not in environment
 variables) because the worker pool may have been started before `enable()`.
@@ -18,7 +18,13 @@ from typing import Any
 META_KEY = "fasta_sm"
 """The inductor_meta entry that carries the settings."""
 IMPORT_LINE = "from torch._inductor.runtime import triton_helpers, triton_heuristics"
-HOOK_LINE = "import fasta_sm.inductor.hook  # noqa: F401  fasta-sm autotuner, also in compile workers"
+HOOK = (
+    "try:\n"
+    "    import fasta_sm.inductor.hook  # noqa: F401  fasta-sm's autotuner, also in compile workers\n"
+    "except ImportError:  # fasta-sm uninstalled since this kernel was cached: Inductor builds it\n"
+    "    pass"
+)
+"""Imports the hook; a kernel Inductor's caches hold outlives fasta-sm's install, and must still load."""
 HEURISTIC = re.compile(r"@triton_heuristics\.(pointwise|reduction|persistent_reduction)\(")
 META_OPEN = "inductor_meta={"
 TRIPLE_QUOTE = "'''"
@@ -28,19 +34,19 @@ TRIPLE_QUOTE = "'''"
 def rewrite_source(source: str, settings: dict[str, Any]) -> str:
     """`source` with the hook import and `settings` in its inductor_meta, or unchanged."""
     match = HEURISTIC.search(source)
-    if match is None or IMPORT_LINE not in source or HOOK_LINE in source:
+    if match is None or IMPORT_LINE not in source or HOOK in source:
         return source
     start = source.find(META_OPEN, match.end())
     if start < 0:
         return source
     cut = start + len(META_OPEN)
     source = f"{source[:cut]}{_entry(settings)}{source[cut:]}"
-    return source.replace(IMPORT_LINE, f"{IMPORT_LINE}\n{HOOK_LINE}", 1)
+    return source.replace(IMPORT_LINE, f"{IMPORT_LINE}\n{HOOK}", 1)
 
 
 def without_settings(source: str, settings: dict[str, Any]) -> str:
     """`source` as Inductor wrote it, before `rewrite_source` added `settings` (read back from it) and the hook."""
-    return source.replace(_entry(settings), "", 1).replace(f"{IMPORT_LINE}\n{HOOK_LINE}", IMPORT_LINE, 1)
+    return source.replace(_entry(settings), "", 1).replace(f"{IMPORT_LINE}\n{HOOK}", IMPORT_LINE, 1)
 
 
 def source_safe(settings: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ import fasta_sm.inductor as fi
 from fasta_sm.driver import DriverSettings
 from fasta_sm.errors import PolicyError
 from fasta_sm.inductor.autotuner import FastaCachingAutotuner
-from fasta_sm.inductor.codegen import HOOK_LINE, rewrite_source, without_settings
+from fasta_sm.inductor.codegen import HOOK, rewrite_source, without_settings
 
 
 def add_kernel_source(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
@@ -124,10 +124,16 @@ SOURCE_WITH_HEURISTIC = (
 )
 
 
+def test_a_rewritten_kernel_still_loads_where_fasta_sm_is_no_longer_installed(monkeypatch):
+    """Inductor's caches keep kernels written while fasta-sm was installed: their hook must not fail the load."""
+    monkeypatch.setitem(sys.modules, "fasta_sm.inductor.hook", None)  # importing it now fails, as if uninstalled
+    exec(compile(HOOK, "kernel.py", "exec"), {})
+
+
 def test_rewrite_adds_the_hook_and_settings_only_to_tuned_heuristics():
     source = SOURCE_WITH_HEURISTIC
     out = rewrite_source(source, {"policy": "fasta", "max_configs": 8})
-    assert HOOK_LINE in out and "inductor_meta={'fasta_sm': {'policy': 'fasta', 'max_configs': 8}, 'kernel_name'" in out
+    assert HOOK in out and "inductor_meta={'fasta_sm': {'policy': 'fasta', 'max_configs': 8}, 'kernel_name'" in out
     ast.parse(out)
     assert rewrite_source(out, {"policy": "x"}) == out, "idempotent"
     foreach = source.replace("pointwise", "foreach")
