@@ -8,8 +8,9 @@ when its `fasta_autotune` config (env FASTAUTOTUNE=1) is on; `enable()` turns
 that on and puts `FastaNPUAutotuner` in that slot. Compile workers are reached
 the way torch_npu reaches them: through the environment (FASTAUTOTUNE,
 FASTA_SM_NPU and the settings as JSON), which workers started after `enable()`
-inherit, and fasta-sm's `torch.backends` entry point, which installs the
-same class there. Only NPU seams live here; the tune split between worker and
+inherit, and the hook the kernels' source imports (`codegen`), which installs
+the same class there: torch_npu starts its workers without the `torch.backends`
+entry points. Only NPU seams live here; the tune split between worker and
 parent is `fasta_sm.driver`, shared with the Inductor GPU integration.
 Importing this package needs neither torch nor torch_npu.
 """
@@ -40,6 +41,7 @@ from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS
 from ..prior import prior_enabled
 from ..store import StateStore, state_dir_path
+from . import codegen
 
 log = logging.getLogger("fasta_sm.npu")
 
@@ -133,6 +135,7 @@ def disable() -> None:
     global _saved_env, _turned_off
     _turned_off = True
     cancel_after_import(SLOT_MODULE)  # a FASTA_SM_NPU=1 still waiting for torch_npu's slot must not install it
+    codegen.unpatch()  # nor write the hook into the kernels generated from now on
     autotuner = sys.modules.get(f"{__name__}.autotuner")
     if autotuner is not None:
         autotuner.uninstall()
@@ -208,6 +211,10 @@ def autoload() -> None:
     It runs at the end of `import torch`, before torch_npu reads its switch:
     FASTAUTOTUNE=1 (and ENABLE_PRINT_UB_BITS=1) are set then, unless the
     environment says otherwise, so that torch_npu imports the slot at all.
+    The hook goes into the kernels' imports as soon as torch_npu's codegen
+    loads, not with the class: torch_npu imports the slot only to build a
+    kernel, which a process with a compile pool first does after generating
+    its first graph's kernels; their workers would build torch_npu's own.
     """
     if not switch_or_off(ENV_VAR):
         return
@@ -230,6 +237,7 @@ def autoload() -> None:
             _warn_not_installed(f"{type(exc).__name__}: {exc}")
 
     call_after_import(SLOT_MODULE, install_quietly)
+    codegen.patch()
 
 
 def install_for_kernel_source() -> None:

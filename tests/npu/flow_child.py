@@ -157,6 +157,16 @@ elif scenario == "autoload_then_disable":
     from torch_npu._inductor.runtime import fasta_autotune
 
     seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
+elif scenario == "autoload_codegen":
+    import fasta_sm.npu
+
+    fasta_sm.npu.autoload()
+    if os.environ.get("STANDIN_DISABLE_FIRST"):
+        fasta_sm.npu.disable()  # before torch_npu loads its codegen
+    import torch_npu._inductor.codegen.triton  # noqa: F401  loaded with torch_npu's backend, before any kernel
+
+    seen["slot_loaded"] = "torch_npu._inductor.runtime.fasta_autotune" in sys.modules
+    seen["hooked"] = hooked_imports()
 elif scenario == "autoload_then_import_the_class":
     import fasta_sm.npu
 

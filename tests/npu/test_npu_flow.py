@@ -168,6 +168,21 @@ def test_disable_before_torch_npu_loads_its_slot_keeps_fasta_sm_npu_from_install
     assert seen["slot"] == "NPUFastAutotuner"
 
 
+def test_fasta_sm_npu_alone_writes_the_hook_into_kernels_generated_before_torch_npu_loads_its_slot(
+    table_file, state_dir
+):
+    """torch_npu imports its slot only to build a kernel, which a parent with a compile pool first does after
+    generating its first graph's kernels: were the hook written only once the class is installed, their workers
+    would build every one of them as torch_npu's own."""
+    seen = scenario("autoload_codegen", table_file, state_dir, FASTA_SM_NPU="1")
+    assert seen == {"slot_loaded": False, "hooked": [1, 1]}
+
+
+def test_disable_before_torch_npu_loads_its_codegen_keeps_fasta_sm_npu_from_writing_the_hook(table_file, state_dir):
+    seen = scenario("autoload_codegen", table_file, state_dir, FASTA_SM_NPU="1", STANDIN_DISABLE_FIRST="1")
+    assert seen["hooked"] == [0, 0]
+
+
 def test_fasta_sm_npu_alone_installs_the_class_when_its_own_import_loads_torch_npus_slot(table_file, state_dir):
     seen = scenario("autoload_then_import_the_class", table_file, state_dir, FASTA_SM_NPU="1")
     assert seen["is_ours"] is True
