@@ -14,6 +14,7 @@ the expert configs, which launches the first that compiles, timing none.
 
 from __future__ import annotations
 
+import copyreg
 import functools
 import inspect
 import logging
@@ -141,6 +142,19 @@ def _expert_configs(configs: Any) -> list:
     return [c for c in configs if getattr(c, "from_expert", False)] or configs
 
 
+def _pickled_as_torch_npus(kernel: Any) -> tuple:
+    """How a kernel built as torch_npu's own NPUFastAutotuner pickles while this class holds its slot (a compile
+    worker pickles every kernel back to its parent): by its class's name, which now finds this class, pickle refuses
+    it; by `_torch_npus` it stays torch_npu's, its state as pickle would take it."""
+    _, _, *state = kernel.__reduce_ex__(2)
+    return (_torch_npus, (), *state)
+
+
+def _torch_npus() -> Any:
+    """An empty NPUFastAutotuner of torch_npu's, for pickle to fill."""
+    return _ORIGINAL["cls"].__new__(_ORIGINAL["cls"])
+
+
 def install(switch_before: bool) -> None:
     """Put FastaNPUAutotuner where torch_npu's cached_autotune picks its FastA autotuner, switch that on, and have
     the kernels generated from now on import the hook (`codegen`), so that compile workers build it too.
@@ -159,6 +173,7 @@ def install(switch_before: bool) -> None:
     if fasta_autotune.NPUFastAutotuner is not FastaNPUAutotuner:
         _ORIGINAL["switch"] = switch_before
     fasta_autotune.NPUFastAutotuner = FastaNPUAutotuner
+    copyreg.pickle(_ORIGINAL["cls"], _pickled_as_torch_npus)
     npu_config.fasta_autotune = True
     codegen.patch()
 
@@ -185,6 +200,7 @@ def uninstall() -> None:
     codegen.unpatch()
     if fasta_autotune.NPUFastAutotuner is FastaNPUAutotuner:
         fasta_autotune.NPUFastAutotuner = _ORIGINAL["cls"]
+        copyreg.dispatch_table.pop(_ORIGINAL["cls"], None)
         npu_config.fasta_autotune = _ORIGINAL.pop("switch", False)
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import json
 import os
 import shutil
@@ -49,6 +50,26 @@ kernel = __main__.build(__main__.configs(), filename=__file__)
 """
 """What follows the imports in a generated kernel's source: here, the stand-in's kernel, built as its decorator
 would build it."""
+
+
+RUNTIME_BLOCKS_KERNEL_BODY = """
+import __main__
+
+kernel = __main__.build(__main__.configs(), filename=__file__, runtime_block_arg_names=["XBLOCK"])
+"""
+"""As `KERNEL_BODY`, for a kernel with runtime block arguments, which fasta-sm leaves to torch_npu's FastA."""
+
+
+def compile_in_worker(source, work):
+    """The kernel of `source` as a compile worker of torch_npu's pool builds and pickles it (the environment of
+    this process, and no backend entry points): what the worker saw, and the pickle."""
+    (work / "kernel.py").write_text(source)
+    worker_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "KERNEL_SOURCE": str(work / "kernel.py"),
+                  "KERNEL_PICKLE": str(work / "kernel.pickle")}
+    done = subprocess.run([sys.executable, __file__, "compile_worker", table_path, state_dir], env=worker_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), (work / "kernel.pickle").read_bytes()
 
 
 def load_kernel(path):
@@ -139,6 +160,7 @@ elif scenario == "disable":
 
     seen["slot"] = fasta_autotune.NPUFastAutotuner.__name__
     seen["switch"] = config.fasta_autotune
+    seen["pickled_by_fasta_sm"] = fasta_autotune.NPUFastAutotuner in copyreg.dispatch_table
     seen["env"] = {name: os.environ.get(name) for name in ("FASTAUTOTUNE", "FASTA_SM_NPU", "ENABLE_PRINT_UB_BITS")}
 elif scenario == "autoload":
     import fasta_sm.npu
@@ -271,19 +293,12 @@ elif scenario == "hooked_worker":
 
     work = Path(state_dir).parent
     source = NPUIndexTritonKernel.gen_common_triton_imports() + KERNEL_BODY
-    (work / "kernel.py").write_text(source)
     (work / "plain.py").write_text(without_hook(source))
-    # a compile worker of torch_npu's pool: the environment enable() set, and no backend entry points
-    worker_env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "KERNEL_SOURCE": str(work / "kernel.py"),
-                  "KERNEL_PICKLE": str(work / "kernel.pickle")}
-    done = subprocess.run([sys.executable, __file__, "compile_worker", table_path, state_dir], env=worker_env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    seen["worker"] = json.loads(done.stdout.strip().splitlines()[-1])
+    seen["worker"], blob = compile_in_worker(source, work)
     quiet_device_guard()
     from torch_npu._inductor.runtime import triton_heuristics as th
 
-    parent = pickle.loads((work / "kernel.pickle").read_bytes())
+    parent = pickle.loads(blob)
     parent.precompile()
     seen["parent"] = type(parent).__name__
     seen["ran"] = parent.run(stream=0)[1]
@@ -291,6 +306,20 @@ elif scenario == "hooked_worker":
     hooked_key = parent._fasta_kernel_hash()
     parent.filename = str(work / "plain.py")
     seen["key_ignores_the_hook"] = parent._fasta_kernel_hash() == hooked_key
+elif scenario == "hooked_worker_runtime_blocks":
+    import logging
+    import pickle
+    from pathlib import Path
+
+    import fasta_sm.npu
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    fasta_sm.npu.enable(state_dir=state_dir)  # the parent
+    from torch_npu._inductor.codegen.triton import NPUIndexTritonKernel
+
+    source = NPUIndexTritonKernel.gen_common_triton_imports() + RUNTIME_BLOCKS_KERNEL_BODY
+    worker, blob = compile_in_worker(source, Path(state_dir).parent)
+    seen["worker"], seen["parent"] = worker["kind"], type(pickle.loads(blob)).__name__
 elif scenario == "compile_worker":
     import pickle
 

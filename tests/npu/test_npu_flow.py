@@ -102,6 +102,10 @@ def test_disable_puts_back_torch_npus_class_switch_and_environment(table_file, s
     assert seen["env"] == {"FASTAUTOTUNE": None, "FASTA_SM_NPU": None, "ENABLE_PRINT_UB_BITS": None}
 
 
+def test_disable_leaves_torch_npus_class_pickled_by_its_own_name(table_file, state_dir):
+    assert scenario("disable", table_file, state_dir)["pickled_by_fasta_sm"] is False
+
+
 def test_a_parent_that_called_disable_after_its_worker_built_the_kernel_times_the_expert_configs(
     table_file, state_dir
 ):
@@ -131,6 +135,26 @@ def test_a_compile_worker_without_fasta_sms_entry_point_builds_fasta_sms_class_f
     assert seen["parent"] == "FastaNPUAutotuner" and state.done and seen["ran"]
     assert 0 < seen["worker"]["compiles"] < len(state.configs), "the worker compiled R1, not every config"
     assert seen["benches"] == state.evaluations(), "the parent timed the tune, and nothing else"
+
+
+def test_a_kernel_a_hooked_worker_leaves_to_torch_npu_pickles_back_to_the_parent_as_torch_npus_own(
+    table_file, state_dir
+):
+    """A compile worker pickles each kernel back to its parent. One fasta-sm leaves to torch_npu (runtime block
+    arguments: in torch_npu 2.13/2.14, every NPUIndexTritonKernel with a split axis) is torch_npu's
+    NPUFastAutotuner, whose name finds fasta-sm's class in the slot there: pickle refused it, failing the compile."""
+    seen = scenario("hooked_worker_runtime_blocks", table_file, state_dir)
+    assert seen == {"worker": "NPUFastAutotuner", "parent": "NPUFastAutotuner"}
+
+
+def test_a_kernel_fasta_sm_left_to_torch_npu_in_a_hooked_worker_is_not_blamed_on_a_missing_fasta_sm(
+    table_file, state_dir
+):
+    """fasta-sm was installed in that worker and chose torch_npu's class: a warning that it was not would send its
+    reader after the wrong cause."""
+    logs: list[str] = []
+    scenario("hooked_worker_runtime_blocks", table_file, state_dir, stderr=logs)
+    assert "fasta-sm was not installed" not in logs[0]
 
 
 def test_a_kernels_key_is_the_same_with_or_without_the_hook_in_its_source(table_file, state_dir):
