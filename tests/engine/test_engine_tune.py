@@ -8,6 +8,7 @@ import logging
 import math
 import random
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -219,6 +220,20 @@ def test_a_file_nested_too_deep_for_the_json_reader_is_a_table_error_naming_it(t
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(TableError, match=re.escape(f"{path}: not a JSON replay table (RecursionError")):
         load_table(path)
+
+
+def test_a_table_nested_just_shallow_enough_for_the_json_reader_is_read_or_a_table_error_naming_it(
+        tmp_path, table_data):
+    """The reader checks a parsed table deeper in the stack than the parser ran: a depth the parser took must not
+    end in a bare RecursionError there, whichever depth that is."""
+    path = tmp_path / "deep.json"
+    for depth in range(sys.getrecursionlimit() - 400, sys.getrecursionlimit()):
+        shape = '{"a": ' + "[" * depth + "]" * depth + "}"
+        path.write_text(json.dumps({**table_data, "shape": "SHAPE"}).replace('"SHAPE"', shape))
+        try:
+            load_table(path)
+        except TableError as exc:
+            assert str(exc).startswith(f"{path}: ")
 
 
 def test_a_table_whose_launch_option_no_state_file_could_hold_is_a_table_error(tmp_path, table_data):
