@@ -165,9 +165,17 @@ def load_table(path: str | Path) -> ReplayTable:
 def table_from_text(text: str, source: str) -> ReplayTable:
     """A table from its JSON text, read as `load_table` reads a file: what the recorder writes is checked so."""
     try:  # the checks recurse too, deeper in the stack than the parser: a depth it took may end there
-        return table_from_dict(json.loads(text, object_pairs_hook=_object_noting_repeats), source)
+        return table_from_dict(json.loads(text, object_pairs_hook=_object_noting_repeats, parse_int=_int), source)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise TableError(f"{source}: not a JSON replay table ({type(exc).__name__}: {exc})") from None
+
+
+def _int(digits: str) -> int | float:
+    """A JSON integer; one longer than Python converts (4300 digits by default) is the float it is, ±inf."""
+    try:
+        return int(digits)
+    except ValueError:
+        return float(digits)
 
 
 class _Object(dict):  # type: ignore[type-arg]

@@ -236,6 +236,20 @@ def test_a_table_nested_just_shallow_enough_for_the_json_reader_is_read_or_a_tab
             assert str(exc).startswith(f"{path}: ")
 
 
+def test_an_integer_too_long_for_python_in_an_extra_field_is_read_as_extra_fields_are(tmp_path, table_data):
+    """Python reads no integer of over 4300 digits as an int by default; the format takes any extra field."""
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(table_data)[:-1] + ', "serial": ' + "9" * 5000 + "}")
+    assert len(load_table(path).configs) == len(table_data["configs"])
+
+
+def test_an_integer_too_long_for_python_as_a_duration_is_a_table_error_naming_file_and_row(tmp_path, table_data):
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(table_data).replace('"duration_us": [', '"duration_us": [' + "9" * 5000 + ", ", 1))
+    with pytest.raises(TableError, match=re.escape(f"{path}: configs[0]: duration_us=[inf, ")):
+        load_table(path)
+
+
 def test_a_table_whose_launch_option_no_state_file_could_hold_is_a_table_error(tmp_path, table_data):
     data = copy.deepcopy(table_data)
     data["configs"][0]["num_warps"] = 10**30
