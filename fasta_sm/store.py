@@ -63,8 +63,12 @@ def default_lock_timeout() -> float:
 
 
 def file_stem(key: str) -> str:
-    """File names come from a hash of the key, never from the raw (user-supplied) key."""
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    """File names come from a hash of the key, never from the raw (user-supplied) key.
+
+    A key with lone surrogates (undecodable bytes `show` was given) hashes
+    too: no state holds such a key, so its file is simply not there.
+    """
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 _HELD: dict[str, tuple[int, tuple[int, int] | None]] = {}

@@ -293,6 +293,13 @@ def test_show_unknown_key_is_a_clear_error(state_dir):
     assert result.exit_code != 0 and "no state file" in result.output
 
 
+def test_show_of_a_key_with_undecodable_bytes_is_no_state_file_not_a_traceback(tmp_path):
+    """A name typed in a non-UTF-8 locale reaches `show` as lone surrogates, which no stored key holds."""
+    done = fasta_sm("show", "no-such\udcff", "--state-dir", str(tmp_path))
+    assert done.returncode == 1 and "no state file for the key or kernel" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_report_writes_csv_with_a_total_row(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     out_csv = tmp_path / "report.csv"
