@@ -773,7 +773,8 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     for why in unreadable:
         notes.print(Text(f"skipped, unreadable: {why}", style="yellow"))
     if csv_out is not None:
-        with _writing("--csv", csv_out), csv_out.open("w", newline="") as handle:
+        # a state file's name of undecodable bytes is escaped, as standard output prints it
+        with _writing("--csv", csv_out), csv_out.open("w", newline="", errors="backslashreplace") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(REPORT_COLUMNS))
             writer.writeheader()
             writer.writerows(rows)

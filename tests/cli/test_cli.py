@@ -325,6 +325,17 @@ def test_report_totals_live_tunes_apart_from_replayed_ones_whose_seconds_were_ne
     assert (rows[2]["position"], rows[4]["position"]) == ("2 tunes, 2 finished", "1 tune, 1 finished")
 
 
+def test_report_csv_writes_a_state_file_name_of_undecodable_bytes_escaped_as_the_table_prints_it(tmp_path):
+    """A file name that is not UTF-8 is a row like any other: its bytes are escaped, not a traceback at the end."""
+    states = tmp_path / "s"
+    states.mkdir()
+    shutil.copy(CORPUS / "v1-coverage-done.fsm", states / os.fsdecode(b"x\xfe.fsm"))
+    out_csv = tmp_path / "r.csv"
+    done = fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv))
+    assert done.returncode == 0, done.stderr
+    assert list(csv.DictReader(out_csv.open()))[0]["file"] == "x\\udcfe.fsm"
+
+
 def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     tune(table_file, state_dir, "--seed", "2")
