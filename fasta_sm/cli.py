@@ -405,7 +405,8 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
         from .plot import plot_tune
 
         try:
-            written = plot_tune(state, plot)
+            with _writing("--plot", plot):
+                written = plot_tune(state, plot)
         except (ImportError, ValueError) as exc:
             raise click.ClickException(f"--plot {plot}: {exc}") from None
         notes.print(f"wrote {written}")

@@ -455,6 +455,19 @@ def test_a_bench_json_that_cannot_be_written_is_named_in_the_error(table_file, t
     assert result.exit_code == 1 and f"--json {out}: No space left on device" in result.output
 
 
+def test_a_plot_that_cannot_be_written_is_named_in_the_error(tmp_path, monkeypatch):
+    """A full disk's own message names neither the file nor its option, as for `--json` above."""
+    figure = pytest.importorskip("matplotlib.figure")
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(figure.Figure, "savefig", full_disk)
+    out = tmp_path / "p.png"
+    result = CliRunner().invoke(main, ["show", str(CORPUS / "v1-coverage-done.fsm"), "--plot", str(out)])
+    assert result.exit_code == 1 and f"--plot {out}: No space left on device" in result.output
+
+
 def test_an_output_file_in_a_directory_this_process_cannot_write_is_refused_before_any_work(table_file, tmp_path,
                                                                                            monkeypatch):
     unwritable = tmp_path / "read-only"
