@@ -273,10 +273,11 @@ def list_states(state_dir: Path | None) -> None:
     for path, state in read:
         locked = {True: "yes", False: "no", None: "?"}[store.is_locked(path)]
         if not isinstance(state, TuneState):
-            table.add_row(path.name, Text(f"unreadable: {state}", style="red"), "", "", "", "", "", "", locked)
+            table.add_row(_as_printed(path.name), Text(_as_printed(f"unreadable: {state}"), style="red"), "", "", "",
+                          "", "", "", locked)
             continue
         table.add_row(
-            path.name,
+            _as_printed(path.name),
             label_of[id(state)],
             tune_label(state),
             state.status(),
@@ -764,7 +765,7 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     _check_directory_of("--csv", csv_out)
     rows, unreadable = report_rows(store) if store is not None else ([], [])  # a first run: a CSV of no rows
     if rows:
-        table = Table(*REPORT_COLUMNS, title=f"Tuning cost in {store.path}")
+        table = Table(*REPORT_COLUMNS, title=_as_printed(f"Tuning cost in {store.path}"))
         table.columns[0].no_wrap = True  # the name is what `show` takes: never cut it
         for row in rows:
             table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
@@ -887,7 +888,13 @@ def _cell(value: object) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.2f}"
-    return str(value)
+    return _as_printed(str(value))
+
+
+def _as_printed(text: str) -> str:
+    """`text` with the undecodable bytes of a file name (lone surrogates) escaped, as standard output prints them:
+    a table measures `\\udcfe` as the six characters it prints, not as the one it reads, and keeps its columns."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @main.command("bench")
@@ -1043,7 +1050,7 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
             spread = replay.repeat_spread()
             noise = f"{100 * np.median(spread):.2f} % / {100 * np.percentile(spread, 90):.1f} %" if spread.size else "-"
             table.add_row(
-                path.stem,
+                _as_printed(path.stem),
                 str(len(replay.configs)),
                 str(sum(error is not None for error in replay.errors)),
                 f"{np.mean(replay.compile_s):.2f}",

@@ -336,6 +336,16 @@ def test_report_csv_writes_a_state_file_name_of_undecodable_bytes_escaped_as_the
     assert list(csv.DictReader(out_csv.open()))[0]["file"] == "x\\udcfe.fsm"
 
 
+def test_ls_keeps_its_columns_aligned_beside_a_file_name_of_undecodable_bytes(tmp_path):
+    """Such a byte prints as `\\udcfe`, six characters: the table must measure the cell as it prints it."""
+    states = tmp_path / "s"
+    states.mkdir()
+    shutil.copy(CORPUS / "v1-coverage-done.fsm", states / os.fsdecode(b"x\xfe.fsm"))
+    shutil.copy(CORPUS / "v1-r1-benchmark.fsm", states / "v1-r1-benchmark.fsm")
+    rows = fasta_sm("ls", "--state-dir", str(states)).stdout.splitlines()[1:]
+    assert [row.index(" fasta seed 0 ") for row in rows] == [rows[0].index(" fasta seed 0 ")] * 2
+
+
 def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     tune(table_file, state_dir, "--seed", "2")
