@@ -142,7 +142,7 @@ def _record_one(
     "--out", "out_dir", required=True, type=NamedPath(file_okay=False), help="Directory for <kernel>.json tables."
 )
 @click.option("--param", "params", multiple=True, help="NAME=VALUE passed to every spec function (e.g. M=2048).")
-@click.option("--device", default="cuda", show_default=True, help="Device the inputs live on.")
+@click.option("--device", default="cuda", show_default=True, help="Device to record on (cuda:N for GPU N).")
 @click.option(
     "--warmup-ms",
     default=5.0,

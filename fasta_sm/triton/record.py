@@ -10,6 +10,7 @@ than as a bias for whichever configs came first.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import json
@@ -96,7 +97,29 @@ def record(
     anything is compiled (a shape that is no JSON object, two configs the
     format cannot tell apart) or, once recorded, instead of being written
     (every config failed): a `ConfigError` or a `TableError` naming the kernel.
+    A CUDA `device` is made the current one while recording: Triton compiles
+    for, launches on and names the current device, not the inputs'.
     """
+    with _current(device):
+        return _record(spec, device, warmup_ms, rep_ms, check, pool, progress)
+
+
+def _current(device: str) -> contextlib.AbstractContextManager[Any]:
+    import torch
+
+    target = torch.device(device)
+    return torch.cuda.device(target) if target.type == "cuda" else contextlib.nullcontext()
+
+
+def _record(
+    spec: KernelSpec,
+    device: str,
+    warmup_ms: float,
+    rep_ms: float,
+    check: bool,
+    pool: CompilePool | None,
+    progress: Progress | None,
+) -> dict[str, Any]:
     import torch
     import triton
 

@@ -33,6 +33,18 @@ def test_record_writes_a_table_the_replay_backend_loads(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_a_recording_on_another_gpu_than_the_current_one_runs_there_and_names_it():
+    """Triton compiles for, launches on and names the current device: `--device cuda:N` must make it current."""
+    other = torch.cuda.device_count() - 1
+    spec = zoo.spec_softmax(M=5, N=300)
+    spec.configs = spread(spec.configs, 2)
+    table = record(spec, device=f"cuda:{other}", warmup_ms=0, rep_ms=0)
+    assert all(row["error"] is None for row in table["configs"])
+    assert table["device"] == torch.cuda.get_device_name(other) and torch.cuda.current_device() == 0
+
+
 def test_a_config_with_a_wrong_result_is_recorded_as_failed():
     # N_CTX smaller than BLOCK_M: the grid is empty, nothing is written.
     spec = zoo.spec_attention(Z=1, H=1, N_CTX=32, HEAD_DIM=16)
