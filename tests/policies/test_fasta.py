@@ -9,6 +9,7 @@ the bound sits below it with room for platform noise in floating point.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 
@@ -222,6 +223,51 @@ def test_each_default_in_the_parameter_table_reads_back_as_a_bench_param():
     for row in parameter_table().splitlines()[2:]:
         name, shown = (cell.strip().removeprefix("`").removesuffix("`") for cell in row.split("|")[1:3])
         assert getattr(resolve_params({name: _literal(shown)}), name) == getattr(defaults, name), name
+
+
+def _bound_probes():
+    from fasta_sm.policies.fasta.params import BOUNDS
+
+    kinds = {f.name: f.type for f in dataclasses.fields(FastaParams)}
+    for name, (least, least_in, most, most_in) in BOUNDS.items():
+        step = 1 if kinds[name] == "int" else 1e-6
+        for bound, included, outside in ((least, least_in, -step), (most, most_in, step)):
+            if bound is not None:
+                if included:
+                    yield pytest.param(name, bound, True, id=f"{name}={bound}")
+                yield pytest.param(name, bound if not included else bound + outside, False,
+                                   id=f"{name}={bound if not included else bound + outside}")
+
+
+@pytest.mark.parametrize(("name", "value", "taken"), list(_bound_probes()))
+def test_each_numeric_knob_takes_exactly_the_values_its_table_row_gives(name, value, taken):
+    """docs/algorithm.md's `values` column is written from `BOUNDS`: each end it names is taken when it says
+    `[` or `≥`, and refused, naming the knob, when it says `(` or `>`; a value just past it is refused."""
+    if taken:
+        assert getattr(FastaParams(**{name: value}), name) == value
+    else:
+        with pytest.raises(PolicyError, match=f"fasta: {name}="):
+            FastaParams(**{name: value})
+
+
+def test_every_knob_has_a_values_entry_in_the_parameter_table():
+    from fasta_sm.policies.fasta.params import parameter_table
+    from fasta_sm.policies.fasta.surrogates import BASIS_NAMES, IDENTIFIABILITY_GATED
+
+    rows = {row.split("|")[1].strip().strip("`"): row.split("|")[3].strip() for row in
+            parameter_table().splitlines()[2:]}
+    assert set(rows) == {f.name for f in dataclasses.fields(FastaParams)}
+    assert all(rows.values())
+    assert re.findall(r"`(\w+)`", rows["bases"].split(";")[0]) == list(BASIS_NAMES)
+    assert re.findall(r"`(\w+)`", rows["bases"].split(";")[1]) == sorted(IDENTIFIABILITY_GATED)
+
+
+def test_cell_spill_takes_zero_or_a_factor_above_one_as_its_table_row_gives():
+    assert FastaParams(cell_spill=0).cell_spill == 0
+    assert FastaParams(cell_spill=1.000001).cell_spill == 1.000001
+    for value in (1, 0.5, -1):
+        with pytest.raises(PolicyError, match="cell_spill="):
+            FastaParams(cell_spill=value)
 
 
 @pytest.mark.parametrize("budget", [np.float32(0.5), np.int64(1)], ids=["float32", "int64"])

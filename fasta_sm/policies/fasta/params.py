@@ -317,13 +317,63 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
+BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
+    **dict.fromkeys(("r1_frac", "small_budget", "base_budget", "large_budget", "coverage_budget", "retime_decay",
+                     "cap_quantile"), (0, False, 1, True)),
+    **dict.fromkeys(("cost_budget", "peak_share", "retime_cost", "cell_min_run"), (0, True, 1, True)),
+    "guided_share": (0, False, 1, False),
+    "marginal_share": (0, True, 1, False),
+    "trust_rho": (-1, True, 1, True),
+    "hist_bins": (1, True, HIST_BINS_MOST, True),
+    **dict.fromkeys(("tau_min", "ridge_lambda", "near_tol", "retime_tol", "hist_span"), (0, False, None, False)),
+    **dict.fromkeys(("r1_min", "min_budget", "rounds", "max_rounds", "near_full", "retime_min", "polish_centers",
+                     "transpose_centers"), (1, True, None, False)),
+    **dict.fromkeys(("tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max", "cell_picks",
+                     "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_rounds", "r1_per_param",
+                     "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d", "margin_conv",
+                     "l1_conv"), (0, True, None, False)),
+    "challenger_handicap": (None, False, None, False),
+}
+"""The numbers each numeric knob takes besides the magnitude cap `LARGEST`: (least, least included, most, most
+included), None where unbounded. Written into the parameter table; tests/policies probes each end against
+`FastaParams`, so that the table says what the checks refuse."""
+
+_OTHER_VALUES = {
+    "cell_spill": "0, or > 1",
+    "incumbent_basis": "one of the bases' names",
+    "cell_columns": "column names",
+    "retime_rank": "`'lower'` or `'mean'`",
+    "expert_configs": "config indices, 0 to N − 1",
+}
+
+
+def _values(f: dataclasses.Field) -> str:
+    """What the parameter table says knob `f` takes."""
+    if f.name == "bases":
+        from .surrogates import BASIS_NAMES, IDENTIFIABILITY_GATED
+
+        names, gated = (", ".join(f"`{b}`" for b in group) for group in (BASIS_NAMES, sorted(IDENTIFIABILITY_GATED)))
+        return f"names of {names}; not {gated} alone"
+    if f.name in _OTHER_VALUES:
+        return _OTHER_VALUES[f.name]
+    if f.type == "bool":
+        return "`True`, `False`"
+    least, least_in, most, most_in = BOUNDS[f.name]
+    whole = "whole, " if f.type == "int" else ""
+    if least is None and most is None:
+        return "any number"
+    if most is None:
+        return f"{whole}{'≥' if least_in else '>'} {least}"
+    return f"{whole}{'[' if least_in else '('}{least}, {most}{']' if most_in else ')'}"
+
+
 def parameter_table() -> str:
     """The parameter reference of docs/algorithm.md, generated so it cannot drift."""
     env_of = {name: var for var, name in ENV_VARS.items()}
-    lines = ["| parameter | default | env var | meaning |", "| --- | --- | --- | --- |"]
+    lines = ["| parameter | default | values | env var | meaning |", "| --- | --- | --- | --- | --- |"]
     for f in fields(FastaParams):  # each default as a Python literal: what `fasta-sm bench --param` reads
         env = f"`{env_of[f.name]}`" if f.name in env_of else ""
-        lines.append(f"| `{f.name}` | `{f.default!r}` | {env} | {DESCRIPTIONS[f.name]} |")
+        lines.append(f"| `{f.name}` | `{f.default!r}` | {_values(f)} | {env} | {DESCRIPTIONS[f.name]} |")
     return "\n".join(lines)
 
 
