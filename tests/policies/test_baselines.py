@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import math
+from pathlib import Path
 
 import landscapes
 import numpy as np
@@ -255,3 +257,22 @@ def test_bench_gives_fasta_exactly_the_leaders_count_when_it_is_not_the_leader(t
 def test_every_policy_refuses_an_empty_config_list_naming_itself(name):
     with pytest.raises(ConfigError, match=rf"policy '{name}': the config list is empty"):
         make_policy(name, [], {})
+
+
+def _documented_baseline_parameters() -> dict[tuple[str, str], str]:
+    doc = (Path(__file__).parents[2] / "docs" / "algorithm.md").read_text()
+    rows = [line.split("|")[1:4] for line in doc.splitlines() if line.startswith(("| `random`", "| `coordesc`",
+                                                                                       "| `trees`"))]
+    return {(policy.strip(" `"), name.strip(" `")): default.strip(" `") for policy, name, default in rows}
+
+
+def test_the_algorithm_doc_lists_every_baseline_parameter_with_its_default():
+    from fasta_sm.policies import _REGISTRY, _load_builtin
+
+    _load_builtin()
+    in_code = {
+        (policy, p.name): repr(p.default)
+        for policy in ("exhaustive", "random", "coordesc", "trees")
+        for p in list(inspect.signature(_REGISTRY[policy]).parameters.values())[1:]
+    }
+    assert _documented_baseline_parameters() == in_code
