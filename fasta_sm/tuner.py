@@ -20,7 +20,7 @@ import msgpack
 import numpy as np
 
 from .config import MSGPACK_INTS, Config, check_config_list, configs_hash
-from .errors import PolicyError, StateDirError, StateFileError, describe
+from .errors import KeyConflict, PolicyError, StateDirError, StateFileError, describe
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
 from .prior import earlier_winners, prior_enabled
@@ -90,7 +90,7 @@ def tune(
     store = store if store is not None else StateStore()
     wanted = configs_hash(configs)
     policy_params = _with_environment(kernel, policy, storable_params(kernel, policy_params))
-    done = _peek_done(store, key, wanted, policy, policy_params, seed)
+    done = _peek_done(store, key, kernel, wanted, policy, policy_params, seed)
     if done is not None:
         return TuneResult(done, reused=True)
     with store.lock(key, kernel, lock_timeout_s):
@@ -155,6 +155,8 @@ def open_tune(
     store.discard_temp_files(key)
     notes: list[str] = []
     state = store.load(key, notes)
+    if state is not None and state.kernel != kernel:
+        raise _other_kernel(key, kernel, state.kernel)
     carried: dict[int, dict] = {}
     fresh: Policy | None = None
     if state is None:  # none yet, or quarantined: what the key's superseded files hold is still sound
@@ -245,7 +247,7 @@ def _with_superseded(
         except (OSError, StateFileError) as exc:
             log.info("kernel %s: nothing carried from %s: %s", kernel, path.name, exc)
             continue
-        if earlier.key == key:
+        if earlier.key == key and earlier.kernel == kernel:
             carried = {**carry_results(earlier, configs), **carried}
     return carried
 
@@ -331,6 +333,13 @@ def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], 
     return "its changed " + ", ".join(changes) if changes else None
 
 
+def _other_kernel(key: str, kernel: str, holder: str) -> KeyConflict:
+    return KeyConflict(
+        f"kernel {kernel!r}: key {key!r} holds a tune of kernel {holder!r}; a key names one kernel's tune, so give "
+        "this one a key of its own (or remove that state file)"
+    )
+
+
 def _check_key(kernel: str, key: str) -> None:
     """A key a state file can hold: text that UTF-8 can write (a lone surrogate, as `os.fsdecode` makes of
     undecodable bytes, cannot be)."""
@@ -345,13 +354,13 @@ def _as_stored(params: Mapping[str, Any]) -> Any:
 
 
 def _peek_done(
-    store: StateStore, key: str, wanted: str, policy: str, params: Mapping[str, Any], seed: int
+    store: StateStore, key: str, kernel: str, wanted: str, policy: str, params: Mapping[str, Any], seed: int
 ) -> TuneState | None:
     """A DONE state for `key` over the same configs and settings, read without the lock or side effects."""
     try:
         state = store.read(store.file_for(key))
     except (FileNotFoundError, StateFileError):
         return None
-    if state.done and state.key == key and state.configs_hash == wanted:
+    if state.done and state.key == key and state.configs_hash == wanted and state.kernel == kernel:
         return None if _settings_changed(state, policy, params, seed) else state
     return None

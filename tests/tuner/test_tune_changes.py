@@ -11,7 +11,7 @@ from toy_table import write_table
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
-from fasta_sm.errors import PolicyError
+from fasta_sm.errors import KeyConflict, PolicyError
 from fasta_sm.report import tune_costs
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import tune
@@ -193,3 +193,26 @@ def test_the_exhaustive_estimate_of_a_tune_that_took_results_counts_only_what_it
                         store=store).state
     assert superseding.carried_taken and not from_scratch.carried_taken
     assert tune_costs(superseding).exhaustive_s == pytest.approx(tune_costs(from_scratch).exhaustive_s)
+
+
+def test_a_key_holding_another_kernels_tune_is_refused_naming_both_and_its_file_is_left_alone(table_file, state_dir):
+    """A key names one kernel's tune: another kernel asking for it must neither reuse that tune nor take its
+    measurements as its own."""
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape", "kernel_a", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
+    before = store.file_for("shape").read_bytes()
+    with pytest.raises(KeyConflict, match="kernel 'kernel_b': key 'shape' holds a tune of kernel 'kernel_a'"):
+        tune("shape", "kernel_b", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
+    assert store.file_for("shape").read_bytes() == before
+
+
+def test_a_superseded_file_of_another_kernel_under_the_key_gives_a_new_tune_nothing(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    tune("shape", "kernel_a", table.configs[:10], ReplayBackend(table), policy="exhaustive", store=store)
+    tune("shape", "kernel_a", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
+    store.file_for("shape").unlink()  # only kernel_a's superseded file is left under the key
+    backend = CountingBackend(table)
+    result = tune("shape", "kernel_b", table.configs, backend, policy="exhaustive", store=store)
+    assert not result.state.restarts and len(backend.compiled) == len(table.configs)
