@@ -242,8 +242,12 @@ def autoload() -> None:
 
 def install_for_kernel_source() -> None:
     """Install the class for a kernel whose source imports `fasta_sm.npu.hook`, where fasta-sm is on and not
-    disabled: in a compile worker, where the entry point did not run. The kernel must load whatever happens."""
-    if _turned_off or current_settings() is None:
+    disabled: in a compile worker, where the entry point did not run. The kernel must load whatever happens.
+
+    Installed whatever the settings, as `autoload` installs it in the parent: with settings it cannot use, the
+    class builds torch_npu's own (`FastaNPUAutotuner.__new__`), which then pickles back as torch_npu's, not by the
+    slot's name, which the parent would read as a worker where fasta-sm was never installed."""
+    if _turned_off or not switch_or_off(ENV_VAR):
         return
     try:
         from .autotuner import install

@@ -320,6 +320,21 @@ elif scenario == "hooked_worker_runtime_blocks":
     source = NPUIndexTritonKernel.gen_common_triton_imports() + RUNTIME_BLOCKS_KERNEL_BODY
     worker, blob = compile_in_worker(source, Path(state_dir).parent)
     seen["worker"], seen["parent"] = worker["kind"], type(pickle.loads(blob)).__name__
+elif scenario == "hooked_worker_unusable_settings":
+    import logging
+    import pickle
+    from pathlib import Path
+
+    import fasta_sm.npu
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    fasta_sm.npu.autoload()  # FASTA_SM_NPU=1 alone, with settings no process can use
+    from torch_npu._inductor.codegen.triton import NPUIndexTritonKernel
+    from torch_npu._inductor.runtime import fasta_autotune  # noqa: F401  the parent builds a kernel: its slot loads
+
+    source = NPUIndexTritonKernel.gen_common_triton_imports() + KERNEL_BODY
+    worker, blob = compile_in_worker(source, Path(state_dir).parent)
+    seen["worker"], seen["parent"] = worker["kind"], type(pickle.loads(blob)).__name__
 elif scenario == "compile_worker":
     import pickle
 

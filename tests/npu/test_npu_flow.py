@@ -157,6 +157,19 @@ def test_a_kernel_fasta_sm_left_to_torch_npu_in_a_hooked_worker_is_not_blamed_on
     assert "fasta-sm was not installed" not in logs[0]
 
 
+def test_a_worker_with_unusable_settings_leaves_its_kernels_to_torch_npu_without_blaming_a_missing_fasta_sm(
+    table_file, state_dir
+):
+    """Under FASTA_SM_NPU=1 the parent installs fasta-sm's class whatever its settings, and a kernel it cannot use
+    them for is torch_npu's: a worker must do the same, or its kernels, pickled by the slot's name, read in the
+    parent as built where fasta-sm was never installed, a second warning naming the wrong cause."""
+    logs: list[str] = []
+    seen = scenario("hooked_worker_unusable_settings", table_file, state_dir, stderr=logs, FASTA_SM_NPU="1",
+                    FASTA_SM_NPU_SETTINGS="{not json")
+    assert seen == {"worker": "NPUFastAutotuner", "parent": "NPUFastAutotuner"}
+    assert "fasta-sm was not installed" not in logs[0]
+
+
 def test_a_kernels_key_is_the_same_with_or_without_the_hook_in_its_source(table_file, state_dir):
     assert scenario("hooked_worker", table_file, state_dir)["key_ignores_the_hook"]
 
