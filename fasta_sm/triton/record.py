@@ -98,17 +98,27 @@ def record(
     format cannot tell apart) or, once recorded, instead of being written
     (every config failed): a `ConfigError` or a `TableError` naming the kernel.
     A CUDA `device` is made the current one while recording: Triton compiles
-    for, launches on and names the current device, not the inputs'.
+    for, launches on and names the current device, not the inputs'. One
+    that cannot be is a `ConfigError` naming the kernel, as inputs that
+    cannot be made there are.
     """
-    with _current(device):
+    with _current(spec, device):
         return _record(spec, device, warmup_ms, rep_ms, check, pool, progress)
 
 
-def _current(device: str) -> contextlib.AbstractContextManager[Any]:
+def _current(spec: KernelSpec, device: str) -> contextlib.ExitStack:
+    """`device` made current until the block ends, where it is a CUDA device."""
     import torch
 
-    target = torch.device(device)
-    return torch.cuda.device(target) if target.type == "cuda" else contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    try:
+        target = torch.device(device)
+        if target.type == "cuda":
+            stack.enter_context(torch.cuda.device(target))
+    except Exception as exc:  # torch's: a device string it cannot parse, an index past the GPUs it sees
+        first_line = next(iter(str(exc).splitlines()), "")
+        raise ConfigError(f"{spec.name}: cannot record on {device!r}: {type(exc).__name__}: {first_line}") from exc
+    return stack
 
 
 def _record(

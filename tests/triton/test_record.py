@@ -212,6 +212,13 @@ def test_record_refuses_timing_settings_that_are_not_finite_and_non_negative():
         record(zoo.spec_softmax(M=5, N=300), device=DEVICE, warmup_ms=float("inf"), rep_ms=0)
 
 
+@pytest.mark.parametrize("device", ["bogus", f"cuda:{torch.cuda.device_count()}"], ids=["no device", "no such GPU"])
+def test_a_device_that_cannot_be_made_current_is_a_config_error_naming_the_kernel(device):
+    """`record` skips such a kernel with its reason and goes on to the next, as for inputs it cannot make."""
+    with pytest.raises(ConfigError, match=rf"softmax_fp32_5x300: cannot record on '{device}': "):
+        record(zoo.spec_softmax(M=5, N=300), device=device, warmup_ms=0, rep_ms=0)
+
+
 def test_a_table_names_the_fasta_sm_record_command_that_made_it(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "fasta_sm.triton.cli", "row_sum", "--out", str(tmp_path), "--param", "M=3",
