@@ -25,6 +25,9 @@ HOOK = (
     "    pass"
 )
 """Imports the hook; a kernel Inductor's caches hold outlives fasta-sm's install, and must still load."""
+BARE_HOOK = "import fasta_sm.inductor.hook  # noqa: F401  fasta-sm autotuner, also in compile workers"
+"""The hook's import as fasta-sm wrote it before 2026-12-05, outside a `try`: Inductor's caches still hold kernels
+written so, and their tunes are keyed without it."""
 HEURISTIC = re.compile(r"@triton_heuristics\.(pointwise|reduction|persistent_reduction)\(")
 META_OPEN = "inductor_meta={"
 TRIPLE_QUOTE = "'''"
@@ -45,8 +48,12 @@ def rewrite_source(source: str, settings: dict[str, Any]) -> str:
 
 
 def without_settings(source: str, settings: dict[str, Any]) -> str:
-    """`source` as Inductor wrote it, before `rewrite_source` added `settings` (read back from it) and the hook."""
-    return source.replace(_entry(settings), "", 1).replace(f"{IMPORT_LINE}\n{HOOK}", IMPORT_LINE, 1)
+    """`source` as Inductor wrote it, before `rewrite_source` added `settings` (read back from it) and the hook
+    (either way it was written)."""
+    source = source.replace(_entry(settings), "", 1)
+    for hook in (HOOK, BARE_HOOK):
+        source = source.replace(f"{IMPORT_LINE}\n{hook}", IMPORT_LINE, 1)
+    return source
 
 
 def source_safe(settings: dict[str, Any]) -> None:

@@ -157,6 +157,18 @@ def test_a_kernels_tune_key_holds_its_source_not_the_settings_written_into_it(tm
     assert keys[0] == keys[1] != other_kernel
 
 
+def test_a_kernel_cached_with_the_bare_hook_import_fasta_sm_wrote_before_keeps_its_tune_key(tmp_path):
+    """Inductor's FX graph cache hands back kernel source fasta-sm wrote before its hook's import was put in a
+    `try`: that kernel's tune was keyed without the import, and must be found again, not tuned afresh."""
+    settings = fi.enable(state_dir=tmp_path / "states").to_dict()
+    (tmp_path / "cnew000.py").write_text(rewrite_source(SOURCE_WITH_HEURISTIC, settings))
+    bare = "import fasta_sm.inductor.hook  # noqa: F401  fasta-sm autotuner, also in compile workers"  # as at 2d447af
+    earlier = rewrite_source(SOURCE_WITH_HEURISTIC, settings).replace(HOOK, bare)
+    (tmp_path / "cold111.py").write_text(earlier)
+    keys = [make_pointwise(tmp_path, settings, name=name)._fasta_plan.key for name in ("cnew000", "cold111")]
+    assert keys[0] == keys[1]
+
+
 def test_force_disable_caches_written_into_the_source_keeps_the_kernels_tune_key(tmp_path):
     """docs/inductor.md: TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 does not re-tune a kernel whose tune is DONE. Inductor
     writes the switch into every kernel's inductor_meta, so the key must not hold it."""
