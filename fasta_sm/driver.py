@@ -321,7 +321,6 @@ def as_tuned(source: str) -> str:
     return source
 
 
-
 class AutotunerBackend:
     """The Backend protocol over one autotuner's own compile and benchmark calls.
 
