@@ -93,6 +93,15 @@ def plain_literal(name: str, value: Any) -> Any:
     return value
 
 
+def hook_import(module: str, builder: str) -> str:
+    """The lines of kernel source that import fasta-sm's hook `module`, passing on ImportError: a kernel that a
+    cache keeps outlives fasta-sm's install, and must still load (then `builder` builds it as its own)."""
+    return (
+        f"try:\n    import {module}  # noqa: F401  fasta-sm's autotuner, also in compile workers\n"
+        f"except ImportError:  # fasta-sm uninstalled since this kernel was cached: {builder} builds it\n    pass"
+    )
+
+
 def whole_number(name: str, value: Any, least: int, most: int | None = None) -> int:
     """An integration setting that is written into kernel source: a plain int (numpy's too), at least `least`
     (and at most `most`, where given)."""

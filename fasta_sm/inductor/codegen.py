@@ -15,16 +15,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..driver import hook_import
+
 META_KEY = "fasta_sm"
 """The inductor_meta entry that carries the settings."""
 IMPORT_LINE = "from torch._inductor.runtime import triton_helpers, triton_heuristics"
-HOOK = (
-    "try:\n"
-    "    import fasta_sm.inductor.hook  # noqa: F401  fasta-sm's autotuner, also in compile workers\n"
-    "except ImportError:  # fasta-sm uninstalled since this kernel was cached: Inductor builds it\n"
-    "    pass"
-)
-"""Imports the hook; a kernel Inductor's caches hold outlives fasta-sm's install, and must still load."""
+HOOK = hook_import("fasta_sm.inductor.hook", "Inductor")
 BARE_HOOK = "import fasta_sm.inductor.hook  # noqa: F401  fasta-sm autotuner, also in compile workers"
 """The hook's import as fasta-sm wrote it before 2026-12-05, outside a `try`: Inductor's caches still hold kernels
 written so, and their tunes are keyed without it."""

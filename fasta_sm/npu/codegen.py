@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..driver import call_after_import, cancel_after_import
+from ..driver import call_after_import, cancel_after_import, hook_import
 
 CODEGEN_MODULE = "torch_npu._inductor.codegen.triton"
 KERNEL_CLASSES = ("NPUTritonKernel", "NPUIndexTritonKernel")
@@ -26,12 +26,7 @@ KERNEL_CLASSES = ("NPUTritonKernel", "NPUIndexTritonKernel")
 tests/npu/test_contract.py)."""
 IMPORTS = "gen_common_triton_imports"
 ANCHOR = "from torch_npu._inductor.runtime import triton_heuristics as triton_heuristics"
-HOOK = (
-    "try:\n"
-    "    import fasta_sm.npu.hook  # noqa: F401  fasta-sm's autotuner, also in compile workers\n"
-    "except ImportError:  # fasta-sm uninstalled since this kernel was cached: torch_npu builds it\n"
-    "    pass"
-)
+HOOK = hook_import("fasta_sm.npu.hook", "torch_npu")
 
 _saved: dict[type, Any] = {}
 """Each patched class's own `gen_common_triton_imports`, as it was in its `__dict__`."""
