@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The command of record for issue 7 on the device machine: the live tunes of four zoo kernels (150 configs each)
 # under triton.autotune, the exhaustive policy on fasta-sm's compile pool and fasta, cold and with the pool up,
-# with the crash test; then the warm start in fresh processes. Outputs land in $OUT.
+# with the crash test; then the warm start in fresh processes. Outputs land in $OUT: the JSON, the two logs, and
+# the sixteen state files packed into one states.tar (the device returns at most 8 files: run zi's loose ones came
+# back five of sixteen).
 #
-# Here, once:  pip download transitions platformdirs threadpoolctl --no-deps -d .h200/wheels; git rev-parse --short HEAD > .h200/rev
+# Here, once:  pip download 'transitions>=0.9.1,<0.10' platformdirs threadpoolctl --no-deps -d .h200/wheels
+# Here, before each call (the device has no .git; a stale rev names the wrong code):
+#              git describe --always --dirty --abbrev=7 > .h200/rev
 # There:       bash benchmarks/h200_record.sh   (with .h200 carried; fits one 600 s call)
 set -u
 echo "working tree: $(cat .h200/rev)"
@@ -18,6 +22,7 @@ timeout 440 python3 benchmarks/triton_autotune.py --kernels mm_skinny_bf16 rmsno
   --max-configs 150 --warmup-ms 10 --rep-ms 40 --pick-repeats 7 --crash \
   --keep-states "$OUT/ks" --json "$OUT/triton_autotune.json" > "$OUT/triton_autotune.log" 2>&1
 echo "triton_autotune rc=$?"
+(cd "$OUT" && python3 -m tarfile -c states.tar ks && rm -r ks) || echo "states: left loose in $OUT/ks (packing failed)"
 date -u
 timeout 110 python3 benchmarks/warm_start.py --runs 7 --device cuda > "$OUT/warm_start.log" 2>&1
 echo "warm_start rc=$?"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One GPU test suite on the device machine, whose image lacks two of fasta-sm's dependencies and has no network.
 #
-# Here, once:  pip download transitions platformdirs threadpoolctl --no-deps -d .h200/wheels; git rev-parse --short HEAD > .h200/rev
+# Here, once:  pip download 'transitions>=0.9.1,<0.10' platformdirs threadpoolctl --no-deps -d .h200/wheels
+# Here, before each call (the device has no .git; a stale rev names the wrong code):
+#              git describe --always --dirty --abbrev=7 > .h200/rev
 # There:       bash benchmarks/h200_suite.sh triton 420   (with .h200 carried; the log lands in $OUT)
 set -u
 suite=$1
