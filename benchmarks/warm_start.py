@@ -79,7 +79,11 @@ def main() -> None:
     kernels = str(Path(__file__).resolve().parent.parent / "tests" / "triton")
     state_dir = tempfile.mkdtemp(prefix="fasta-warm-")
     child(state_dir, "tune", kernels, device)
-    runs = [[float(ms) for ms in child(state_dir, "lookup", kernels, device).split()[-2:]] for _ in range(opts.runs)]
+    runs = []
+    for run in range(opts.runs):  # each as it ends: a run cut short by a time limit keeps the processes it timed
+        lookup, before = (float(ms) for ms in child(state_dir, "lookup", kernels, device).split()[-2:])
+        runs.append((lookup, before))
+        print(f"process {run + 1}: lookup {lookup:.2f} ms, all of fasta-sm's part {before:.2f} ms", flush=True)
     for name, times in (("lookup (_tune)", [lookup for lookup, _ in runs]),
                         ("all of fasta-sm's part (key, source hash, lookup)", [before for _, before in runs])):
         print(f"fresh-process {name} before the first launch, 150 configs, {device}, {opts.runs} processes: "
