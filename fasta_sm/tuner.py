@@ -156,7 +156,10 @@ def open_tune(
     notes: list[str] = []
     state = store.load(key, notes)
     if state is not None and state.kernel != kernel:
-        raise _other_kernel(key, kernel, state.kernel)
+        raise KeyConflict(
+            f"kernel {kernel!r}: key {key!r} holds a tune of kernel {state.kernel!r}; a key names one kernel's tune, "
+            "so give this one a key of its own (or remove that state file)"
+        )
     carried: dict[int, dict] = {}
     fresh: Policy | None = None
     if state is None:  # none yet, or quarantined: what the key's superseded files hold is still sound
@@ -331,13 +334,6 @@ def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], 
     if state.seed != seed:
         changes.append(f"seed {state.seed!r} → {seed!r}")
     return "its changed " + ", ".join(changes) if changes else None
-
-
-def _other_kernel(key: str, kernel: str, holder: str) -> KeyConflict:
-    return KeyConflict(
-        f"kernel {kernel!r}: key {key!r} holds a tune of kernel {holder!r}; a key names one kernel's tune, so give "
-        "this one a key of its own (or remove that state file)"
-    )
 
 
 def _check_key(kernel: str, key: str) -> None:

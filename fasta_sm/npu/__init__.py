@@ -229,12 +229,7 @@ def autoload() -> None:
             # fasta_sm.npu.autotuner is importing the slot itself: it installs once it is defined
             _pending_install.append(switch_before)
             return
-        try:
-            from .autotuner import install
-
-            install(switch_before)
-        except Exception as exc:  # noqa: BLE001  torch_npu keeps its own autotuner, and says so once
-            _warn_not_installed(f"{type(exc).__name__}: {exc}")
+        _install_or_warn(switch_before)
 
     call_after_import(SLOT_MODULE, install_quietly)
     codegen.patch()
@@ -249,11 +244,17 @@ def install_for_kernel_source() -> None:
     slot's name, which the parent would read as a worker where fasta-sm was never installed."""
     if _turned_off or not switch_or_off(ENV_VAR):
         return
+    _install_or_warn(_switch_now(os.environ.get(NPU_SWITCH_ENV)))
+
+
+def _install_or_warn(switch_before: bool) -> None:
+    """Install the class where nothing may fail (torch_npu's import of its slot, a kernel's load): on any error
+    torch_npu keeps its own autotuner, and says so once."""
     try:
         from .autotuner import install
 
-        install(_switch_now(os.environ.get(NPU_SWITCH_ENV)))
-    except Exception as exc:  # noqa: BLE001  torch_npu keeps its own autotuner, and says so once
+        install(switch_before)
+    except Exception as exc:  # noqa: BLE001  whatever fails, the import or the load goes on
         _warn_not_installed(f"{type(exc).__name__}: {exc}")
 
 
