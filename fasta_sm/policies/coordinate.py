@@ -9,6 +9,13 @@ config that fails counts as an infinite timing (CoordescTuner's
 compare_config), so a default config that fails is improved on by any
 neighbour that runs. A bench baseline: it shows what local search finds for the
 same number of evaluations.
+
+What it is given differs from CoordescTuner (docs/benchmarks.md, "Where
+`coordesc` is not CoordescTuner"): the most central config stands in for
+Inductor's default; a neighbour is the next value the list holds, not a
+doubled, halved or ±1 value timed whether listed or not; and every column
+that varies is swept, num_stages (which CoordescTuner tunes only with
+is_mm=True) and fields outside CoordescTuner's list included.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from .fasta.features import extract_features
 
 _INDUCTOR_FIELDS = ("XBLOCK", "YBLOCK", "ZBLOCK", "R0_BLOCK", "R1_BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K",
                     "num_warps", "num_stages")
-"""CoordescTuner's order of tunable fields; a table's other fields are swept after them, in column order."""
+"""CoordescTuner's order of tunable fields (its num_stages only with is_mm=True); a table's other fields are swept
+after them, in column order."""
 IMPROVEMENT = 0.001
 """CoordescTuner.has_improvement: a candidate is kept when it is more than 0.1 % faster than the best."""
 
