@@ -25,10 +25,6 @@ class PolicyError(FastaError):
     """A policy proposed something the engine cannot accept."""
 
 
-class KeyConflict(FastaError, ValueError):
-    """A tune asked for under a key whose state file holds another kernel's tune: a key names one kernel's tune."""
-
-
 class TuneFailed(FastaError):
     """A tune cannot reach a winner: every config failed, or the machine could not take its next step."""
 

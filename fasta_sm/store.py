@@ -217,8 +217,9 @@ class StateStore:
         lock_path = _superseded_lock(path)
         return lock_path is not None and _lock_held(lock_path) is True
 
-    def load(self, key: str, notes: list[str] | None = None) -> TuneState | None:
-        """The state for `key`, or None if there is none or it had to be quarantined.
+    def load(self, key: str, notes: list[str] | None = None, kernel: str | None = None) -> TuneState | None:
+        """The state for `key` (a tune of `kernel`, where given), or None if there is none or it had to be
+        quarantined: a file holding another key, or another kernel's tune (a key names one kernel's tune).
 
         Why a file was quarantined is appended to `notes`, for the next state's record.
         """
@@ -230,9 +231,10 @@ class StateStore:
         except StateFileError as exc:
             why = str(exc)
         else:
-            if state.key == key:
+            if state.key == key and kernel in (None, state.kernel):
                 return state
-            why = f"{path}: holds key {state.key!r}, expected {key!r}"
+            why = (f"{path}: holds key {state.key!r}, expected {key!r}" if state.key != key
+                   else f"{path}: holds a tune of kernel {state.kernel!r}, not of {kernel!r}")
         self.quarantine(path, why, notes)
         return None
 

@@ -20,7 +20,7 @@ import msgpack
 import numpy as np
 
 from .config import MSGPACK_INTS, Config, check_config_list, configs_hash
-from .errors import KeyConflict, PolicyError, StateDirError, StateFileError, describe
+from .errors import PolicyError, StateDirError, StateFileError, describe
 from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
 from .prior import earlier_winners, prior_enabled
@@ -154,12 +154,7 @@ def open_tune(
 
     store.discard_temp_files(key)
     notes: list[str] = []
-    state = store.load(key, notes)
-    if state is not None and state.kernel != kernel:
-        raise KeyConflict(
-            f"kernel {kernel!r}: key {key!r} holds a tune of kernel {state.kernel!r}; a key names one kernel's tune, "
-            "so give this one a key of its own (or remove that state file)"
-        )
+    state = store.load(key, notes, kernel=kernel)
     carried: dict[int, dict] = {}
     fresh: Policy | None = None
     if state is None:  # none yet, or quarantined: what the key's superseded files hold is still sound

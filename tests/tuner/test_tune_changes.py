@@ -11,7 +11,7 @@ from toy_table import write_table
 
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
-from fasta_sm.errors import KeyConflict, PolicyError
+from fasta_sm.errors import PolicyError
 from fasta_sm.report import tune_costs
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import tune
@@ -195,16 +195,19 @@ def test_the_exhaustive_estimate_of_a_tune_that_took_results_counts_only_what_it
     assert tune_costs(superseding).exhaustive_s == pytest.approx(tune_costs(from_scratch).exhaustive_s)
 
 
-def test_a_key_holding_another_kernels_tune_is_refused_naming_both_and_its_file_is_left_alone(table_file, state_dir):
+def test_a_key_holding_another_kernels_tune_is_set_aside_naming_both_and_the_tune_starts_afresh(table_file, state_dir):
     """A key names one kernel's tune: another kernel asking for it must neither reuse that tune nor take its
-    measurements as its own."""
+    measurements as its own, and the file is moved aside, not lost, as a file holding another key is."""
     table = load_table(table_file)
     store = StateStore(state_dir)
     tune("shape", "kernel_a", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
     before = store.file_for("shape").read_bytes()
-    with pytest.raises(KeyConflict, match="kernel 'kernel_b': key 'shape' holds a tune of kernel 'kernel_a'"):
-        tune("shape", "kernel_b", table.configs, ReplayBackend(table), policy="exhaustive", store=store)
-    assert store.file_for("shape").read_bytes() == before
+    backend = CountingBackend(table)
+    result = tune("shape", "kernel_b", table.configs, backend, policy="exhaustive", store=store)
+    assert not result.reused and len(backend.compiled) == len(table.configs)
+    assert "holds a tune of kernel 'kernel_a', not of 'kernel_b'" in result.state.restarts[0]
+    (aside,) = state_dir.glob("*.corrupt-*")
+    assert aside.read_bytes() == before
 
 
 def test_a_superseded_file_of_another_kernel_under_the_key_gives_a_new_tune_nothing(table_file, state_dir):
