@@ -736,7 +736,7 @@ def test_open_tune_hands_back_a_done_state_to_reuse_without_reading_the_file_aga
     run_tune(table, backend, store)
     reads = []
     original = store.load
-    store.load = lambda key, notes=None: reads.append(key) or original(key, notes)
+    store.load = lambda key, notes=None, **how: reads.append(key) or original(key, notes, **how)
     with store.lock(KEY, table.kernel):
         opened = open_tune(store, KEY, table.kernel, table.configs, backend, policy="exhaustive")
     assert opened.done and opened.best is not None
