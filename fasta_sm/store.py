@@ -29,6 +29,7 @@ import platformdirs
 from .env import env_value
 from .env_numbers import real_from_env
 from .errors import LockTimeout, StateDirError, StateFileError, TuneFailed
+from .files import read_regular
 from .state import FinishedTune, TuneState, peek_kernel, unpack_finished, unpack_state
 
 try:
@@ -271,7 +272,7 @@ class StateStore:
         """The kernel the state file at `path` names, from its first bytes' fields (None if it does not start like
         a state): a quick look, which neither judges nor moves the file. OSError if it cannot be read."""
         for size in (PEEK_BYTES, PEEK_MOST_BYTES):
-            head = _read_regular(path, size)
+            head = read_regular(path, size)
             try:
                 return peek_kernel(head, complete=len(head) < size)
             except EOFError:  # a key longer than the head: once more, with a longer head
@@ -480,7 +481,7 @@ def _decoded(path: Path, decode: Callable[..., Any]) -> Any:
     that is unreadable for good, StateDirError for one that cannot be read for now (it may be sound)."""
     for_now = f"cannot read state file {path} for now ({{}}); it is left as it is"
     try:
-        return decode(_read_regular(path), source=str(path))
+        return decode(read_regular(path), source=str(path))
     except FileNotFoundError:
         raise
     except MemoryError:  # says nothing of the file, like ENOMEM: it may be sound
@@ -489,16 +490,6 @@ def _decoded(path: Path, decode: Callable[..., Any]) -> Any:
         if exc.errno in _PASSING_ERRNOS:
             raise StateDirError(for_now.format(exc.strerror or exc)) from None
         raise StateFileError(f"{path}: unreadable ({exc.strerror or exc})") from None
-
-
-def _read_regular(path: Path, limit: int = -1) -> bytes:
-    """A file's bytes (its first `limit` ones, where given); anything but a regular file under that name is an
-    OSError, never read (a FIFO would block)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return handle.read(limit)
 
 
 def _same_file(one: Path, other: Path) -> bool:

@@ -846,14 +846,14 @@ def mount_read_only(monkeypatch, folder: Path) -> None:
 
 def out_of_descriptors_reading(path: Path, monkeypatch) -> None:
     """Reading `path` fails as it does when the process has no file descriptor left (EMFILE)."""
-    read_regular = store_module._read_regular
+    read_regular = store_module.read_regular
 
     def too_many_open_files(file):
         if file == path:
             raise OSError(errno.EMFILE, "Too many open files")
         return read_regular(file)
 
-    monkeypatch.setattr(store_module, "_read_regular", too_many_open_files)
+    monkeypatch.setattr(store_module, "read_regular", too_many_open_files)
 
 
 def test_a_state_file_that_cannot_be_read_for_now_is_left_in_place_and_named(store, table, backend, monkeypatch):
@@ -1066,7 +1066,7 @@ def test_a_state_file_that_cannot_be_read_for_lack_of_memory_is_left_in_place_an
         raise MemoryError
 
     if stage == "read":
-        monkeypatch.setattr(store_module, "_read_regular", out_of_memory)
+        monkeypatch.setattr(store_module, "read_regular", out_of_memory)
     else:
         monkeypatch.setattr(state_module, "_decode_configs", out_of_memory)
     with pytest.raises(StateDirError, match=re.escape(f"cannot read state file {path} for now")):

@@ -6,6 +6,7 @@ import copy
 import json
 import logging
 import math
+import os
 import random
 import re
 import sys
@@ -219,6 +220,14 @@ def test_a_file_nested_too_deep_for_the_json_reader_is_a_table_error_naming_it(t
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(TableError, match=re.escape(f"{path}: not a JSON replay table (RecursionError")):
+        load_table(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_a_named_pipe_in_a_tables_place_is_a_table_error_naming_it_not_a_reader_left_waiting(tmp_path):
+    path = tmp_path / "pipe.json"
+    os.mkfifo(path)  # nothing ever writes to it: a plain open() for reading blocks forever
+    with pytest.raises(TableError, match=re.escape(f"{path}: not a JSON replay table") + ".*not a regular file"):
         load_table(path)
 
 

@@ -212,8 +212,8 @@ def test_a_stray_file_whose_first_field_runs_past_any_key_is_passed_over_unread(
         stray.write(bytes([0x81, 0xC6, 0xFF, 0xFF, 0xFF, 0xF0]))
         stray.truncate(64 * 2**20)
     reads = []
-    read_regular = store_module._read_regular
-    monkeypatch.setattr(store_module, "_read_regular", lambda path, limit=-1: reads.append((Path(path).name, limit))
+    read_regular = store_module.read_regular
+    monkeypatch.setattr(store_module, "read_regular", lambda path, limit=-1: reads.append((Path(path).name, limit))
                         or read_regular(path, limit))
     assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
     stray_reads = [limit for name, limit in reads if name.startswith("eeee")]
@@ -226,7 +226,7 @@ def test_a_file_that_cannot_be_read_for_now_is_read_again_next_time(table_file, 
     store = StateStore(state_dir)
     first = tune("shape-a", "toy_mm", table.configs, ReplayBackend(table), store=store)
     reads = []
-    read_regular = store_module._read_regular
+    read_regular = store_module.read_regular
 
     def out_of_descriptors_once(path, *args):
         reads.append(path)
@@ -234,7 +234,7 @@ def test_a_file_that_cannot_be_read_for_now_is_read_again_next_time(table_file, 
             raise OSError(errno.EMFILE, "Too many open files")
         return read_regular(path, *args)
 
-    monkeypatch.setattr(store_module, "_read_regular", out_of_descriptors_once)
+    monkeypatch.setattr(store_module, "read_regular", out_of_descriptors_once)
     assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == []
     assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
 

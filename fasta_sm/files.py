@@ -1,0 +1,18 @@
+"""Reading a file that may be anything under its name: what a user points fasta-sm at is not always a file."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+
+def read_regular(path: str | Path, limit: int = -1) -> bytes:
+    """A file's bytes (its first `limit` ones, where given); anything but a regular file under that name is an
+    OSError, never read: a named pipe would block its reader until something writes to it."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return handle.read(limit)
