@@ -39,7 +39,7 @@ from .data import DEFAULT_TABLE, table_names, table_path
 from .env import env_value
 from .errors import FastaError, PolicyError, StateDirError, StateFileError, TableError
 from .policies import make_policy, named_parameters, policy_names, require_listed, with_environment
-from .render import age_of, format_us, kernel_labels, key_values, state_to_json, tune_label
+from .render import age_of, format_us, kernel_labels, key_values, printable, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
 from .store import STATE_DIR_ENV, StateStore, default_state_dir, is_superseded
@@ -273,11 +273,11 @@ def list_states(state_dir: Path | None) -> None:
     for path, state in read:
         locked = {True: "yes", False: "no", None: "?"}[store.is_locked(path)]
         if not isinstance(state, TuneState):
-            table.add_row(_as_printed(path.name), Text(_as_printed(f"unreadable: {state}"), style="red"), "", "", "",
+            table.add_row(printable(path.name), Text(printable(f"unreadable: {state}"), style="red"), "", "", "",
                           "", "", "", locked)
             continue
         table.add_row(
-            _as_printed(path.name),
+            printable(path.name),
             label_of[id(state)],
             tune_label(state),
             state.status(),
@@ -452,8 +452,8 @@ def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[P
 
 def _print_state(state: TuneState, path: Path, top: int) -> None:
     head = Table.grid(padding=(0, 2))
-    head.add_row("file", str(path))
-    head.add_row("kernel", f"{state.kernel}   key {state.key!r}")
+    head.add_row("file", printable(str(path)))
+    head.add_row("kernel", f"{printable(state.kernel)}   key {state.key!r}")
     head.add_row("position", state.position())
     head.add_row("policy", f"{state.policy} {state.policy_params or ''}  seed {state.seed}")
     unlike, absent = _params_unlike_defaults(state)
@@ -765,7 +765,7 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     _check_directory_of("--csv", csv_out)
     rows, unreadable = report_rows(store) if store is not None else ([], [])  # a first run: a CSV of no rows
     if rows:
-        table = Table(*REPORT_COLUMNS, title=_as_printed(f"Tuning cost in {store.path}"))
+        table = Table(*REPORT_COLUMNS, title=printable(f"Tuning cost in {store.path}"))
         table.columns[0].no_wrap = True  # the name is what `show` takes: never cut it
         for row in rows:
             table.add_row(*(_cell(row[c]) for c in REPORT_COLUMNS))
@@ -888,13 +888,7 @@ def _cell(value: object) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.2f}"
-    return _as_printed(str(value))
-
-
-def _as_printed(text: str) -> str:
-    """`text` with the undecodable bytes of a file name (lone surrogates) escaped, as standard output prints them:
-    a table measures `\\udcfe` as the six characters it prints, not as the one it reads, and keeps its columns."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return printable(str(value))
 
 
 @main.command("bench")
@@ -1050,7 +1044,7 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
             spread = replay.repeat_spread()
             noise = f"{100 * np.median(spread):.2f} % / {100 * np.percentile(spread, 90):.1f} %" if spread.size else "-"
             table.add_row(
-                _as_printed(path.stem),
+                printable(path.stem),
                 str(len(replay.configs)),
                 str(sum(error is not None for error in replay.errors)),
                 f"{np.mean(replay.compile_s):.2f}",

@@ -105,14 +105,23 @@ def key_values(state: TuneState) -> str:
     return state.key.removeprefix(state.kernel) if state.key.startswith(state.kernel + "[") else state.key
 
 
+def printable(text: str) -> str:
+    """`text` on one line as a listing prints it: a control character (a newline in a kernel name or a file
+    name) or an undecodable byte of a file name (a lone surrogate) written as its escape (`\\n`, `\\udcfe`),
+    so that a row stays one row and a table measures each cell as the characters it prints."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def kernel_labels(states: list[TuneState]) -> list[str]:
     """Each tune's kernel as `ls` and `report` list it: with its key's values when another tune of the same
     kernel and policy would otherwise read the same (two shapes of one kernel, say)."""
     keys_of: dict[tuple[str, str], set[str]] = {}
     for state in states:
         keys_of.setdefault((state.kernel, tune_label(state)), set()).add(state.key)
-    return [f"{state.kernel} {key_values(state)}" if len(keys_of[state.kernel, tune_label(state)]) > 1
-            else state.kernel for state in states]
+    return [printable(f"{state.kernel} {key_values(state)}" if len(keys_of[state.kernel, tune_label(state)]) > 1
+                      else state.kernel) for state in states]
 
 
 def human_age(seconds: float) -> str:

@@ -346,6 +346,26 @@ def test_ls_keeps_its_columns_aligned_beside_a_file_name_of_undecodable_bytes(tm
     assert [row.index(" fasta seed 0 ") for row in rows] == [rows[0].index(" fasta seed 0 ")] * 2
 
 
+def test_ls_prints_a_kernel_name_holding_a_newline_escaped_on_its_one_row(tmp_path, state_dir):
+    """A replay table names its kernel as it likes; a listing's row must not split at a control character."""
+    tune(write_table(tmp_path / "odd.json", kernel="two\nlines\x1b"), state_dir)
+    rows = fasta_sm("ls", "--state-dir", str(state_dir)).stdout.splitlines()
+    assert len(rows) == 2 and " two\\nlines\\x1b " in rows[1]
+
+
+def test_report_prints_a_kernel_name_holding_a_newline_escaped_on_its_one_row(tmp_path, state_dir):
+    tune(write_table(tmp_path / "odd.json", kernel="two\nlines"), state_dir)
+    out = fasta_sm("report", "--state-dir", str(state_dir)).stdout
+    assert "two\\nlines" in out and not any(line.strip("│ ").startswith("lines") for line in out.splitlines())
+
+
+def test_show_prints_a_kernel_name_holding_a_newline_escaped_on_the_kernel_line(tmp_path, state_dir):
+    tune(write_table(tmp_path / "odd.json", kernel="two\nlines"), state_dir)
+    name = next(state_dir.glob("*.fsm")).name
+    lines = fasta_sm("show", name, "--state-dir", str(state_dir)).stdout.splitlines()
+    assert next(line for line in lines if line.startswith("kernel")).split()[1] == "two\\nlines"
+
+
 def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     tune(table_file, state_dir, "--seed", "2")
