@@ -668,7 +668,10 @@ class FastaAutotunerMixin:
                 except Exception as why:  # noqa: BLE001  the base benchmarks whatever launchers exist
                     log.info("fasta_sm: Inductor config #%d unavailable: %s", index, why)
             self._fasta_give_up(exc)
-            self.launchers = own or self.launchers
+            if own:
+                dropped = [launcher for launcher in self.launchers if not any(launcher is o for o in own)]
+                self.launchers = own
+                self._fasta_close(dropped)
             return super().benchmark_all_configs(*args, **kwargs)
         self._fasta_finished = True
         means = {i: state.mean_us(i) / 1000.0 for i in state.durations}
@@ -704,6 +707,14 @@ class FastaAutotunerMixin:
             state.stop_reason,
         )
         return timings
+
+    def _fasta_close(self, launchers: list[Any]) -> None:
+        """Unload the modules of launchers taken out of `launchers`: torch closes, after a tune, those still
+        listed but the winner's (where it has `_close_static_launcher`), so one dropped would stay loaded."""
+        close = getattr(self, "_close_static_launcher", None)
+        if close is not None:
+            for launcher in launchers:
+                close(launcher)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

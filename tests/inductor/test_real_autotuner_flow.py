@@ -331,6 +331,30 @@ def test_torch_releases_the_launchers_of_configs_the_tune_never_tried(tmp_path, 
     assert index not in done.durations and any(launcher is untried for launcher in closed)
 
 
+def test_a_parent_that_gives_up_closes_the_launchers_it_leaves_out_of_inductors_timing(tmp_path, faked, monkeypatch):
+    """The fallback times Inductor's own configs alone; torch closes only the launchers still listed, so the
+    ones the fallback takes out of the list are closed by fasta-sm."""
+    if not hasattr(triton_heuristics.CachingAutotuner, "_close_static_launcher"):
+        pytest.skip(f"torch {torch.__version__} closes no launcher after a tune (no _close_static_launcher)")
+    from fasta_sm import driver
+    from fasta_sm.errors import LockTimeout
+
+    _, parent = worker_then_parent(tmp_path, faked)
+    own = {id(parent._fasta_space[index]) for index in parent._fasta_plan.must}
+    extra = next(config for config in parent._fasta_space if id(config) not in own)
+    guess = FakeLauncher(extra)
+    parent.launchers.append(guess)  # compiled ahead, as a guess is
+    closed = []
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "_close_static_launcher", staticmethod(closed.append))
+
+    def held_elsewhere(plan, backend):
+        raise LockTimeout("another process holds the lock")
+
+    monkeypatch.setattr(driver, "parent_phase", held_elsewhere)
+    parent.run("in", "out", 4096, 4096, stream=0)
+    assert any(launcher is guess for launcher in closed)
+
+
 def test_a_parent_that_gives_up_leaves_no_autotune_cache_entry_that_keeps_later_runs_from_tuning(
         tmp_path, faked, monkeypatch):
     """A fallback (here: another process holds the kernel's lock) times Inductor's own configs; writing that pick
