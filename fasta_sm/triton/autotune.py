@@ -28,6 +28,7 @@ import types
 import warnings
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import triton
@@ -109,6 +110,32 @@ def _distinct(
 def _extras(config: triton.Config) -> tuple:
     """What a config holds beyond its kwargs and launch options."""
     return (config.pre_hook,)
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """A tune's config list as the launch path needs it: Triton's configs, their fasta-sm conversions, and what
+    the checks and the backend read off them. Built once for the decorated list, which every launch without a
+    prune tunes over."""
+
+    configs: list[triton.Config]
+    fasta: list[Config]
+    by_identity: dict[str, triton.Config]
+    names: frozenset[str]  # what the configs set: meta-parameters and launch options
+    pre_hooks: dict[str, Callable[..., Any]]
+    # a tuple kwarg is its repr in a fasta config (it keys the state); launched, it is the tuple
+    kwargs: dict[str, dict[str, Any]]
+
+    @classmethod
+    def of(cls, configs: list[triton.Config], fasta: list[Config]) -> _Listing:
+        return cls(
+            configs=configs,
+            fasta=fasta,
+            by_identity={f.identity: c for f, c in zip(fasta, configs)},
+            names=frozenset(name for config in configs for name in config.all_kwargs()),
+            pre_hooks={f.identity: c.pre_hook for f, c in zip(fasta, configs) if c.pre_hook},
+            kwargs={f.identity: dict(c.kwargs) for f, c in zip(fasta, configs) if dict(c.kwargs) != dict(f.kwargs)},
+        )
 
 
 class Autotuner(TritonAutotuner):
@@ -211,11 +238,25 @@ class Autotuner(TritonAutotuner):
         self.results: dict[tuple, TuneResult] = {}
         self.best_config: triton.Config | None = None
         self.bench_time: float | None = None
-        self.configs_timings: dict[triton.Config, list[float]] = {}
+        self.configs_timings = {}
         self.nargs: dict[str, Any] | None = None  # set by code that calls `prune_configs` as Triton's
+        self._decorated: tuple[tuple[int, ...], _Listing] | None = None
+        self._listed()  # here, as the conversions are: a warm start's first launch reads it
         if len(self.configs) > 1 and _compiles_in_pool(fn):
             note_kernel_module(base.__module__, getattr(base, "__globals__", {}))
             start_fork_server()
+
+    @property
+    def configs_timings(self) -> dict[triton.Config, list[float]]:
+        """Triton's `configs_timings` of the last key tuned or reused (`_configs_timings`), made when first
+        read: keying it hashes every timed config (Triton's `all_kwargs`), which a launch need not wait for."""
+        if self._timings_of is not None:
+            self._configs_timings, self._timings_of = _configs_timings(*self._timings_of), None
+        return self._configs_timings
+
+    @configs_timings.setter
+    def configs_timings(self, timings: dict[triton.Config, list[float]]) -> None:
+        self._configs_timings, self._timings_of = timings, None
 
     def _check_expert_configs(self) -> None:
         """Refuse a fasta `expert_configs` index past the end of `configs` now rather than at the first launch.
@@ -399,21 +440,36 @@ class Autotuner(TritonAutotuner):
                 configs = sorted(configs, key=lambda c: estimate[id(c)])[:top_k]
         return configs
 
-    def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
-        launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+    def _listed(self) -> _Listing:
+        """The decorated list's listing, made at decoration and kept while `configs` holds the same
+        config objects (a list assigned or edited since gets a new one); a config's own fields are read once,
+        as its conversion is at decoration."""
+        held = tuple(map(id, self.configs))
+        if self._decorated is None or self._decorated[0] != held:
+            configs = _distinct(self.kernel_name, list(self.configs), decorated=False, as_fasta=self._fasta)
+            self._decorated = held, _Listing.of(configs, [self._fasta(c) for c in configs])
+        return self._decorated[1]
+
+    def _pruned(self, key: tuple, args: tuple, kwargs: Mapping[str, Any]) -> _Listing:
+        """The listing of what `prune_configs_by` leaves for this launch, each config once."""
         candidates = self._prune(dict(zip(self.arg_names, args)), kwargs)
         # a prune that clamps tiles makes twins; one that edits configs in place needs them converted again
         as_fasta = self._converted_again if self.early_config_prune else self._fasta
         candidates = _distinct(self.kernel_name, candidates, decorated=False, as_fasta=as_fasta)
-        if len(candidates) == 1:
-            return candidates[0]
-        self._refuse_conflicts(nargs, {name for config in candidates for name in config.all_kwargs()})
-        self._refuse_incomplete(nargs, candidates)
         fasta_configs = [self._fasta(c) for c in candidates]
         if self.early_config_prune:
             fasta_configs, candidates = self._in_stored_order(_key_string(self.kernel_name, key), fasta_configs,
                                                               candidates)
-        by_identity = {f.identity: c for f, c in zip(fasta_configs, candidates)}
+        return _Listing.of(candidates, fasta_configs)
+
+    def _tune(self, key: tuple, args: tuple, kwargs: Mapping[str, Any], nargs: Mapping[str, Any]) -> triton.Config:
+        launch_kwargs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+        listing = self._pruned(key, args, kwargs) if self.early_config_prune or self.perf_model else self._listed()
+        if len(listing.configs) == 1:
+            return listing.configs[0]
+        self._refuse_conflicts(nargs, listing.names)
+        self._refuse_incomplete(nargs, listing.configs)
+        by_identity = listing.by_identity
         backend = TritonBackend(
             self.fn,
             args,
@@ -423,10 +479,8 @@ class Autotuner(TritonAutotuner):
             restore_value=self.restore_value,
             pre_hook=self.user_pre_hook,
             post_hook=self.post_hook,
-            config_pre_hooks={f.identity: c.pre_hook for f, c in zip(fasta_configs, candidates) if c.pre_hook},
-            # a tuple kwarg is its repr in a fasta config (it keys the state); launched, it is the tuple
-            config_kwargs={f.identity: dict(c.kwargs) for f, c in zip(fasta_configs, candidates)
-                           if dict(c.kwargs) != dict(f.kwargs)},
+            config_pre_hooks=listing.pre_hooks,
+            config_kwargs=listing.kwargs,
             do_bench=self._do_bench,
             warmup_ms=self.warmup_ms,
             rep_ms=self.rep_ms,
@@ -437,7 +491,7 @@ class Autotuner(TritonAutotuner):
             result = tune(
                 _key_string(self.kernel_name, key),
                 self.kernel_name,
-                fasta_configs,
+                listing.fasta,
                 backend,
                 policy=self.policy,
                 policy_params=self.policy_params,
@@ -450,7 +504,7 @@ class Autotuner(TritonAutotuner):
         if not result.reused or key not in self.results:  # a thread that waited and reused keeps the tuner's
             self.results[key] = result
         best = by_identity[result.best_config.identity]
-        self.configs_timings = _configs_timings(result.state, by_identity)
+        self._timings_of = result.state, by_identity  # Triton's dict, keyed by config, made when read
         self._reset({**nargs, **best.all_kwargs()})  # a reuse stands for the tune Triton would run here
         if not result.reused:
             self.bench_time = time.perf_counter() - start

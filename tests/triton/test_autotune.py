@@ -128,6 +128,32 @@ def test_a_launch_that_reuses_a_done_tune_converts_none_of_the_decorated_configs
     assert result.reused and converted == []
 
 
+def test_a_launch_that_reuses_a_done_tune_reads_no_launch_options_but_the_winners(tuned_dir, monkeypatch):
+    """What the configs set (checked against the launch's arguments) is listed at decoration, not per launch."""
+    state_dir, _, _, _ = tuned_dir
+    kernel = make_tuned(str(state_dir))
+    read = []
+    all_kwargs = triton.Config.all_kwargs
+
+    def counted(self):
+        read.append(self)
+        return all_kwargs(self)
+
+    monkeypatch.setattr(triton.Config, "all_kwargs", counted)
+    launch(kernel)
+    (result,) = kernel.results.values()
+    assert result.reused and {id(config) for config in read} == {id(kernel.best_config)}
+
+
+def test_a_config_list_assigned_after_decoration_is_the_one_tuned(tmp_path):
+    kernel = make_tuned(str(tmp_path), policy="exhaustive")
+    kernel.configs = CONFIGS[:4]
+    x, out = launch(kernel)
+    torch.testing.assert_close(out, 2.0 * x)
+    (result,) = kernel.results.values()
+    assert result.state.configs == [to_fasta_config(config) for config in CONFIGS[:4]]
+
+
 def test_each_key_value_is_its_own_tune(tmp_path):
     kernel = make_tuned(str(tmp_path), policy="random", budget=0.1)
     for n in (100, 300):
