@@ -142,6 +142,12 @@ def table_paths(tables_dir: str | Path) -> list[Path]:
     return paths
 
 
+def load_tables(tables_dir: str | Path) -> list[tuple[Path, ReplayTable]]:
+    """Every replay table in `tables_dir` with its path, each file read once: a bench's checks, runs and
+    labels all look at the same tables, even while a recorder rewrites one."""
+    return [(path, load_table(path)) for path in table_paths(tables_dir)]
+
+
 def _row_labels(tables: Sequence[ReplayTable], paths: Sequence[Path]) -> list[str]:
     """Each table's kernel name, with its file's name where two tables hold one kernel (two devices, say).
 
@@ -160,9 +166,9 @@ def _row_labels(tables: Sequence[ReplayTable], paths: Sequence[Path]) -> list[st
             labels[i] = f"{kernels[i]} ({paths[i].name})"
 
 
-def needle_labels(paths: Sequence[Path]) -> list[str]:
+def needle_labels(loaded: Sequence[tuple[Path, ReplayTable]]) -> list[str]:
     """The row labels (as `bench` names its kernels) of the tables that are needles: few configs near the best."""
-    tables = [load_table(p) for p in paths]
+    paths, tables = [path for path, _ in loaded], [table for _, table in loaded]
     return [label for table, label in zip(tables, _row_labels(tables, paths)) if table.within(0.05) <= NEEDLE_MOST]
 
 
@@ -189,7 +195,7 @@ def leader_margins(result: Mapping[str, Any], needles: Sequence[str]) -> list[di
 
 
 def bench(
-    tables_dir: str | Path,
+    tables: str | Path | Sequence[tuple[Path, ReplayTable]],
     policies: Sequence[str],
     seeds: int,
     budget: float | None = None,
@@ -197,7 +203,8 @@ def bench(
     seed_start: int = 0,
     params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score `policies` on every table in `tables_dir` over `seeds` seeds each, from `seed_start` on.
+    """Score `policies` on every table of a folder (or of `load_tables`'s list) over `seeds` seeds each, from
+    `seed_start` on.
 
     The first policy runs with `params` (its knobs, to score a setting
     against the defaults; its budget is `budget`'s alone) and routes its own
@@ -216,14 +223,13 @@ def bench(
         raise ValueError(EXHAUSTIVE_IN_BENCH)
     if params and "budget" in params:
         raise ValueError(BUDGET_IN_PARAMS)
-    paths = table_paths(tables_dir)
-    tables = [load_table(p) for p in paths]
-    labels = _row_labels(tables, paths)
-    total = len(tables) * seeds * len(policies)
+    loaded = load_tables(tables) if isinstance(tables, (str, Path)) else list(tables)
+    labels = _row_labels([table for _, table in loaded], [path for path, _ in loaded])
+    total = len(loaded) * seeds * len(policies)
     done = 0
     kernels: list[dict[str, Any]] = []
     regrets: dict[str, list[float]] = {p: [] for p in policies}
-    for table, label in zip(tables, labels):
+    for (_, table), label in zip(loaded, labels):
         n = len(table.configs)
         exhaustive = table.exhaustive_cost_s
         runs: dict[str, list[Run]] = {p: [] for p in policies}

@@ -794,7 +794,7 @@ def _finite_or_null(value: object) -> object:
     return value
 
 
-def _policy_params(policy: str, items: tuple[str, ...], tables: list[Path]) -> dict[str, object]:
+def _policy_params(policy: str, items: tuple[str, ...], tables: list[tuple[Path, ReplayTable]]) -> dict[str, object]:
     """`--param NAME=VALUE` items as the policy's keyword arguments.
 
     VALUE is read as JSON, else as a Python literal (the spelling of the
@@ -821,11 +821,11 @@ def _policy_params(policy: str, items: tuple[str, ...], tables: list[Path]) -> d
     if named is not None and (unknown := [name for name in params if name not in knobs]):
         raise click.BadParameter(f"policy {policy!r} takes {', '.join(knobs) or 'no parameter'} here (its budget "
                                  f"is --budget); got {unknown[0]!r}", param_hint="--param")
-    for table in tables:
+    for path, table in tables:
         try:
-            make_policy(policy, load_table(table).configs, params)
+            make_policy(policy, table.configs, params)
         except PolicyError as exc:
-            raise click.BadParameter(f"{table.name}: {exc}", param_hint="--param") from None
+            raise click.BadParameter(f"{path.name}: {exc}", param_hint="--param") from None
     return params
 
 
@@ -933,7 +933,7 @@ def bench_command(
     json_out: Path | None,
 ) -> None:
     """Score the policy against baselines on recorded tables, at the same evaluation budget."""
-    from .bench import EXHAUSTIVE_IN_BENCH, NEEDLE_MOST, bench, leader_margins, needle_labels, table_paths
+    from .bench import EXHAUSTIVE_IN_BENCH, NEEDLE_MOST, bench, leader_margins, load_tables, needle_labels
     from .data import tables_dir as shipped_tables
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -954,13 +954,13 @@ def bench_command(
         raise click.BadParameter(f"seeds {seed_start}..{seed_start + seeds - 1} pass {SEED_MAX}, the largest seed",
                                  param_hint="--seed-start")
     folder = tables_dir or shipped_tables()
-    paths = table_paths(folder)  # refused before the progress display starts
+    loaded = load_tables(folder)  # refused before the progress display starts; each read once, here
     if json_out is not None and json_out.expanduser().resolve().parent == Path(folder).expanduser().resolve():
         raise click.BadParameter(f"{json_out} is in the tables folder, where the next bench would read it as a "
                                  "table; write it elsewhere", param_hint="--json")
-    params = _policy_params(names[0], param_items, paths)
-    for path in paths:
-        _note_defects(path, load_table(path))
+    params = _policy_params(names[0], param_items, loaded)
+    for path, table in loaded:
+        _note_defects(path, table)
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
@@ -976,7 +976,7 @@ def bench_command(
             progress.update(task, completed=done, total=total, description=f"{kernel} · {policy}")
 
         result = bench(
-            folder,
+            loaded,
             names,
             seeds,
             budget=budget,
@@ -993,7 +993,7 @@ def bench_command(
     for policy, row in result["overall"].items():
         overall.add_row(policy, *(f"{row[c]:.3f}" for c in columns))
     _print_table(overall)
-    margins = leader_margins(result, needle_labels(paths))
+    margins = leader_margins(result, needle_labels(loaded))
     if margins:
         against = Table("kernel", f"{names[0]} catch2", "best baseline", "its catch2", f"{names[0]} is",
                         title=f"Against the best baseline (needles: ≤ {NEEDLE_MOST} configs within 5 %)")

@@ -645,9 +645,21 @@ def test_bench_calls_equal_overall_catch2s_tied_though_their_float_sums_differ(m
                                                  for c in columns} for p in names}}
 
     monkeypatch.setattr(fasta_sm.bench, "bench", bench)
-    monkeypatch.setattr(fasta_sm.bench, "needle_labels", lambda _paths: [])
+    monkeypatch.setattr(fasta_sm.bench, "needle_labels", lambda _loaded: [])
     out = invoke("bench", "--seeds", "10", "--policies", "fasta,random")
     assert re.search(r"overall\s+│\s+0\.150\s+│\s+random\s+│\s+0\.150\s+│\s+tied", out), out
+
+
+def test_bench_reads_each_table_once_for_its_checks_runs_and_needles(table_file, monkeypatch):
+    """Its figures and its notes must come from one reading of each file, even one a recorder rewrites meanwhile."""
+    import fasta_sm.backends.replay as replay
+
+    reads = []
+    read_regular = replay.read_regular
+    monkeypatch.setattr(replay, "read_regular", lambda path, *a: reads.append(Path(path)) or read_regular(path, *a))
+    invoke("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "fasta,random",
+           "--param", "min_budget=13")
+    assert reads == [table_file]
 
 
 def test_bench_json_writes_null_for_a_regret_no_run_could_measure(table_file, tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from driving import drive
 
-from fasta_sm.bench import bench, leader_margins, needle_labels, percentile, run_policy
+from fasta_sm.bench import bench, leader_margins, load_tables, needle_labels, percentile, run_policy
 from fasta_sm.errors import ConfigError, FastaError, MissingDependency, PolicyError
 from fasta_sm.policies import coordinate, make_policy, trees, with_environment  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
@@ -100,11 +100,9 @@ def test_bench_report_has_exactly_the_documented_shape(tmp_path):
 
 
 def test_the_needle_kernels_are_the_tables_with_at_most_three_configs_within_5_percent(tmp_path):
-    paths = []
     for data in (landscapes.bowl(1), landscapes.needle(1, count=40)):
-        paths.append(tmp_path / f"{data['kernel']}.json")
-        paths[-1].write_text(json.dumps(data))
-    assert needle_labels(paths) == ["synthetic_needle_1"]
+        (tmp_path / f"{data['kernel']}.json").write_text(json.dumps(data))
+    assert needle_labels(load_tables(tmp_path)) == ["synthetic_needle_1"]
 
 
 @pytest.mark.parametrize("needle_kernel", ["k (b.json)", "overall"])
@@ -115,7 +113,7 @@ def test_a_needle_named_as_another_row_gets_a_label_of_its_own_and_its_own_figur
     report = bench(tmp_path, ["fasta", "random"], seeds=2)
     labels = [row["kernel"] for row in report["kernels"] if row["policy"] == "fasta"]
     assert len(set(labels)) == 3 and "overall" not in labels
-    needle = needle_labels(sorted(tmp_path.glob("*.json")))
+    needle = needle_labels(load_tables(tmp_path))
     assert needle == [labels[0]]
     own = {row["policy"]: row["catch2"] for row in report["kernels"] if row["kernel"] == labels[0]}
     assert leader_margins(report, needle)[1] == {"kernel": labels[0], "catch2": own["fasta"], "baseline": "random",
