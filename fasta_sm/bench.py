@@ -26,7 +26,7 @@ from .policies import make_policy, with_environment
 log = logging.getLogger("fasta_sm.bench")
 
 Progress = Callable[[int, int, str, str], None]
-"""progress(runs_done, runs_total, kernel, policy), called after every run."""
+"""progress(runs_done, runs_total, kernel, policy), called after every run; kernel as its row is labelled."""
 
 
 EXHAUSTIVE_IN_BENCH = (
@@ -247,7 +247,7 @@ def bench(
                 runs[policy].append(run)
                 done += 1
                 if progress is not None:
-                    progress(done, total, table.kernel, policy)
+                    progress(done, total, label, policy)
         for policy in policies:
             row = {"kernel": label, "policy": policy, "N": n}
             row.update(_summary(runs[policy], n, exhaustive))

@@ -197,6 +197,14 @@ def test_bench_reports_progress_once_per_run(tmp_path):
     assert [c[0] for c in calls] == [1, 2, 3, 4] and all(c[1] == 4 for c in calls)
 
 
+def test_bench_progress_names_two_tables_of_one_kernel_as_their_rows_do(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.json").write_text(json.dumps(landscapes.bowl(3)))
+    calls = []
+    report = bench(tmp_path, ["random"], seeds=1, progress=lambda *a: calls.append(a))
+    assert [c[2] for c in calls] == [row["kernel"] for row in report["kernels"]] and len({c[2] for c in calls}) == 2
+
+
 def test_bench_seed_start_runs_the_seeds_from_there(tmp_path):
     data = landscapes.needle(4, count=40)
     (tmp_path / "needle.json").write_text(json.dumps(data))
