@@ -426,8 +426,11 @@ def _warn_ignored(name: str) -> None:
 
 def environment_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The knobs the FASTA_* variables set to something other than their default: what changes a tune."""
+    values = environment_params(environ)
+    if not values:  # the usual case, and on every launch's lookup: no defaults to build and check
+        return {}
     defaults = FastaParams()
-    return {name: value for name, value in environment_params(environ).items() if getattr(defaults, name) != value}
+    return {name: value for name, value in values.items() if getattr(defaults, name) != value}
 
 
 def check_expert_configs(indices: Iterable[int], count: int) -> None:
