@@ -250,3 +250,57 @@ def test_a_tune_killed_in_one_interpreter_resumes_in_another_to_the_uninterrupte
     assert not final.restarts
     twice = [entry for entry, n in collections.Counter(logs).items() if n > 1]
     assert not twice, f"compiled or timed again in the second interpreter: {twice[:5]}"
+
+
+def _rewrite_forever(state_dir: str, blobs: list[bytes], ready) -> None:
+    """A forked writer: the key's file replaced, as a tune's checkpoints replace it, by each blob in turn."""
+    store = StateStore(state_dir)
+    ready.set()
+    while True:
+        for blob in blobs:
+            store.write(KEY, blob, kernel="mm_synth")
+
+
+def test_show_and_the_prior_read_a_file_another_process_rewrites_whole_every_time(table, tmp_path):
+    """`fasta-sm show --json` and the prior's reader (its quick look at the kernel, then the finished tune) of a
+    state file another process keeps replacing: each read sees one of the written states, never a torn one."""
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    from click.testing import CliRunner
+
+    from fasta_sm.cli import main
+    from fasta_sm.state import pack_state, unpack_state
+
+    steps = []
+    tune(KEY, table.kernel, table.configs, ReplayBackend(table, noise=True, seed=SEED), policy="exhaustive",
+         store=StateStore(tmp_path / "made"), chunk_size=1, on_step=lambda s: steps.append(pack_state(s)))
+    blobs = [steps[0], steps[len(steps) // 2], steps[-1]]  # small and unfinished, middling, whole and DONE
+    states = [unpack_state(blob) for blob in blobs]
+    evaluations = {state.evaluations() for state in states}
+    state_dir = tmp_path / "states"
+    store = StateStore(state_dir)
+    store.write(KEY, blobs[0], kernel=table.kernel)
+    fork = multiprocessing.get_context("fork")
+    ready = fork.Event()
+    writer = fork.Process(target=_rewrite_forever, args=(str(state_dir), blobs, ready), daemon=True)
+    writer.start()
+    try:
+        assert ready.wait(timeout=30)
+        path, seen, runner = store.file_for(KEY), collections.Counter(), CliRunner()
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            shown = runner.invoke(main, ["show", "--json", str(path)], catch_exceptions=False)
+            assert shown.exit_code == 0, shown.output
+            seen[json.loads(shown.output)["evaluations"]] += 1
+            assert StateStore.read_kernel(path) == table.kernel
+            finished = StateStore.read_finished(path)
+            assert finished is None or len(finished.fastest) == states[-1].measured_count()
+            seen["finished" if finished else "unfinished"] += 1
+        assert set(seen) - {"finished", "unfinished"} <= evaluations
+        assert len(seen) >= 3, seen  # the reads did fall among different writes
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.join(timeout=30)
