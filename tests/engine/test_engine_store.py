@@ -525,6 +525,9 @@ BAD_FILES = {
     "empty": lambda blob: b"",
     "other-schema": _other_schema,
     "timing-bit-flipped": _timing_bit_flipped,
+    # valid msgpack, not a state: a list, and a map of today's schema lacking most fields
+    "msgpack-list": lambda blob: msgpack.packb([1, "two", {"three": 3}]),
+    "msgpack-map-missing-fields": lambda blob: seal({"key": KEY, "kernel": "mm_synth", "schema": 3}),
 }
 
 
