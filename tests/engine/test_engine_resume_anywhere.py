@@ -152,30 +152,34 @@ def reference(table, name: str, ahead: bool, earlier: Path, parent: Path):
     return _references[name, ahead]
 
 
-def interrupted_then_resumed(table, name, ahead, where, error, share, earlier, parent):
-    """Interrupt a tune at the point `where` and `share` pick, resume it through a fresh store object and backend
-    (a fresh policy too: tune() makes one); return the final state, the file's, and both runs' backend logs."""
+def interrupted_then_resumed(table, name, ahead, interruptions, earlier, parent):
+    """Run a tune interrupted at each of `interruptions` in turn (each run resuming the last), each point picked
+    as (where, error, share of the uninterrupted tune's checkpoints or calls of that kind), then resume it through
+    a fresh store object and backend (a fresh policy too: tune() makes one); return the uninterrupted outcome, the
+    final state, the file's, and every run's backend log."""
     expected, checkpoints, calls = reference(table, name, ahead, earlier, parent)
-    kind = None if where == "checkpoint" else where
-    count = checkpoints if kind is None else calls[kind]
-    at = 1 + min(count - 1, int(share * count))
     store = new_store(name, earlier, parent)
-    first: list = []
-    backend = (CompilingAhead if ahead else Interrupting)(table, first, kind, at, error)
-    seen = [0]
+    log: list = []
+    for where, error, share in interruptions:
+        kind = None if where == "checkpoint" else where
+        count = checkpoints if kind is None else calls[kind]
+        at = 1 + min(count - 1, int(share * count))  # counted within this run: a resumed run has fewer left
+        backend = (CompilingAhead if ahead else Interrupting)(table, log, kind, at, error)
+        seen = [0]
 
-    def stop_after_checkpoint(state):
-        seen[0] += 1
-        if kind is None and seen[0] == at:
-            raise Stop(f"interrupted after checkpoint {at}")
+        def stop_after_checkpoint(state, kind=kind, at=at, seen=seen):
+            seen[0] += 1
+            if kind is None and seen[0] == at:
+                raise Stop(f"interrupted after checkpoint {at}")
 
-    with pytest.raises((Stop, RuntimeError)):
-        run(table, name, store, backend, on_step=stop_after_checkpoint)
-    second: list = []
+        try:
+            run(table, name, StateStore(store.path), backend, on_step=stop_after_checkpoint)
+        except (Stop, RuntimeError):
+            pass
     again = StateStore(store.path)
-    final = run(table, name, again, (CompilingAhead if ahead else Interrupting)(table, second))
+    final = run(table, name, again, (CompilingAhead if ahead else Interrupting)(table, log))
     on_disk = again.read(again.file_for(KEY))
-    return expected, final, on_disk, first + second
+    return expected, final, on_disk, log
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
@@ -188,16 +192,18 @@ def test_the_prior_reaches_r1_only_where_it_is_on(table, name, earlier, tmp_path
     assert says_earlier == (name == "fasta-prior"), expected["rounds"][0][3]
 
 
-@settings(max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(list(SETTINGS)), ahead=st.booleans(),
-       where=st.sampled_from(["checkpoint", "compile", "benchmark"]), error=st.sampled_from([Stop, RuntimeError]),
-       share=st.floats(0.0, 1.0))
+       interruptions=st.lists(st.tuples(st.sampled_from(["checkpoint", "compile", "benchmark"]),
+                                        st.sampled_from([Stop, RuntimeError]), st.floats(0.0, 1.0)),
+                              min_size=1, max_size=3))
 def test_a_tune_interrupted_anywhere_resumes_to_the_uninterrupted_outcome_measuring_nothing_twice(
-        table, earlier, tmp_path_factory, name, ahead, where, error, share):
+        table, earlier, tmp_path_factory, name, ahead, interruptions):
+    """One to three interruptions, each in the run that resumed the one before."""
     if name == "trees" and not HAS_SKLEARN:
         return
     parent = tmp_path_factory.mktemp("runs")
-    expected, final, on_disk, log = interrupted_then_resumed(table, name, ahead, where, error, share, earlier, parent)
+    expected, final, on_disk, log = interrupted_then_resumed(table, name, ahead, interruptions, earlier, parent)
     assert outcome(final) == expected
     assert outcome(on_disk) == expected
     assert not final.restarts  # resumed from its own file, not set aside and started again
