@@ -310,3 +310,53 @@ def test_show_and_the_prior_read_a_file_another_process_rewrites_whole_every_tim
     finally:
         os.kill(writer.pid, signal.SIGKILL)
         writer.join(timeout=30)
+
+
+@pytest.mark.parametrize("error", [Stop, RuntimeError], ids=["kill", "error"])
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_a_tune_interrupted_inside_a_refine_the_stopping_one_included_resumes_to_the_uninterrupted_outcome(
+        table, earlier, tmp_path, monkeypatch, name, error):
+    """The policy decides (its memory and the RNG move on), then the process dies or the step raises before the
+    checkpoint: at R1's refine, a middle one, and the one that stops the tune (the DONE transition)."""
+    if name == "trees" and not HAS_SKLEARN:
+        pytest.skip("trees needs scikit-learn")
+    import fasta_sm.tuner as tuner_module
+
+    expected, _, _ = reference(table, name, False, earlier, tmp_path)
+    refines = len(expected["rounds"])  # one refine after each round: the last one stops
+    real_make = tuner_module.make_policy
+    for at in sorted({1, (refines + 1) // 2, refines}):
+        calls = [0]
+
+        def make_policy(policy, configs, params=None, at=at, calls=calls):
+            made = real_make(policy, configs, params)
+            decide = made.refine
+
+            def refine(observed, rng):
+                decision = decide(observed, rng)
+                calls[0] += 1
+                if calls[0] == at:
+                    raise error(f"interrupted in refine {at}, after the policy decided")
+                return decision
+
+            made.refine = refine
+            return made
+
+        store = new_store(name, earlier, tmp_path)
+        log: list = []
+        monkeypatch.setattr(tuner_module, "make_policy", make_policy)
+        with pytest.raises((Stop, RuntimeError)):
+            run(table, name, store, Interrupting(table, log))
+        monkeypatch.setattr(tuner_module, "make_policy", real_make)
+        final = run(table, name, StateStore(store.path), Interrupting(table, log))
+        assert outcome(final) == expected, f"interrupted in refine {at} of {refines}"
+        assert not final.restarts
+        twice = [entry for entry, n in collections.Counter(log).items() if n > 1]
+        assert not twice, f"compiled or timed again after refine {at}: {twice[:5]}"
+
+
+def test_the_fasta_settings_reach_a_re_time_round(table, earlier, tmp_path):
+    """So that the interruptions above fall in re-time rounds too."""
+    for name in ("fasta", "fasta-optimizer", "fasta-prior", "fasta-prior-off"):
+        expected, _, _ = reference(table, name, False, earlier, tmp_path)
+        assert any(retime for _, _, _, _, retime, *_ in expected["rounds"]), name
