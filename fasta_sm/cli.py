@@ -237,7 +237,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     summary.add_row(
         "configs tried",
         f"{tried}/{n} ({tried / n:.0%}): {state.measured_count()} ran, {len(state.failed)} failed; "
-        f"{state.evaluations()} timings in {rounds} round{'s' if rounds != 1 else ''} ({span})",
+        f"{_timings(state.evaluations())} in {rounds} round{'s' if rounds != 1 else ''} ({span})",
     )
     summary.add_row(
         "tuning cost",
@@ -464,7 +464,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
     head.add_row("backend", state.backend)
     head.add_row(
         "measured",
-        f"{state.measured_count()}/{state.n_configs} configs, {state.evaluations()} timings, "
+        f"{state.measured_count()}/{state.n_configs} configs, {_timings(state.evaluations())}, "
         f"{len(state.failed)} failed",
     )
     head.add_row("best", _best_line(state))
@@ -559,6 +559,10 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         for index in sorted(state.failed):
             failed.add_row(str(index), state.configs[index].label(), state.failed[index])
         _print_table(failed)
+
+
+def _timings(count: int) -> str:
+    return f"{count} timing{'s' if count != 1 else ''}"
 
 
 def _best_line(state: TuneState) -> str:

@@ -288,6 +288,19 @@ def test_tune_of_a_one_config_table_says_one_config(table_file, state_dir):
     assert ", 1 config)" in out
 
 
+def test_tune_of_a_one_config_table_says_one_timing(table_file, state_dir):
+    table = json.loads(table_file.read_text())
+    table["configs"] = [row for row in table["configs"] if row["error"] is None][:1]
+    table_file.write_text(json.dumps(table))
+    out = invoke("tune", "--replay", str(table_file), "--policy", "exhaustive", "--state-dir", str(state_dir))
+    assert "; 1 timing in 1 round (R1)" in out
+
+
+def test_show_of_a_tune_with_one_timing_says_one_timing(table_file, state_dir):
+    tune(table_file, state_dir, "--budget", "0.01")
+    assert "1/48 configs, 1 timing, 0 failed" in invoke("show", "toy_mm", "--state-dir", str(state_dir))
+
+
 def test_show_unknown_key_is_a_clear_error(state_dir):
     result = CliRunner().invoke(main, ["show", "no-such-kernel", "--state-dir", str(state_dir)])
     assert result.exit_code != 0 and "no state file" in result.output
