@@ -329,7 +329,10 @@ class TritonBackend:
         failures = self._failures()
         for position, config in enumerate(configs):
             try:
-                durations.append(self.time_ms(config) * 1e3)
+                ms = self.time_ms(config)
+                if ms == float("inf"):  # a do_bench's word for a config that cannot run: failed, as Triton scores it
+                    errors[position] = f"{'do_bench' if self.user_do_bench is not None else 'the timer'} returned inf"
+                durations.append(ms * 1e3)
             except failures as error:
                 errors[position] = describe_error(error)
                 durations.append(float("inf"))

@@ -24,7 +24,7 @@ from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
 from triton_device import DEVICE, HAS_CUDA
 
 import fasta_sm
-from fasta_sm.errors import PolicyError, StateDirError, notes_of
+from fasta_sm.errors import PolicyError, StateDirError, TuneFailed, notes_of
 from fasta_sm.policies import make_policy
 from fasta_sm.store import StateStore
 from fasta_sm.triton.autotune import _source_hash, to_fasta_config, to_triton_config
@@ -456,6 +456,15 @@ def small_tuned(tmp_path, **options):
     options = {"key": ["n"], "reset_to_zero": ["out_ptr"], "policy": "exhaustive", "do_bench": once,
                "state_dir": str(tmp_path), **options}
     return fasta_sm.autotune(options.pop("configs", SMALL), **options)(accumulate_kernel)
+
+
+def test_a_do_bench_that_times_every_config_as_infinite_fails_the_tune_saying_so(tmp_path):
+    def infinite(fn, quantiles=None):
+        fn()
+        return [float("inf")] * 3
+
+    with pytest.raises(TuneFailed, match="no config ran: 3 of 3 failed.*first error: do_bench returned inf"):
+        launch(small_tuned(tmp_path, do_bench=infinite))
 
 
 def test_a_configs_own_pre_hook_runs_before_each_of_its_timings_and_its_launch(tmp_path):

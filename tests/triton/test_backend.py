@@ -129,6 +129,16 @@ def test_custom_do_bench_is_called_like_triton_calls_it():
     assert outcome.durations_us == [500.0]
 
 
+def test_a_config_a_custom_do_bench_times_as_infinite_is_failed_saying_so():
+    def do_bench(kernel_call, quantiles):
+        kernel_call()
+        return [float("inf")] * 3
+
+    backend, _, _ = make_backend(do_bench=do_bench)
+    outcome = backend.benchmark(configs(64))
+    assert math.isinf(outcome.durations_us[0]) and outcome.errors == {0: "do_bench returned inf"}
+
+
 def test_a_config_that_cannot_run_is_failed_not_raised():
     backend, _, _ = make_backend()
     outcome = backend.benchmark(configs(24, 64))  # arange needs a power of two
