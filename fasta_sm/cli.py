@@ -399,7 +399,8 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
                 raise click.ClickException(f"{key_or_file!r} is a directory, not a state file") from None
             raise click.ClickException(f"no state file {key_or_file!r}") from None
         if not in_store:
-            missing = f"no state file for the key {key_or_file!r} (no state dir {directory})"
+            not_dir = " (it is not a directory)" if directory.exists() else ""
+            missing = f"no state file for the key {key_or_file!r} (no state dir {directory}{not_dir})"
             raise click.ClickException(missing) from None
         path, state = _tune_of_kernel(StateStore(directory, lock_timeout_s=0), key_or_file, path)
     if plot is not None:

@@ -814,6 +814,15 @@ def test_a_missing_state_dir_named_by_the_environment_is_an_error(tmp_path, monk
     assert result.exit_code == 1 and "no state dir" in result.output
 
 
+def test_show_in_a_state_dir_named_by_the_environment_that_is_a_file_says_it_is_not_a_directory(tmp_path,
+                                                                                                 monkeypatch):
+    afile = tmp_path / "states"
+    afile.write_text("")
+    monkeypatch.setenv("FASTA_SM_STATE_DIR", str(afile))
+    result = CliRunner().invoke(main, ["show", "some-kernel"])
+    assert result.exit_code == 1 and f"(no state dir {afile} (it is not a directory))" in result.output
+
+
 def test_show_lists_the_configs_an_unfinished_round_still_has_to_time():
     out = invoke("show", str(CORPUS / "v1-handler-error.fsm"))
     assert "not finished" in out and "#126, #180" in out
