@@ -85,6 +85,31 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+class _QuietRollback(logging.Filter):
+    """Drops the engine's "state kept at the last checkpoint" warning, whose error the command's own
+    `Error: ` line then says (errors print one line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from .machine import ROLLBACK  # the engine is imported by the commands that tune, not by `ls`
+
+        return not getattr(record, ROLLBACK, False)
+
+
+@contextlib.contextmanager
+def _rollback_told_by_the_error() -> Iterator[None]:
+    """Without -v, a handler error that ends the tune is said once, by the `Error: ` line, not also warned."""
+    machine_log = logging.getLogger("fasta_sm.machine")
+    if machine_log.getEffectiveLevel() <= logging.INFO:  # -v: the engine's steps, this warning among them
+        yield
+        return
+    quiet = _QuietRollback()
+    machine_log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        machine_log.removeFilter(quiet)
+
+
 _COMMAND_ARGS = "fasta_sm.command_args"
 
 
@@ -201,17 +226,18 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
             )
 
         try:
-            result = run_tune(
-                key,
-                replay.kernel,
-                replay.configs,
-                ReplayBackend(replay, noise=noise, seed=seed),
-                policy=policy,
-                policy_params=params,
-                seed=seed,
-                store=store,
-                on_step=on_step,
-            )
+            with _rollback_told_by_the_error():
+                result = run_tune(
+                    key,
+                    replay.kernel,
+                    replay.configs,
+                    ReplayBackend(replay, noise=noise, seed=seed),
+                    policy=policy,
+                    policy_params=params,
+                    seed=seed,
+                    store=store,
+                    on_step=on_step,
+                )
         except KeyboardInterrupt:
             notes.print("interrupted: the tune keeps every step it finished, and the same command resumes it")
             raise

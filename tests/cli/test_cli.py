@@ -450,6 +450,29 @@ def refused(*args: str):
     return result.output
 
 
+def only_the_first_config_runs(table_file: Path) -> Path:
+    table = json.loads(table_file.read_text())
+    for row in table["configs"][1:]:
+        row["duration_us"], row["error"] = [], "OutOfResources: shared memory"
+    table_file.write_text(json.dumps(table))
+    return table_file
+
+
+def test_a_tune_that_ends_with_no_config_run_says_its_error_in_one_line(table_file, state_dir):
+    table = only_the_first_config_runs(table_file)
+    done = fasta_sm("tune", "--replay", str(table), "--policy", "random", "--budget", "0.05", "--seed", "1",
+                    "--state-dir", str(state_dir))
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: ") and "no config ran" in lines[0]
+
+
+def test_a_verbose_tune_that_ends_with_no_config_run_still_logs_the_state_kept(table_file, state_dir):
+    table = only_the_first_config_runs(table_file)
+    done = fasta_sm("-v", "tune", "--replay", str(table), "--policy", "random", "--budget", "0.05", "--seed", "1",
+                    "--state-dir", str(state_dir))
+    assert done.returncode == 1 and "state kept at the last checkpoint" in done.stderr
+
+
 def test_a_seed_past_64_bits_is_a_usage_error(table_file, state_dir):
     error = refused("tune", "--replay", str(table_file), "--state-dir", str(state_dir), "--seed", str(2**64))
     assert "--seed" in error and not state_dir.exists()
