@@ -23,10 +23,12 @@ def table_names() -> list[str]:
 def table_path(name_or_path: str) -> Path:
     """A table by path, or by the name of a shipped table (with or without `.json`)."""
     candidate = Path(name_or_path).expanduser()
-    if name_or_path.strip() and candidate.exists():
+    if name_or_path.strip() and candidate.is_file():
         return candidate
     bare = candidate.suffix == ".json" and candidate.name == name_or_path  # a shipped file's name, not a path
     shipped = tables_dir() / (name_or_path if bare else f"{name_or_path}.json")
-    if shipped.exists():
+    if shipped.exists():  # a folder here named like a shipped table does not hide it
         return shipped
+    if name_or_path.strip() and candidate.exists():  # a folder, say: the reader says what it is
+        return candidate
     raise TableError(f"no replay table {name_or_path!r}: not a file, nor one of {', '.join(table_names()) or 'none'}")

@@ -1425,6 +1425,17 @@ def test_a_shipped_tables_file_name_finds_it_as_its_name_does(state_dir, tmp_pat
     assert "softmax_fp32" in invoke("tune", "--replay", "softmax_fp32.json", "--state-dir", str(state_dir))
 
 
+def test_a_folder_here_named_like_a_shipped_table_does_not_hide_it(state_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "softmax_fp32").mkdir()  # an output folder named after the kernel, say
+    assert "softmax_fp32  (replayed from" in invoke("tune", "--replay", "softmax_fp32", "--state-dir", str(state_dir))
+
+
+def test_a_replay_path_that_is_a_folder_is_named_as_one(state_dir, tmp_path):
+    done = fasta_sm("tune", "--replay", str(tmp_path), "--state-dir", str(state_dir))
+    assert done.returncode == 1 and f"{tmp_path}: not a JSON replay table (IsADirectoryError" in done.stderr
+
+
 def test_a_replay_path_that_does_not_exist_lists_the_shipped_tables(state_dir, tmp_path):
     done = fasta_sm("tune", "--replay", str(tmp_path / "nope.json"), "--state-dir", str(state_dir))
     assert done.returncode == 1 and "not a file, nor one of add_gelu_bf16" in done.stderr
