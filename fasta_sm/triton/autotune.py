@@ -574,8 +574,12 @@ def _names(kernel: str, what: str, names: Sequence[str], arg_names: Sequence[str
             f"fasta_sm.autotune({kernel}): {what} must be a list of argument names, not the string {names!r} "
             "(Triton would read it letter by letter)"
         )
-    names = list(names)  # once: a generator read twice would be empty the second time
-    unknown = [name for name in names if name not in arg_names]
+    try:
+        names = list(names)  # once: a generator read twice would be empty the second time
+    except TypeError:
+        raise TypeError(f"fasta_sm.autotune({kernel}): {what} must be a list of argument names, not {names!r}") \
+            from None
+    unknown = [name if isinstance(name, str) else repr(name) for name in names if name not in arg_names]
     if unknown:  # a key name that is no argument would make the kernel tune once and never again
         raise ValueError(
             f"fasta_sm.autotune({kernel}): {what} names {', '.join(unknown)}, not arguments of the kernel "

@@ -509,6 +509,23 @@ def test_a_key_name_that_is_no_argument_of_the_kernel_is_an_error(tmp_path):
         fasta_sm.autotune(SMALL, key=["N_typo"], state_dir=str(tmp_path))(accumulate_kernel)
 
 
+@pytest.mark.parametrize("what", ["key", "reset_to_zero", "restore_value"])
+def test_argument_names_that_are_no_list_are_a_type_error_naming_the_kernel_and_the_value(what, tmp_path):
+    options = {"key": ["n"], what: 5}
+    with pytest.raises(TypeError, match=rf"accumulate_kernel\): {what} must be a list of argument names, not 5"):
+        fasta_sm.autotune(SMALL, state_dir=str(tmp_path), **options)(accumulate_kernel)
+
+
+def test_a_key_of_none_is_a_type_error_naming_the_kernel(tmp_path):
+    with pytest.raises(TypeError, match=r"accumulate_kernel\): key must be a list of argument names, not None"):
+        fasta_sm.autotune(SMALL, key=None, state_dir=str(tmp_path))(accumulate_kernel)
+
+
+def test_a_key_name_that_is_no_string_is_named_as_no_argument_of_the_kernel(tmp_path):
+    with pytest.raises(ValueError, match="key names 1, not arguments of the kernel"):
+        fasta_sm.autotune(SMALL, key=[1], state_dir=str(tmp_path))(accumulate_kernel)
+
+
 def test_an_empty_config_list_is_an_error_naming_the_kernel(tmp_path):
     with pytest.raises(ValueError, match=r"accumulate_kernel\): the config list is empty"):
         fasta_sm.autotune([], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
