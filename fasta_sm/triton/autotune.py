@@ -62,6 +62,27 @@ def to_triton_config(config: Config) -> triton.Config:
     )
 
 
+def _as_triton_configs(kernel: str, configs: Any) -> list[triton.Config]:
+    """The decorator's `configs`, a list of `triton.Config` (or of fasta-sm `Config`s), as `triton.Config`s;
+    anything else (one config not in a list, None, a dict of kwargs) is a TypeError naming the kernel."""
+    if isinstance(configs, (triton.Config, Config)):
+        raise TypeError(f"fasta_sm.autotune({kernel}): configs must be a list of triton.Config, not one config "
+                        "alone (put it in a list)")
+    if isinstance(configs, (str, Mapping)):
+        raise TypeError(f"fasta_sm.autotune({kernel}): configs must be a list of triton.Config, not the "
+                        f"{type(configs).__name__} {configs!r:.80}")
+    try:
+        listed = list(configs)
+    except TypeError:
+        raise TypeError(f"fasta_sm.autotune({kernel}): configs must be a list of triton.Config, not {configs!r}") \
+            from None
+    for position, config in enumerate(listed):
+        if not isinstance(config, (triton.Config, Config)):
+            raise TypeError(f"fasta_sm.autotune({kernel}): configs[{position}] is a {type(config).__name__}, "
+                            f"not a triton.Config: {config!r:.80}")
+    return [c if isinstance(c, triton.Config) else to_triton_config(c) for c in listed]
+
+
 MOST_NAMED = 5  # repeated configs a warning names; it counts the rest
 
 
@@ -185,7 +206,7 @@ class Autotuner(TritonAutotuner):
         converted: dict[int, Config] = {}
         self.configs = _distinct(
             self.kernel_name,
-            [c if isinstance(c, triton.Config) else to_triton_config(c) for c in configs],
+            _as_triton_configs(self.kernel_name, configs),
             as_fasta=lambda config: converted.setdefault(id(config), to_fasta_config(config)),
         )
         if not self.configs:

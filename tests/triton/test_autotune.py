@@ -526,6 +526,22 @@ def test_a_key_name_that_is_no_string_is_named_as_no_argument_of_the_kernel(tmp_
         fasta_sm.autotune(SMALL, key=[1], state_dir=str(tmp_path))(accumulate_kernel)
 
 
+def test_one_config_not_in_a_list_is_a_type_error_naming_the_kernel(tmp_path):
+    with pytest.raises(TypeError, match=r"accumulate_kernel\): configs must be a list of triton.Config, not one "
+                                        r"config alone \(put it in a list\)"):
+        fasta_sm.autotune(SMALL[0], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
+def test_configs_of_none_is_a_type_error_naming_the_kernel(tmp_path):
+    with pytest.raises(TypeError, match=r"accumulate_kernel\): configs must be a list of triton.Config, not None"):
+        fasta_sm.autotune(None, key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
+def test_a_config_that_is_no_triton_config_is_a_type_error_naming_the_kernel_and_its_place(tmp_path):
+    with pytest.raises(TypeError, match=r"accumulate_kernel\): configs\[1\] is a dict, not a triton.Config"):
+        fasta_sm.autotune([SMALL[0], {"BLOCK": 128}], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
+
+
 def test_an_empty_config_list_is_an_error_naming_the_kernel(tmp_path):
     with pytest.raises(ValueError, match=r"accumulate_kernel\): the config list is empty"):
         fasta_sm.autotune([], key=["n"], state_dir=str(tmp_path))(accumulate_kernel)
