@@ -161,7 +161,7 @@ def _record_one(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
-    help="Compile workers (default: FASTA_COMPILE_WORKERS, else usable cores less two).",
+    help="Compile workers (default: FASTA_COMPILE_WORKERS, else usable cores less two, one at least).",
 )
 @click.option(
     "--limit",
