@@ -38,6 +38,7 @@ from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .env import env_value
 from .errors import FastaError, PolicyError, StateDirError, StateFileError, TableError
+from .files import read_regular
 from .policies import make_policy, named_parameters, policy_names, require_listed, with_environment
 from .render import age_of, format_us, kernel_labels, key_values, printable, state_to_json, tune_label
 from .report import tune_costs
@@ -418,7 +419,8 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
     try:
         state = StateStore.read_listed(path)
     except StateFileError as exc:  # there, as `ls` lists it, but unreadable: said as `ls` says it
-        raise click.ClickException(str(exc)) from None
+        hint = " (it is JSON: a state's rendering, as `show --json` writes; show reads the .fsm state file)"
+        raise click.ClickException(str(exc) + (hint if _is_json_object(path) else "")) from None
     except FileNotFoundError:
         if key_or_file.endswith(".fsm") or ("/" in key_or_file and given.parent.is_dir()):
             if given.is_dir():
@@ -442,6 +444,14 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
         click.echo(json.dumps(state_to_json(state), indent=2, sort_keys=True))
         return
     _print_state(state, path, top)
+
+
+def _is_json_object(path: Path) -> bool:
+    """Whether the file holds a JSON object: a state's rendering given where its state file was meant."""
+    try:  # a larger file is cut short, so no JSON: a rendering is a fraction of that
+        return isinstance(json.loads(read_regular(path, 1 << 24)), dict)
+    except (OSError, ValueError, RecursionError):
+        return False
 
 
 def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[Path, TuneState]:

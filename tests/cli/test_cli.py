@@ -1412,6 +1412,17 @@ def test_an_empty_replay_name_is_an_error_not_the_default_table(state_dir):
     assert not list(state_dir.glob("*.fsm"))
 
 
+def test_show_of_a_states_json_rendering_says_it_is_one_and_that_show_reads_the_state_file():
+    done = fasta_sm("show", str(CORPUS / "v1-done-exhaustive.json"))
+    assert done.returncode == 1 and "it is JSON: a state's rendering" in done.stderr
+
+
+def test_show_of_a_damaged_state_file_gives_no_rendering_hint(tmp_path):
+    (tmp_path / "damaged.fsm").write_bytes(b"garbage")
+    done = fasta_sm("show", str(tmp_path / "damaged.fsm"))
+    assert done.returncode == 1 and "not a msgpack state file" in done.stderr and "rendering" not in done.stderr
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
 def test_show_of_a_fifo_in_the_state_dir_says_it_is_not_a_regular_file_rather_than_absent(table_file, state_dir):
     tune(table_file, state_dir)
