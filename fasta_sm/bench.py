@@ -145,7 +145,16 @@ def table_paths(tables_dir: str | Path) -> list[Path]:
 def load_tables(tables_dir: str | Path) -> list[tuple[Path, ReplayTable]]:
     """Every replay table in `tables_dir` with its path, each file read once: a bench's checks, runs and
     labels all look at the same tables, even while a recorder rewrites one."""
-    return [(path, load_table(path)) for path in table_paths(tables_dir)]
+    return [(path, load_listed(path)) for path in table_paths(tables_dir)]
+
+
+def load_listed(path: Path) -> ReplayTable:
+    """A table a folder's listing found: read if it is a regular file (or a link to one), else a TableError
+    naming it, never opened: a named pipe there would leave its reader waiting for a writer forever."""
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise TableError(f"{path}: {kind}, so no replay table (a folder's tables are its *.json files)")
+    return load_table(path)
 
 
 def _row_labels(tables: Sequence[ReplayTable], paths: Sequence[Path]) -> list[str]:

@@ -1062,14 +1062,14 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
         for name in table_names():
             click.echo(name)
         return
-    from .bench import table_paths
+    from .bench import load_listed, table_paths
     from .data import tables_dir as shipped_tables
 
     paths = table_paths(tables_dir or shipped_tables())
     readable, unreadable = [], []
     for path in paths:
         try:
-            readable.append((path, load_table(path)))
+            readable.append((path, load_listed(path)))
         except TableError as exc:
             unreadable.append(str(exc))
     if not stats:

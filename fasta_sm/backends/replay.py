@@ -26,7 +26,6 @@ import numpy as np
 
 from ..config import Config
 from ..errors import ConfigError, TableError
-from ..files import read_regular
 from ..protocols import LONGEST_S, LONGEST_US, BenchmarkOutcome, CompileOutcome
 
 BENCH_OVERHEAD_S = 0.125
@@ -154,8 +153,8 @@ def load_table(path: str | Path) -> ReplayTable:
     """Read a replay table strictly: every documented field, no duplicate configs, no documented key written
     twice; extra fields are kept or ignored, whatever they hold (the format is lenient about them)."""
     path = Path(path)
-    try:  # UTF-8, its byte-order mark (as some editors write) read past
-        text = read_regular(path).decode("utf-8-sig")
+    try:  # any file it names, a pipe too (`--replay <(zcat t.json.gz)`); a folder's are listed as regular files
+        text = path.read_text(encoding="utf-8-sig")  # UTF-8, its byte-order mark (as some editors write) read past
     except FileNotFoundError:
         raise TableError(f"{path}: no such replay table") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -688,11 +688,9 @@ def test_bench_calls_equal_overall_catch2s_tied_though_their_float_sums_differ(m
 
 def test_bench_reads_each_table_once_for_its_checks_runs_and_needles(table_file, monkeypatch):
     """Its figures and its notes must come from one reading of each file, even one a recorder rewrites meanwhile."""
-    import fasta_sm.backends.replay as replay
-
     reads = []
-    read_regular = replay.read_regular
-    monkeypatch.setattr(replay, "read_regular", lambda path, *a: reads.append(Path(path)) or read_regular(path, *a))
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda path, *a, **kw: reads.append(path) or read_text(path, *a, **kw))
     invoke("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "fasta,random",
            "--param", "min_budget=13")
     assert reads == [table_file]
@@ -981,6 +979,20 @@ def test_tables_lists_the_readable_tables_then_fails_naming_an_unreadable_one(ta
     done = fasta_sm("tables", *(["--stats"] if stats else []), "--tables", str(table_file.parent))
     assert done.returncode == 1 and "toy_mm" in done.stdout
     assert "junk.json: missing field 'kernel'" in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_tables_lists_the_readable_tables_then_fails_naming_a_named_pipe_among_them_unopened(table_file):
+    os.mkfifo(table_file.parent / "pipe.json")
+    done = fasta_sm("tables", "--tables", str(table_file.parent), timeout=60)
+    assert done.returncode == 1 and "toy_mm" in done.stdout and "pipe.json: not a regular file" in done.stderr
+
+
+def test_tune_replays_a_table_a_pipe_feeds_as_process_substitution_gives_one(table_file, state_dir):
+    done = subprocess.run(["bash", "-c", '"$0" -c "from fasta_sm.cli import run; run()" tune --replay <(cat "$1") '
+                           '--state-dir "$2"', sys.executable, str(table_file), str(state_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "toy_mm" in done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("command", ["tables", "bench"])

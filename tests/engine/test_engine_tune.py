@@ -10,6 +10,7 @@ import os
 import random
 import re
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -224,11 +225,14 @@ def test_a_file_nested_too_deep_for_the_json_reader_is_a_table_error_naming_it(t
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
-def test_a_named_pipe_in_a_tables_place_is_a_table_error_naming_it_not_a_reader_left_waiting(tmp_path):
-    path = tmp_path / "pipe.json"
-    os.mkfifo(path)  # nothing ever writes to it: a plain open() for reading blocks forever
-    with pytest.raises(TableError, match=re.escape(f"{path}: not a JSON replay table") + ".*not a regular file"):
-        load_table(path)
+def test_a_table_named_by_a_pipe_its_writer_feeds_is_read_as_process_substitution_gives_one(tmp_path, table_data):
+    path = tmp_path / "fed"
+    os.mkfifo(path)
+    writer = threading.Thread(target=lambda: path.write_text(json.dumps(table_data)))
+    writer.start()
+    table = load_table(path)
+    writer.join()
+    assert len(table.configs) == len(table_data["configs"])
 
 
 def test_a_table_nested_just_shallow_enough_for_the_json_reader_is_read_or_a_table_error_naming_it(

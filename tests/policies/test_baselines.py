@@ -6,6 +6,8 @@ import importlib.util
 import inspect
 import json
 import math
+import os
+import re
 from pathlib import Path
 
 import landscapes
@@ -14,7 +16,7 @@ import pytest
 from driving import drive
 
 from fasta_sm.bench import bench, leader_margins, load_tables, needle_labels, percentile, run_policy
-from fasta_sm.errors import ConfigError, FastaError, MissingDependency, PolicyError
+from fasta_sm.errors import ConfigError, FastaError, MissingDependency, PolicyError, TableError
 from fasta_sm.policies import coordinate, make_policy, trees, with_environment  # noqa: F401  (registers coordesc and trees)
 from fasta_sm.policies.coordinate import CoordinateDescent
 from fasta_sm.protocols import Observations
@@ -203,6 +205,14 @@ def test_bench_progress_names_two_tables_of_one_kernel_as_their_rows_do(tmp_path
     calls = []
     report = bench(tmp_path, ["random"], seeds=1, progress=lambda *a: calls.append(a))
     assert [c[2] for c in calls] == [row["kernel"] for row in report["kernels"]] and len({c[2] for c in calls}) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+def test_a_named_pipe_among_a_folders_tables_is_a_table_error_naming_it_not_a_bench_left_waiting(tmp_path):
+    (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(3)))
+    os.mkfifo(tmp_path / "pipe.json")  # nothing writes to it: opened, it would block
+    with pytest.raises(TableError, match=re.escape(f"{tmp_path / 'pipe.json'}: not a regular file")):
+        bench(tmp_path, ["random"], seeds=1)
 
 
 def test_bench_seed_start_runs_the_seeds_from_there(tmp_path):
