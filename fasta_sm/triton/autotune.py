@@ -23,6 +23,7 @@ import logging
 import numbers
 import os
 import textwrap
+import threading
 import time
 import types
 import warnings
@@ -81,6 +82,10 @@ def _as_triton_configs(kernel: str, configs: Any) -> list[triton.Config]:
             raise TypeError(f"fasta_sm.autotune({kernel}): configs[{position}] is a {type(config).__name__}, "
                             f"not a triton.Config: {config!r:.80}")
     return [c if isinstance(c, triton.Config) else to_triton_config(c) for c in listed]
+
+
+_TIMINGS_LOCK = threading.Lock()
+"""Orders a tune's pending `configs_timings`, a reader's keeping of what it made of them, and an assignment."""
 
 
 MOST_NAMED = 5  # repeated configs a warning names; it counts the rest
@@ -271,13 +276,19 @@ class Autotuner(TritonAutotuner):
     def configs_timings(self) -> dict[triton.Config, list[float]]:
         """Triton's `configs_timings` of the last key tuned or reused (`_configs_timings`), made when first
         read: keying it hashes every timed config (Triton's `all_kwargs`), which a launch need not wait for."""
-        if self._timings_of is not None:
-            self._configs_timings, self._timings_of = _configs_timings(*self._timings_of), None
-        return self._configs_timings
+        pending = self._timings_of  # read once: another thread's tune or read may replace or clear it
+        if pending is None:
+            return self._configs_timings
+        timings = _configs_timings(*pending)
+        with _TIMINGS_LOCK:  # kept only if no tune or assignment came since: a later one is not undone
+            if self._timings_of is pending:
+                self._configs_timings, self._timings_of = timings, None
+        return timings
 
     @configs_timings.setter
     def configs_timings(self, timings: dict[triton.Config, list[float]]) -> None:
-        self._configs_timings, self._timings_of = timings, None
+        with _TIMINGS_LOCK:
+            self._configs_timings, self._timings_of = timings, None
 
     def _check_expert_configs(self) -> None:
         """Refuse a fasta `expert_configs` index past the end of `configs` now rather than at the first launch.
@@ -525,7 +536,8 @@ class Autotuner(TritonAutotuner):
         if not result.reused or key not in self.results:  # a thread that waited and reused keeps the tuner's
             self.results[key] = result
         best = by_identity[result.best_config.identity]
-        self._timings_of = result.state, by_identity  # Triton's dict, keyed by config, made when read
+        with _TIMINGS_LOCK:  # Triton's dict, keyed by config, made when read
+            self._timings_of = result.state, by_identity
         self._reset({**nargs, **best.all_kwargs()})  # a reuse stands for the tune Triton would run here
         if not result.reused:
             self.bench_time = time.perf_counter() - start

@@ -1218,6 +1218,35 @@ def test_configs_timings_of_a_reused_tune_are_those_of_the_tune_it_reuses(tuned_
     assert kernel.configs_timings == first.configs_timings
 
 
+def test_configs_timings_assigned_while_another_thread_makes_them_is_what_a_later_read_returns(
+        tuned_dir, monkeypatch):
+    """A reader making the pending timings must not undo an assignment (or a later tune's) made meanwhile."""
+    import threading
+
+    from fasta_sm.triton import autotune as autotune_module
+
+    state_dir, _, _, _ = tuned_dir
+    kernel = make_tuned(str(state_dir))
+    launch(kernel)  # a reuse: its timings are Triton's dict once read
+    making, go = threading.Event(), threading.Event()
+    made = autotune_module._configs_timings
+
+    def slowly(*args):
+        making.set()
+        go.wait(10)
+        return made(*args)
+
+    monkeypatch.setattr(autotune_module, "_configs_timings", slowly)
+    reader = threading.Thread(target=lambda: kernel.configs_timings)
+    reader.start()
+    making.wait(2)  # none made at a read where the tune made them itself
+    mine = {}
+    kernel.configs_timings = mine
+    go.set()
+    reader.join(10)
+    assert kernel.configs_timings is mine
+
+
 def test_configs_timings_score_a_config_that_failed_as_three_infinities_as_triton_does(tmp_path):
     configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (16, 32, 64)]
     kernel = fasta_sm.autotune(configs, key=["n"], restore_value=["x_ptr"], policy="exhaustive", do_bench=once,
