@@ -1014,7 +1014,7 @@ def bench_command(
         task = progress.add_task("bench", total=None)
 
         def advance(done: int, total: int, kernel: str, policy: str) -> None:
-            progress.update(task, completed=done, total=total, description=f"{kernel} · {policy}")
+            progress.update(task, completed=done, total=total, description=f"{printable(kernel)} · {policy}")
 
         result = bench(
             loaded,
@@ -1028,7 +1028,7 @@ def bench_command(
     columns = ("catch2", "catch5", "median_regret_pct", "p95_regret_pct", "evals_pct", "cost_pct")
     per_kernel = Table("kernel", "policy", "N", *columns, title=f"Per kernel ({seeds} seeds each, from {seed_start})")
     for row in result["kernels"]:
-        per_kernel.add_row(row["kernel"], row["policy"], str(row["N"]), *(f"{row[c]:.3f}" for c in columns))
+        per_kernel.add_row(printable(row["kernel"]), row["policy"], str(row["N"]), *(f"{row[c]:.3f}" for c in columns))
     _print_table(per_kernel)
     overall = Table("policy", *columns, title="Overall (means over kernels; regret percentiles over all runs)")
     for policy, row in result["overall"].items():
@@ -1042,7 +1042,7 @@ def bench_command(
             lead, other = row["catch2"], row["baseline_catch2"]
             # means over kernels of k/seeds: equal shares summed in another order differ in the last bit
             verdict = "tied" if math.isclose(lead, other, rel_tol=1e-9) else "higher" if lead > other else "lower"
-            against.add_row(row["kernel"], f"{lead:.3f}", row["baseline"], f"{other:.3f}", verdict)
+            against.add_row(printable(row["kernel"]), f"{lead:.3f}", row["baseline"], f"{other:.3f}", verdict)
         _print_table(against)
     if json_out is not None:
         with _writing("--json", json_out):

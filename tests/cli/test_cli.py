@@ -379,6 +379,14 @@ def test_show_prints_a_kernel_name_holding_a_newline_escaped_on_the_kernel_line(
     assert next(line for line in lines if line.startswith("kernel")).split()[1] == "two\\nlines"
 
 
+def test_bench_prints_a_kernel_name_holding_a_newline_escaped_on_its_one_row(tmp_path):
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    write_table(tables / "odd.json", kernel="two\nlines")
+    out = fasta_sm("bench", "--tables", str(tables), "--seeds", "1", "--policies", "random").stdout
+    assert "two\\nlines" in out and not any(line.strip("│ ").startswith("lines") for line in out.splitlines())
+
+
 def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     tune(table_file, state_dir, "--seed", "2")
