@@ -296,7 +296,7 @@ def list_states(state_dir: Path | None) -> None:
         except (StateFileError, OSError) as exc:
             read.append((path, exc))
     states = [state for _, state in read if isinstance(state, TuneState)]
-    label_of = {id(state): label for state, label in zip(states, kernel_labels(states))}
+    label_of = {id(state): printable(label) for state, label in zip(states, kernel_labels(states))}
     for path, state in read:
         locked = {True: "yes", False: "no", None: "?"}[store.is_locked(path)]
         if not isinstance(state, TuneState):

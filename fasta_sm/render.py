@@ -120,8 +120,8 @@ def kernel_labels(states: list[TuneState]) -> list[str]:
     keys_of: dict[tuple[str, str], set[str]] = {}
     for state in states:
         keys_of.setdefault((state.kernel, tune_label(state)), set()).add(state.key)
-    return [printable(f"{state.kernel} {key_values(state)}" if len(keys_of[state.kernel, tune_label(state)]) > 1
-                      else state.kernel) for state in states]
+    return [f"{state.kernel} {key_values(state)}" if len(keys_of[state.kernel, tune_label(state)]) > 1
+            else state.kernel for state in states]
 
 
 def human_age(seconds: float) -> str:

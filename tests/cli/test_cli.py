@@ -387,6 +387,14 @@ def test_bench_prints_a_kernel_name_holding_a_newline_escaped_on_its_one_row(tmp
     assert "two\\nlines" in out and not any(line.strip("│ ").startswith("lines") for line in out.splitlines())
 
 
+def test_report_csv_keeps_a_kernel_name_holding_a_newline_as_it_is(tmp_path, state_dir):
+    """CSV quotes a field with a newline: the escape is for a printed row, not for the data the CSV holds."""
+    tune(write_table(tmp_path / "odd.json", kernel="two\nlines"), state_dir)
+    out_csv = tmp_path / "r.csv"
+    invoke("report", "--state-dir", str(state_dir), "--csv", str(out_csv))
+    assert list(csv.DictReader(out_csv.open(newline="")))[0]["kernel"] == "two\nlines"
+
+
 def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     tune(table_file, state_dir, "--seed", "2")
