@@ -463,8 +463,11 @@ def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[P
         except (OSError, FastaError):
             unreadable.append(path.name)
     found = [(path, state) for path, state in readable if state.kernel == kernel]
+    if not found:  # as `ls` prints it: a control character in the name escaped
+        found = [(path, state) for path, state in readable if printable(state.kernel) == kernel]
     if not found:  # `add_kernel` for the `module.add_kernel` a Triton tune records
-        found = [(path, state) for path, state in readable if state.kernel.endswith("." + kernel)]
+        found = [(path, state) for path, state in readable if state.kernel.endswith("." + kernel)
+                 or printable(state.kernel).endswith("." + kernel)]
     if len(found) == 1:
         if unreadable:
             notes.print(

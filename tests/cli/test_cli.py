@@ -395,6 +395,12 @@ def test_report_csv_keeps_a_kernel_name_holding_a_newline_as_it_is(tmp_path, sta
     assert list(csv.DictReader(out_csv.open(newline="")))[0]["kernel"] == "two\nlines"
 
 
+def test_show_finds_a_kernel_by_its_name_as_ls_prints_it_escaped(tmp_path, state_dir):
+    tune(write_table(tmp_path / "odd.json", kernel="two\nlines"), state_dir)
+    out = invoke("show", "two\\nlines", "--state-dir", str(state_dir))
+    assert re.search(r"^kernel +two\\nlines ", out, re.MULTILINE), out
+
+
 def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     tune(table_file, state_dir, "--seed", "2")
