@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,7 +205,7 @@ def leader_margins(result: Mapping[str, Any], needles: Sequence[str]) -> list[di
 
 
 def bench(
-    tables: str | Path | Sequence[tuple[Path, ReplayTable]],
+    tables: str | os.PathLike[str] | Sequence[tuple[Path, ReplayTable]],
     policies: Sequence[str],
     seeds: int,
     budget: float | None = None,
@@ -232,7 +233,7 @@ def bench(
         raise ValueError(EXHAUSTIVE_IN_BENCH)
     if params and "budget" in params:
         raise ValueError(BUDGET_IN_PARAMS)
-    loaded = load_tables(tables) if isinstance(tables, (str, Path)) else list(tables)
+    loaded = load_tables(tables) if isinstance(tables, (str, os.PathLike)) else list(tables)
     labels = _row_labels([table for _, table in loaded], [path for path, _ in loaded])
     total = len(loaded) * seeds * len(policies)
     done = 0

@@ -192,6 +192,18 @@ def test_a_budget_of_k_over_n_buys_exactly_k_configs(n, k):
     assert budget_count(n, k / n) == k
 
 
+def test_bench_takes_its_tables_folder_as_any_path_like(tmp_path):
+    """As table_paths does (pytest's `tmpdir`, say): only a list that is no path is load_tables's."""
+    import os
+
+    class Folder:
+        def __fspath__(self):
+            return os.fspath(tmp_path)
+
+    (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(3)))
+    assert [row["kernel"] for row in bench(Folder(), ["random"], seeds=1)["kernels"]] == ["synthetic_bowl_3"]
+
+
 def test_bench_reports_progress_once_per_run(tmp_path):
     (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(3)))
     calls = []
