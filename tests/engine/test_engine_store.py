@@ -1054,6 +1054,18 @@ def test_a_named_pipe_in_place_of_a_state_file_is_set_aside_not_waited_on(table,
     assert result.state.done and len(list(store.path.glob("*.corrupt-*"))) == 1
 
 
+def test_a_state_file_is_opened_in_binary_mode_where_the_platform_has_one(tmp_path, monkeypatch):
+    """On Windows an os.open without O_BINARY reads in text mode: CR LF as LF, and a 0x1A byte as the end of the
+    file, which would cut a state file (binary msgpack) and a replay table short."""
+    from fasta_sm import files
+
+    monkeypatch.setattr(os, "O_BINARY", 0x8000, raising=False)  # Windows' value; no such flag here is 0
+    flags, opened = [], os.open
+    monkeypatch.setattr(os, "open", lambda path, flag, *a: flags.append(flag) or opened(path, flag & ~0x8000, *a))
+    (tmp_path / "f").write_bytes(b"\r\n\x1a.")
+    assert files.read_regular(tmp_path / "f") == b"\r\n\x1a." and flags[0] & 0x8000
+
+
 @pytest.mark.parametrize("stage", ["read", "decode"])
 def test_a_state_file_that_cannot_be_read_for_lack_of_memory_is_left_in_place_and_named(
         stage, store, table, backend, monkeypatch):
