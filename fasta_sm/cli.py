@@ -43,7 +43,7 @@ from .policies import make_policy, named_parameters, policy_names, require_liste
 from .render import age_of, format_us, kernel_labels, key_values, printable, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
-from .store import STATE_DIR_ENV, StateStore, default_state_dir, is_superseded
+from .store import STATE_DIR_ENV, STATE_SUFFIX, StateStore, default_state_dir, is_superseded
 from .triton.cli import record_command
 
 console = Console(markup=False, emoji=False)
@@ -416,6 +416,8 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
     directory = _state_dir_path(state_dir)
     in_store = not given.is_file() and directory.is_dir()
     path = StateStore(directory, lock_timeout_s=0).resolve(key_or_file) if in_store else given
+    if in_store and not os.path.lexists(path):  # a file name as `ls` prints it, a control character escaped
+        path = _listed_as_printed(StateStore(directory, lock_timeout_s=0), key_or_file) or path
     try:
         state = StateStore.read_listed(path)
     except StateFileError as exc:  # there, as `ls` lists it, but unreadable: said as `ls` says it
@@ -452,6 +454,13 @@ def _is_json_object(path: Path) -> bool:
         return isinstance(json.loads(read_regular(path, 1 << 24)), dict)
     except (OSError, ValueError, RecursionError):
         return False
+
+
+def _listed_as_printed(store: StateStore, name: str) -> Path | None:
+    """The state file `ls` lists as `name` (with or without `.fsm`) where its name prints escaped (a newline, an
+    undecodable byte), so that the name `ls` prints finds it."""
+    found = [path for path in store.state_files() if printable(path.name) in (name, name + STATE_SUFFIX)]
+    return found[0] if len(found) == 1 else None
 
 
 def _tune_of_kernel(store: StateStore, kernel: str, looked_for: Path) -> tuple[Path, TuneState]:

@@ -401,6 +401,17 @@ def test_show_finds_a_kernel_by_its_name_as_ls_prints_it_escaped(tmp_path, state
     assert re.search(r"^kernel +two\\nlines ", out, re.MULTILINE), out
 
 
+@pytest.mark.parametrize("name", ["x\n.fsm", os.fsdecode(b"x\xfe.fsm")])
+def test_show_finds_a_state_file_by_its_name_as_ls_prints_it_escaped(tmp_path, name):
+    states = tmp_path / "s"
+    states.mkdir()
+    shutil.copy(CORPUS / "v1-coverage-done.fsm", states / name)
+    printed = fasta_sm("ls", "--state-dir", str(states)).stdout.splitlines()[1].split()[0]
+    done = fasta_sm("show", printed, "--state-dir", str(states))
+    assert done.returncode == 0, (printed, done.stderr)
+    assert next(line for line in done.stdout.splitlines() if line.startswith("file")).endswith(printed)
+
+
 def test_report_tells_two_tunes_of_one_kernel_apart_by_file_and_policy(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     tune(table_file, state_dir, "--seed", "2")
