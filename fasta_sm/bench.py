@@ -234,6 +234,8 @@ def bench(
     if params and "budget" in params:
         raise ValueError(BUDGET_IN_PARAMS)
     loaded = load_tables(tables) if isinstance(tables, (str, os.PathLike)) else list(tables)
+    if not loaded:  # as a folder of none is refused (table_paths)
+        raise TableError("no replay tables to bench")
     labels = _row_labels([table for _, table in loaded], [path for path, _ in loaded])
     total = len(loaded) * seeds * len(policies)
     done = 0

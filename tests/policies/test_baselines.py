@@ -204,6 +204,11 @@ def test_bench_takes_its_tables_folder_as_any_path_like(tmp_path):
     assert [row["kernel"] for row in bench(Folder(), ["random"], seeds=1)["kernels"]] == ["synthetic_bowl_3"]
 
 
+def test_bench_refuses_an_empty_list_of_loaded_tables_as_it_refuses_a_folder_of_none():
+    with pytest.raises(TableError, match="no replay tables"):
+        bench([], ["fasta", "random"], seeds=1)
+
+
 def test_bench_reports_progress_once_per_run(tmp_path):
     (tmp_path / "bowl.json").write_text(json.dumps(landscapes.bowl(3)))
     calls = []
