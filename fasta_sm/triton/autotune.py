@@ -148,7 +148,6 @@ class _Listing:
     fasta: list[Config]
     by_identity: dict[str, triton.Config]
     names: frozenset[str]  # what the configs set: meta-parameters and launch options
-    pre_hooks: dict[str, Callable[..., Any]]
     # a tuple kwarg is its repr in a fasta config (it keys the state); launched, it is the tuple
     kwargs: dict[str, dict[str, Any]]
 
@@ -159,7 +158,6 @@ class _Listing:
             fasta=fasta,
             by_identity={f.identity: c for f, c in zip(fasta, configs)},
             names=frozenset(name for config in configs for name in config.all_kwargs()),
-            pre_hooks={f.identity: c.pre_hook for f, c in zip(fasta, configs) if c.pre_hook},
             kwargs={f.identity: dict(c.kwargs) for f, c in zip(fasta, configs) if dict(c.kwargs) != dict(f.kwargs)},
         )
 
@@ -511,7 +509,8 @@ class Autotuner(TritonAutotuner):
             restore_value=self.restore_value,
             pre_hook=self.user_pre_hook,
             post_hook=self.post_hook,
-            config_pre_hooks=listing.pre_hooks,
+            # read at each tune, as the launch reads the winner's: Triton's configs may get hooks after decoration
+            config_pre_hooks={f.identity: c.pre_hook for f, c in zip(listing.fasta, listing.configs) if c.pre_hook},
             config_kwargs=listing.kwargs,
             do_bench=self._do_bench,
             warmup_ms=self.warmup_ms,

@@ -145,6 +145,18 @@ def test_a_launch_that_reuses_a_done_tune_reads_no_launch_options_but_the_winner
     assert result.reused and {id(config) for config in read} == {id(kernel.best_config)}
 
 
+def test_a_pre_hook_given_to_a_config_after_decoration_runs_at_its_timed_launches_too(tmp_path):
+    """As in triton.autotune, which reads each config's hook when it times it: not only the winner's launch."""
+    configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (16, 32)]
+    kernel = fasta_sm.autotune(configs, key=["n"], reset_to_zero=["out_ptr"], policy="exhaustive",
+                               state_dir=str(tmp_path))(accumulate_kernel)
+    calls = []
+    for config in configs:
+        config.pre_hook = lambda nargs, block=config.kwargs["BLOCK"]: calls.append(block)
+    launch(kernel)
+    assert set(calls) == {16, 32}
+
+
 def test_a_config_list_assigned_after_decoration_is_the_one_tuned(tmp_path):
     kernel = make_tuned(str(tmp_path), policy="exhaustive")
     kernel.configs = CONFIGS[:4]
