@@ -280,20 +280,20 @@ def test_a_policy_setting_the_environment_gets_wrong_is_not_blamed_on_the_comman
     assert done.returncode == 1 and "FASTA_MAX_ROUNDS" in done.stderr and "Invalid value for" not in done.stderr
 
 
-def test_tune_of_a_one_config_table_says_one_config(table_file, state_dir):
+def tune_of_one_config(table_file: Path, state_dir: Path) -> str:
+    """The output of an exhaustive tune of the table cut to its first config that runs."""
     table = json.loads(table_file.read_text())
     table["configs"] = [row for row in table["configs"] if row["error"] is None][:1]
     table_file.write_text(json.dumps(table))
-    out = invoke("tune", "--replay", str(table_file), "--policy", "exhaustive", "--state-dir", str(state_dir))
-    assert ", 1 config)" in out
+    return invoke("tune", "--replay", str(table_file), "--policy", "exhaustive", "--state-dir", str(state_dir))
+
+
+def test_tune_of_a_one_config_table_says_one_config(table_file, state_dir):
+    assert ", 1 config)" in tune_of_one_config(table_file, state_dir)
 
 
 def test_tune_of_a_one_config_table_says_one_timing(table_file, state_dir):
-    table = json.loads(table_file.read_text())
-    table["configs"] = [row for row in table["configs"] if row["error"] is None][:1]
-    table_file.write_text(json.dumps(table))
-    out = invoke("tune", "--replay", str(table_file), "--policy", "exhaustive", "--state-dir", str(state_dir))
-    assert "; 1 timing in 1 round (R1)" in out
+    assert "; 1 timing in 1 round (R1)" in tune_of_one_config(table_file, state_dir)
 
 
 def test_show_of_a_tune_with_one_timing_says_one_timing(table_file, state_dir):
