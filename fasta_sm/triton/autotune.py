@@ -472,8 +472,8 @@ class Autotuner(TritonAutotuner):
 
     def _listed(self) -> _Listing:
         """The decorated list's listing, made at decoration and kept while `configs` holds the same
-        config objects (a list assigned or edited since gets a new one); a config's own fields are read once,
-        as its conversion is at decoration."""
+        config objects (a list assigned or edited since gets a new one); a config's kwargs and launch options
+        are read once, as its conversion is at decoration (its pre_hook at each tune)."""
         held = tuple(map(id, self.configs))
         if self._decorated is None or self._decorated[0] != held:
             configs = _distinct(self.kernel_name, list(self.configs), decorated=False, as_fasta=self._fasta)
