@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import shlex
 import sys
 import tempfile
@@ -77,6 +78,24 @@ def _check_writable(out_dir: Path) -> None:
                                  param_hint="--out") from None
 
 
+def _check_file_name(kernel: str, out_dir: Path) -> None:
+    """Refuse, before recording, a kernel name that cannot name its table in `out_dir`: one holding a path
+    separator (its table would land in a subfolder, or outside `out_dir` by `..`), a NUL, or too long for the
+    file system. The name is tried as `write_table` will make its temporary file, the longer of the two names."""
+    separators = {sep for sep in (os.sep, os.altsep, "/") if sep}
+    if any(sep in kernel for sep in separators):
+        raise _Unwritten(kernel, f"error: kernel name {kernel!r} holds a path separator: it cannot name a table "
+                                 f"in {out_dir}; no table written")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{kernel}.json.", suffix=".tmp")
+    except (OSError, ValueError) as exc:  # ValueError: a NUL, or text the file system's encoding cannot hold
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _Unwritten(kernel, f"error: kernel name {kernel!r} cannot name a table in {out_dir} ({why}); "
+                                 "no table written") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
 class _Unwritten(Exception):
     """A kernel left without a table: `record` says why, names it at the end, and goes on to the next kernel."""
 
@@ -107,6 +126,7 @@ def _record_one(
     if len(spec.configs) < space:  # a subset is named as one: it must not pass for the kernel's space
         spec.name = f"{spec.name}_subset{len(spec.configs)}"
     target = out_dir / f"{spec.name}.json"
+    _check_file_name(spec.name, out_dir)  # before target.exists(), which a name too long raises on
     if target.exists() and not target.is_file():  # --force replaces a table; this would fail once recorded
         raise _Unwritten(spec.name, f"error: {target} is not a file; no table can replace it")
     if target.exists() and not force:  # a recording costs GPU minutes; a smoke run must not replace it

@@ -567,3 +567,30 @@ def test_a_table_that_cannot_be_written_is_reported_and_the_next_kernel_is_recor
     assert f"error: cannot write {tmp_path / 'row_sum_fp32_3x700_subset1.json'}: " in result.output
     assert "No space left on device" in result.output and "no table for row_sum_fp32_3x700_subset1" in result.output
     assert [path.name for path in tmp_path.glob("*.json")] == ["rmsnorm_bf16_3x700_subset1.json"]
+
+
+@pytest.mark.parametrize("name", ["sub/row_sum", "../row_sum", "row\x00sum", "r" * 240, "r" * 300],
+                         ids=["a separator", "up out of --out", "a NUL", "too long for its temporary file",
+                              "too long for the file system"])
+def test_a_kernel_name_no_table_file_in_out_can_take_is_refused_before_recording(name, tmp_path, monkeypatch):
+    """A table is `--out/<kernel>.json`: a name with a separator wrote it into a subfolder or out of --out;
+    one with a NUL or too long was found only once the whole space was recorded (a traceback, or the recording
+    lost, the kernels after it too where `target.exists()` raised)."""
+    original = zoo.spec_row_sum
+
+    def renamed(**sizes):
+        spec = original(**sizes)
+        spec.name = name
+        return spec
+
+    monkeypatch.setattr(zoo, "spec_row_sum", renamed)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(record_command, [
+        "fasta_sm.triton.zoo:spec_row_sum", "rmsnorm", "--out", str(out), "--param", "M=3", "--param", "N=700",
+        "--limit", "1", "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 1, result.output
+    assert "cannot name a table" in result.output and result.output.count("recording ") == 1  # rmsnorm's alone
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*.json")) == \
+        ["out/rmsnorm_bf16_3x700_subset1.json"]
+    assert not list(out.glob(".*.tmp"))
