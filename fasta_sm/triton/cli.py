@@ -80,12 +80,15 @@ def _check_writable(out_dir: Path) -> None:
 
 def _check_file_name(kernel: str, out_dir: Path) -> None:
     """Refuse, before recording, a kernel name that cannot name its table in `out_dir`: one holding a path
-    separator (its table would land in a subfolder, or outside `out_dir` by `..`), a NUL, or too long for the
-    file system. The name is tried as `write_table` will make its temporary file, the longer of the two names."""
+    separator (its table would land in a subfolder, or outside `out_dir` by `..`), a leading dot (a hidden
+    file, which a folder's listing leaves out), a NUL, or too long for the file system. The name is tried as `write_table` will make its temporary file, the longer of the two names."""
     separators = {sep for sep in (os.sep, os.altsep, "/") if sep}
     if any(sep in kernel for sep in separators):
         raise _Unwritten(kernel, f"error: kernel name {kernel!r} holds a path separator: it cannot name a table "
                                  f"in {out_dir}; no table written")
+    if kernel.startswith("."):
+        raise _Unwritten(kernel, f"error: kernel name {kernel!r} would make its table a hidden file, which "
+                                 "`bench --tables` and `tables` leave out; no table written")
     try:
         fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{kernel}.json.", suffix=".tmp")
     except (OSError, ValueError) as exc:  # ValueError: a NUL, or text the file system's encoding cannot hold

@@ -594,3 +594,23 @@ def test_a_kernel_name_no_table_file_in_out_can_take_is_refused_before_recording
     assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*.json")) == \
         ["out/rmsnorm_bf16_3x700_subset1.json"]
     assert not list(out.glob(".*.tmp"))
+
+
+def test_a_kernel_name_that_makes_its_table_a_hidden_file_is_refused_before_recording(tmp_path, monkeypatch):
+    """`bench --tables DIR` and `tables` leave hidden files out (an editor's `.#t.json`): a kernel named `.k`
+    was recorded whole into `DIR/.k.json`, a table no listing of DIR would show."""
+    original = zoo.spec_row_sum
+
+    def renamed(**sizes):
+        spec = original(**sizes)
+        spec.name = ".row_sum"
+        return spec
+
+    monkeypatch.setattr(zoo, "spec_row_sum", renamed)
+    result = CliRunner().invoke(record_command, [
+        "fasta_sm.triton.zoo:spec_row_sum", "--out", str(tmp_path), "--param", "M=3", "--param", "N=700",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 1, result.output
+    assert "hidden file" in result.output and "recording " not in result.output
+    assert not [path for path in tmp_path.iterdir() if path.name != "empty"]
