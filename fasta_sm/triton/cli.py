@@ -291,7 +291,7 @@ def record_command(
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
         if unwritten:
-            raise click.ClickException(f"no table for {', '.join(unwritten)} (above)")
+            raise click.ClickException(f"no table for {', '.join(map(str, unwritten))} (above)")
     except KeyboardInterrupt:
         click.echo(
             "interrupted: the tables written so far are whole; record the rest from an empty TRITON_CACHE_DIR, "

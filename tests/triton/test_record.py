@@ -614,3 +614,22 @@ def test_a_kernel_name_that_makes_its_table_a_hidden_file_is_refused_before_reco
     assert result.exit_code == 1, result.output
     assert "hidden file" in result.output and "recording " not in result.output
     assert not [path for path in tmp_path.iterdir() if path.name != "empty"]
+
+
+def test_a_spec_whose_name_is_no_string_is_named_at_the_end_as_left_without_a_table(tmp_path, monkeypatch):
+    """The run's last line joined the unwritten kernels' names: a spec named 7 (refused by record) ended the
+    run in a TypeError traceback instead of 'no table for 7'."""
+    original = zoo.spec_row_sum
+
+    def renamed(**sizes):
+        spec = original(**sizes)
+        spec.name = 7
+        return spec
+
+    monkeypatch.setattr(zoo, "spec_row_sum", renamed)
+    result = CliRunner().invoke(record_command, [
+        "fasta_sm.triton.zoo:spec_row_sum", "--out", str(tmp_path), "--param", "M=3", "--param", "N=700",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    assert result.exit_code == 1 and not isinstance(result.exception, TypeError), result.output
+    assert "kernel name 7 cannot name a table" in result.output and "no table for 7 (above)" in result.output
