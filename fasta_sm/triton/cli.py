@@ -81,7 +81,8 @@ def _check_writable(out_dir: Path) -> None:
 def _check_file_name(kernel: str, out_dir: Path) -> None:
     """Refuse, before recording, a kernel name that cannot name its table in `out_dir`: one holding a path
     separator (its table would land in a subfolder, or outside `out_dir` by `..`), a leading dot (a hidden
-    file, which a folder's listing leaves out), a NUL, or too long for the file system. The name is tried as `write_table` will make its temporary file, the longer of the two names."""
+    file, which a folder's listing leaves out), a NUL, or too long for the file system. The name is tried
+    as `write_table` will make its temporary file, the longer of the two names."""
     if not isinstance(kernel, str) or not kernel:
         return  # no name at all: `record` refuses it, saying so, before anything compiles
     separators = {sep for sep in (os.sep, os.altsep, "/") if sep}
