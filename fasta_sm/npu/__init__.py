@@ -34,7 +34,7 @@ from ..driver import (
     seed_setting,
     whole_number,
 )
-from ..env import NPU_SWITCH, switch_or_off
+from ..env import NPU_SWITCH, env_value, switch_or_off
 from ..errors import FastaError
 from ..machine import DEFAULT_CHUNK
 from ..policies import check_arguments
@@ -118,10 +118,10 @@ def enable(
     return settings
 
 
-def _switch_now(env_value: str | None) -> bool:
+def _switch_now(text: str | None) -> bool:
     """torch_npu's FastA switch as it stands: its config's value once loaded, else what the environment says."""
     loaded = sys.modules.get(CONFIG_MODULE)
-    return bool(loaded.fasta_autotune) if loaded is not None else env_value == "1"
+    return bool(loaded.fasta_autotune) if loaded is not None else text == "1"
 
 
 def disable() -> None:
@@ -185,7 +185,7 @@ def current_settings() -> dict[str, Any] | None:
     `enable()`'s defaults under FASTA_SM_NPU=1 alone."""
     if not switch_or_off(ENV_VAR):
         return None
-    raw = os.environ.get(SETTINGS_ENV)
+    raw = env_value(SETTINGS_ENV)  # set to nothing or to blanks: unset, as every variable is read
     try:
         return _checked_settings(raw).to_dict() if raw else _settings().to_dict()
     except Exception as exc:  # noqa: BLE001  bad JSON, not a map, a bad state dir: torch_npu keeps its kernels

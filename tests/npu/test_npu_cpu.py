@@ -61,6 +61,16 @@ def test_fasta_sm_npu_alone_takes_enables_defaults(monkeypatch):
     assert settings["policy"] == "fasta" and settings["policy_params"] == LIVE_DEFAULTS
 
 
+def test_settings_variable_set_to_blanks_is_unset(monkeypatch):
+    import fasta_sm.npu
+
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, "  ")
+    settings = fasta_sm.npu.current_settings()
+    assert settings is not None, "blanks are no bad JSON: the variable is unset, as every other variable reads it"
+    assert settings["policy"] == "fasta" and settings["policy_params"] == LIVE_DEFAULTS
+
+
 def test_unreadable_settings_in_the_environment_leave_kernels_to_torch_npu(monkeypatch, caplog):
     import fasta_sm.npu
 
