@@ -195,8 +195,18 @@ def current_settings() -> dict[str, Any] | None:
 
 @functools.lru_cache(maxsize=8)
 def _checked_settings(raw: str) -> DriverSettings:
-    """`$FASTA_SM_NPU_SETTINGS` decoded and checked once per value, not once per kernel built."""
-    return DriverSettings.from_dict(json.loads(raw)).checked()
+    """`$FASTA_SM_NPU_SETTINGS` decoded and checked once per value, not once per kernel built.
+
+    A field `DriverSettings` does not have (`polcy`) is refused, not dropped: a misspelt setting read as its
+    default would be a tune the user thinks is set one way and runs another."""
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON object of settings is needed, not {type(data).__name__}")
+    known = DriverSettings.__dataclass_fields__
+    unknown = sorted(name for name in data if name not in known)
+    if unknown:
+        raise ValueError(f"unknown settings {', '.join(map(repr, unknown))}; the settings are {', '.join(known)}")
+    return DriverSettings.from_dict(data).checked()
 
 
 @functools.cache

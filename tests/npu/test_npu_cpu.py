@@ -80,6 +80,15 @@ def test_unreadable_settings_in_the_environment_leave_kernels_to_torch_npu(monke
     assert fasta_sm.npu.SETTINGS_ENV in caplog.text
 
 
+def test_settings_in_the_environment_with_an_unknown_field_leave_kernels_to_torch_npu(monkeypatch, caplog):
+    import fasta_sm.npu
+
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, json.dumps({"polcy": "random"}))
+    assert fasta_sm.npu.current_settings() is None, "a misspelt setting is not dropped for its default"
+    assert "'polcy'" in caplog.text
+
+
 def test_settings_in_the_environment_whose_state_dir_is_a_file_leave_kernels_to_torch_npu(
     monkeypatch, caplog, tmp_path
 ):
