@@ -581,7 +581,9 @@ class FastaAutotunerMixin:
             wanted, failed = wanted_after_worker(state), set(state.failed)
         except LockTimeout:
             log.info("fasta_sm: kernel %s is being tuned by another process; its parent will wait for it", plan.kernel)
-            wanted = list(plan.must)
+            # the base's own configs; with none (a torch_npu kernel without `from_expert` configs), the first, so
+            # that the parent has a compiled kernel to start from rather than a tune given up as if nothing compiled
+            wanted = list(plan.must) or [0]
         except Exception as exc:  # noqa: BLE001  never let tuning break a compile
             wanted = self._fasta_give_up(exc)
             self.configs = [self._fasta_space[i] for i in wanted] or list(self._fasta_space)

@@ -137,6 +137,34 @@ def test_worker_that_finds_the_tune_locked_leaves_it_to_its_parent(table_file, t
     assert StateStore(states).load("fake/toy").done
 
 
+def test_worker_that_finds_the_tune_locked_with_no_default_configs_leaves_it_to_its_parent(
+    table_file, tmp_path, monkeypatch, caplog
+):
+    """A torch_npu kernel with no `from_expert` config has no default configs: the worker still leaves the tune
+    to its parent, compiling one config for it, rather than giving the tune up as if nothing compiled."""
+    import fasta_sm.driver
+
+    states = tmp_path / "states"
+    kernel = FastaFake(table_file, states, must=())
+    lock_path = StateStore(states).lock_path_for(kernel._fasta_plan.key)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
+        "print('held', flush=True); time.sleep(60)"), str(lock_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(fasta_sm.driver, "WORKER_LOCK_TIMEOUT_S", 0.2)
+        kernel.precompile(warm_cache_only=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert kernel._fasta_plan is not None, "still tuned: the parent waits for the lock"
+    assert "own configs" not in caplog.text
+    assert CALLS["compile"] == 1, "the worker compiled one config, not the whole space"
+    kernel.precompile()
+    kernel.run("x", stream=0)
+    assert StateStore(states).load("fake/toy").done
+
+
 def test_a_rounds_configs_compile_in_parallel_threads_and_all_are_kept(table_file, tmp_path):
     """After the first config (alone, in the calling thread), two compiles meet at a barrier:
     run one after the other, the first of them would time out and fail. Only the calling
