@@ -101,6 +101,9 @@ def enable(
 def _switch_on(settings: DriverSettings) -> None:
     """Patch Inductor's codegen and autotuner (once) and tune with `settings` from now on."""
     global _saved, _settings, _turned_off
+    # these settings are the switch from now on: a FASTA_SM_INDUCTOR=1 still waiting for the codegen, which the
+    # import below loads, would otherwise enable() with the environment's settings first, inside that import
+    cancel_after_import(CODEGEN_MODULE)
     try:
         from torch._inductor.codegen import triton as codegen_triton
     except ImportError as exc:

@@ -248,6 +248,18 @@ def test_an_enabled_block_gives_the_environment_switch_back(tmp_path):
     assert out.stdout.split() == ["True", str(tmp_path / "env")], out.stderr[-2000:]
 
 
+def test_enable_while_the_environment_switch_waits_does_not_first_enable_with_the_environments_settings(tmp_path):
+    code = (
+        "import torch, fasta_sm.inductor as fi\n"
+        "fi.autoload()\n"  # FASTA_SM_INDUCTOR=1, waiting for Inductor's codegen, which enable() imports
+        f"fi.enable(state_dir={str(tmp_path / 'mine')!r})\n"
+        "print(fi.current_settings()['state_dir'])\n"
+    )
+    out = under_the_env_switch(code, tmp_path / "env")
+    assert out.stdout.split() == [str(tmp_path / "mine")], out.stderr[-2000:]
+    assert not (tmp_path / "env").exists(), "an enable() with the environment's settings ran first, inside the import"
+
+
 def test_dispatcher_builds_fasta_only_for_kernels_that_ask(tmp_path):
     fi.enable(state_dir=tmp_path)
     plain = make_pointwise(tmp_path)
