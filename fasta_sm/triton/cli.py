@@ -82,7 +82,9 @@ def _check_file_name(kernel: str, out_dir: Path) -> None:
     """Refuse, before recording, a kernel name that cannot name its table in `out_dir`: one holding a path
     separator (its table would land in a subfolder, or outside `out_dir` by `..`), a leading dot (a hidden
     file, which a folder's listing leaves out), a NUL, or too long for the file system. The name is tried
-    as `write_table` will make its temporary file, the longer of the two names."""
+    as `write_table` makes its temporary file (`temp_beside`), the longer of the two names."""
+    from .record import temp_beside
+
     if not isinstance(kernel, str) or not kernel:
         return  # no name at all: `record` refuses it, saying so, before anything compiles
     separators = {sep for sep in (os.sep, os.altsep, "/") if sep}
@@ -93,7 +95,7 @@ def _check_file_name(kernel: str, out_dir: Path) -> None:
         raise _Unwritten(kernel, f"error: kernel name {kernel!r} would make its table a hidden file, which "
                                  "`bench --tables` and `tables` leave out; no table written")
     try:
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{kernel}.json.", suffix=".tmp")
+        fd, tmp = temp_beside(out_dir / f"{kernel}.json")
     except (OSError, ValueError) as exc:  # ValueError: a NUL, or text the file system's encoding cannot hold
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise _Unwritten(kernel, f"error: kernel name {kernel!r} cannot name a table in {out_dir} ({why}); "

@@ -260,6 +260,12 @@ def _check_fits_the_format(spec: KernelSpec, configs: Sequence[Config]) -> None:
             )
 
 
+def temp_beside(path: Path) -> tuple[int, str]:
+    """The temporary file a table at `path` is written to first (`.<name>.<random>.tmp` beside it): open
+    descriptor and name. Its name is longer than the table's, so it is the one a file system may refuse."""
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
 def write_table(table: dict[str, Any], path: str | os.PathLike[str], *, replace: bool = True) -> Path:
     """Write atomically (temp file, fsync, replace): a killed recording leaves no torn table.
 
@@ -269,7 +275,7 @@ def write_table(table: dict[str, Any], path: str | os.PathLike[str], *, replace:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # a table is for others to read, as open() would make it (mkstemp: 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -114,22 +115,29 @@ def test_a_new_tune_starts_from_its_kernels_finished_tunes_where_the_settings_sa
     assert ("that earlier tunes of the kernel found fast" in r1.reason) is prior
 
 
+@contextlib.contextmanager
+def lock_held_elsewhere(lock_path: Path):
+    """Another process holds the kernel's lock for as long as the block runs."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
+        "print('held', flush=True); time.sleep(60)"), str(lock_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_worker_that_finds_the_tune_locked_leaves_it_to_its_parent(table_file, tmp_path, monkeypatch):
     import fasta_sm.driver
 
     states = tmp_path / "states"
     kernel = FastaFake(table_file, states)
     lock_path = StateStore(states).lock_path_for(kernel._fasta_plan.key)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
-        "print('held', flush=True); time.sleep(60)"), str(lock_path)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr(fasta_sm.driver, "WORKER_LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(fasta_sm.driver, "WORKER_LOCK_TIMEOUT_S", 0.2)
+    with lock_held_elsewhere(lock_path):
         kernel.precompile(warm_cache_only=True)
-    finally:
-        holder.kill()
-        holder.wait()
     assert kernel._fasta_plan is not None, "still tuned: the parent waits for the lock"
     assert CALLS["compile"] == 2, "the worker compiled Inductor's own configs only"
     kernel.precompile()
@@ -147,16 +155,9 @@ def test_worker_that_finds_the_tune_locked_with_no_default_configs_leaves_it_to_
     states = tmp_path / "states"
     kernel = FastaFake(table_file, states, must=())
     lock_path = StateStore(states).lock_path_for(kernel._fasta_plan.key)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
-        "print('held', flush=True); time.sleep(60)"), str(lock_path)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr(fasta_sm.driver, "WORKER_LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(fasta_sm.driver, "WORKER_LOCK_TIMEOUT_S", 0.2)
+    with lock_held_elsewhere(lock_path):
         kernel.precompile(warm_cache_only=True)
-    finally:
-        holder.kill()
-        holder.wait()
     assert kernel._fasta_plan is not None, "still tuned: the parent waits for the lock"
     assert "own configs" not in caplog.text
     assert CALLS["compile"] == 1, "the worker compiled one config, not the whole space"

@@ -569,13 +569,8 @@ def test_a_table_that_cannot_be_written_is_reported_and_the_next_kernel_is_recor
     assert [path.name for path in tmp_path.glob("*.json")] == ["rmsnorm_bf16_3x700_subset1.json"]
 
 
-@pytest.mark.parametrize("name", ["sub/row_sum", "../row_sum", "row\x00sum", "r" * 240, "r" * 300],
-                         ids=["a separator", "up out of --out", "a NUL", "too long for its temporary file",
-                              "too long for the file system"])
-def test_a_kernel_name_no_table_file_in_out_can_take_is_refused_before_recording(name, tmp_path, monkeypatch):
-    """A table is `--out/<kernel>.json`: a name with a separator wrote it into a subfolder or out of --out;
-    one with a NUL or too long was found only once the whole space was recorded (a traceback, or the recording
-    lost, the kernels after it too where `target.exists()` raised)."""
+def rename_row_sum(monkeypatch, name) -> None:
+    """The zoo's row_sum spec, its kernel named `name`, as a user's spec module may name it."""
     original = zoo.spec_row_sum
 
     def renamed(**sizes):
@@ -584,11 +579,26 @@ def test_a_kernel_name_no_table_file_in_out_can_take_is_refused_before_recording
         return spec
 
     monkeypatch.setattr(zoo, "spec_row_sum", renamed)
+
+
+def record_whole_row_sum(out, cache_dir, *extra):
+    """`fasta-sm record` of the row_sum spec by its module path, its whole space at a tiny shape, into `out`."""
+    return CliRunner().invoke(record_command, [
+        "fasta_sm.triton.zoo:spec_row_sum", *extra, "--out", str(out), "--param", "M=3", "--param", "N=700",
+        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
+    ], env={"TRITON_CACHE_DIR": str(cache_dir)})
+
+
+@pytest.mark.parametrize("name", ["sub/row_sum", "../row_sum", "row\x00sum", "r" * 240, "r" * 300],
+                         ids=["a separator", "up out of --out", "a NUL", "too long for its temporary file",
+                              "too long for the file system"])
+def test_a_kernel_name_no_table_file_in_out_can_take_is_refused_before_recording(name, tmp_path, monkeypatch):
+    """A table is `--out/<kernel>.json`: a name with a separator wrote it into a subfolder or out of --out;
+    one with a NUL or too long was found only once the whole space was recorded (a traceback, or the recording
+    lost, the kernels after it too where `target.exists()` raised)."""
+    rename_row_sum(monkeypatch, name)
     out = tmp_path / "out"
-    result = CliRunner().invoke(record_command, [
-        "fasta_sm.triton.zoo:spec_row_sum", "rmsnorm", "--out", str(out), "--param", "M=3", "--param", "N=700",
-        "--limit", "1", "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
-    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    result = record_whole_row_sum(out, tmp_path / "empty", "rmsnorm", "--limit", "1")
     assert result.exit_code == 1, result.output
     assert "cannot name a table" in result.output and result.output.count("recording ") == 1  # rmsnorm's alone
     assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*.json")) == \
@@ -599,18 +609,8 @@ def test_a_kernel_name_no_table_file_in_out_can_take_is_refused_before_recording
 def test_a_kernel_name_that_makes_its_table_a_hidden_file_is_refused_before_recording(tmp_path, monkeypatch):
     """`bench --tables DIR` and `tables` leave hidden files out (an editor's `.#t.json`): a kernel named `.k`
     was recorded whole into `DIR/.k.json`, a table no listing of DIR would show."""
-    original = zoo.spec_row_sum
-
-    def renamed(**sizes):
-        spec = original(**sizes)
-        spec.name = ".row_sum"
-        return spec
-
-    monkeypatch.setattr(zoo, "spec_row_sum", renamed)
-    result = CliRunner().invoke(record_command, [
-        "fasta_sm.triton.zoo:spec_row_sum", "--out", str(tmp_path), "--param", "M=3", "--param", "N=700",
-        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
-    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    rename_row_sum(monkeypatch, ".row_sum")
+    result = record_whole_row_sum(tmp_path, tmp_path / "empty")
     assert result.exit_code == 1, result.output
     assert "hidden file" in result.output and "recording " not in result.output
     assert not [path for path in tmp_path.iterdir() if path.name != "empty"]
@@ -619,17 +619,7 @@ def test_a_kernel_name_that_makes_its_table_a_hidden_file_is_refused_before_reco
 def test_a_spec_whose_name_is_no_string_is_named_at_the_end_as_left_without_a_table(tmp_path, monkeypatch):
     """The run's last line joined the unwritten kernels' names: a spec named 7 (refused by record) ended the
     run in a TypeError traceback instead of 'no table for 7'."""
-    original = zoo.spec_row_sum
-
-    def renamed(**sizes):
-        spec = original(**sizes)
-        spec.name = 7
-        return spec
-
-    monkeypatch.setattr(zoo, "spec_row_sum", renamed)
-    result = CliRunner().invoke(record_command, [
-        "fasta_sm.triton.zoo:spec_row_sum", "--out", str(tmp_path), "--param", "M=3", "--param", "N=700",
-        "--rep-ms", "0", "--warmup-ms", "0", "--device", DEVICE,
-    ], env={"TRITON_CACHE_DIR": str(tmp_path / "empty")})
+    rename_row_sum(monkeypatch, 7)
+    result = record_whole_row_sum(tmp_path, tmp_path / "empty")
     assert result.exit_code == 1 and not isinstance(result.exception, TypeError), result.output
     assert "kernel name 7 cannot name a table" in result.output and "no table for 7 (above)" in result.output
