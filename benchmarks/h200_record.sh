@@ -24,8 +24,8 @@ timeout 440 python3 benchmarks/triton_autotune.py --kernels mm_skinny_bf16 rmsno
 echo "triton_autotune rc=$?"
 (cd "$OUT" && python3 -m tarfile -c states.tar ks && rm -r ks) || echo "states: left loose in $OUT/ks (packing failed)"
 date -u
-timeout 110 python3 benchmarks/warm_start.py --runs 7 --device cuda > "$OUT/warm_start.log" 2>&1
+timeout 110 python3 benchmarks/warm_start.py --runs 7 --device cuda --profile 40 > "$OUT/warm_start.log" 2>&1
 echo "warm_start rc=$?"
 date -u
 tail -30 "$OUT/triton_autotune.log"
-tail -8 "$OUT/warm_start.log"
+grep "^fresh-process" "$OUT/warm_start.log"; grep -A22 "cum ms" "$OUT/warm_start.log"

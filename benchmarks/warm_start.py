@@ -9,7 +9,12 @@ and the kernel's source hash, taken at the first launch). The benchmark
 in `triton_autotune.py` times a second decorator in the same process, which
 has every module already imported; this one does not.
 
-    python benchmarks/warm_start.py [--runs 7] [--device auto|cpu|cuda]
+    python benchmarks/warm_start.py [--runs 7] [--device auto|cpu|cuda] [--profile 30]
+
+`--profile N` adds one fresh process whose first call runs under cProfile
+and prints, of all that comes before Triton's own launch, its N costliest
+functions by cumulative time: where the milliseconds go on a machine where
+they run long.
 """
 
 from __future__ import annotations
@@ -49,6 +54,20 @@ if sys.argv[2] == "lookup":
         entered.append(time.perf_counter())
         return run(*args, **kwargs)
     kernel.fn.run = launch
+if sys.argv[2].startswith("profile"):
+    import cProfile, pstats
+    profile, run = cProfile.Profile(), kernel.fn.run
+    def launch(*args, **kwargs):
+        profile.disable()
+        return run(*args, **kwargs)
+    kernel.fn.run = launch
+    profile.enable()
+    kernel[grid](x, out, 1000, 2.0)
+    rows = sorted(pstats.Stats(profile).stats.items(), key=lambda item: -item[1][3])
+    print(f"{'cum ms':>8} {'own ms':>8} {'calls':>6}  function")
+    for (path, line, name), (_, calls, own, cum, _) in rows[:int(sys.argv[2][len("profile"):])]:
+        print(f"{cum * 1e3:8.3f} {own * 1e3:8.3f} {calls:6d}  {path}:{line}({name})")
+    sys.exit()
 start = time.perf_counter()
 kernel[grid](x, out, 1000, 2.0)
 if sys.argv[2] == "lookup":
@@ -70,6 +89,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: the GPU if torch sees one, else the interpreter")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="one more fresh process: its first call's N costliest functions under cProfile")
     opts = parser.parse_args()
     device = opts.device
     if device == "auto":
@@ -88,6 +109,8 @@ def main() -> None:
                         ("all of fasta-sm's part (key, source hash, lookup)", [before for _, before in runs])):
         print(f"fresh-process {name} before the first launch, 150 configs, {device}, {opts.runs} processes: "
               f"median {statistics.median(times):.2f} ms, min {min(times):.2f}, max {max(times):.2f}")
+    if opts.profile:
+        print(child(state_dir, f"profile{opts.profile}", kernels, device))
 
 
 if __name__ == "__main__":
