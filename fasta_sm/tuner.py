@@ -78,6 +78,7 @@ def tune(
     tune starts from what the store's finished tunes of `kernel` found fast
     (fasta_sm.prior) unless `prior` is False or `FASTA_SM_PRIOR` says no.
     """
+    _check_kernel(kernel)
     configs = check_config_list(kernel, configs)
     seed = check_seed(kernel, seed)
     _check_key(kernel, key)
@@ -140,6 +141,7 @@ def open_tune(
     tunes of `kernel` found fast where `prior` is true: the caller settles
     it, `FASTA_SM_PRIOR` included (`tune`; an integration's settings).
     """
+    _check_kernel(kernel)
     wanted = configs_hash(configs)
     seed = check_seed(kernel, seed)
     _check_key(kernel, key)
@@ -329,6 +331,15 @@ def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], 
     if state.seed != seed:
         changes.append(f"seed {state.seed!r} → {seed!r}")
     return "its changed " + ", ".join(changes) if changes else None
+
+
+def _check_kernel(kernel: str) -> None:
+    """A kernel name a state file can hold: text that UTF-8 can write. Refused before the lock is taken, since
+    loading the key's file under another name would set its tune aside as another kernel's."""
+    try:
+        kernel.encode()
+    except (AttributeError, UnicodeEncodeError) as exc:
+        raise ValueError(f"kernel {kernel!r} cannot be stored: {exc}") from None
 
 
 def _check_key(kernel: str, key: str) -> None:

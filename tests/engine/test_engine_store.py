@@ -954,6 +954,17 @@ def test_a_key_utf8_cannot_write_is_refused_naming_the_kernel(table, backend, st
         run_tune(table, backend, store, key="kern:/src/caf\udce9.py")
 
 
+@pytest.mark.parametrize("kernel", ["mm_synth\udce9", b"mm_synth", None])
+def test_a_kernel_name_a_state_cannot_hold_is_refused_naming_it_before_the_keys_finished_tune_is_set_aside(
+    kernel, table, backend, store
+):
+    run_tune(table, backend, store)
+    with pytest.raises(ValueError, match=rf"kernel {re.escape(repr(kernel))} cannot be stored"):
+        tune(KEY, kernel, table.configs, backend, policy="exhaustive", store=store)
+    assert store.set_aside_files() == []
+    assert run_tune(table, backend, store).reused
+
+
 def test_a_thread_that_tunes_the_key_it_is_tuning_is_told_at_once_not_after_the_lock_timeout(store):
     with store.lock(KEY, "k"):
         started = time.monotonic()
