@@ -48,6 +48,10 @@ PEEK_BYTES = 64 * 1024
 """How much of a state file `read_kernel` reads first: its key and kernel, the leading fields, are far shorter."""
 PEEK_MOST_BYTES = 1024 * 1024
 """The most `read_kernel` reads, for a key longer than `PEEK_BYTES`: a stray file as large as memory is passed over."""
+MOST_STATE_BYTES = 256 * 1024 * 1024
+"""The largest state file read: a tune of 10,000 configs writes a few MB. A larger file is damaged and set aside
+unread; read whole, it could exhaust memory, and a file that cannot be read for lack of memory is left in place,
+to stop every tune of its key."""
 
 
 def default_state_dir() -> Path:
@@ -481,7 +485,7 @@ def _decoded(path: Path, decode: Callable[..., Any]) -> Any:
     that is unreadable for good, StateDirError for one that cannot be read for now (it may be sound)."""
     for_now = f"cannot read state file {path} for now ({{}}); it is left as it is"
     try:
-        return decode(read_regular(path), source=str(path))
+        return decode(read_regular(path, most=MOST_STATE_BYTES), source=str(path))
     except FileNotFoundError:
         raise
     except MemoryError:  # says nothing of the file, like ENOMEM: it may be sound

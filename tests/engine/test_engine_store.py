@@ -851,10 +851,10 @@ def out_of_descriptors_reading(path: Path, monkeypatch) -> None:
     """Reading `path` fails as it does when the process has no file descriptor left (EMFILE)."""
     read_regular = store_module.read_regular
 
-    def too_many_open_files(file):
+    def too_many_open_files(file, **kwargs):
         if file == path:
             raise OSError(errno.EMFILE, "Too many open files")
-        return read_regular(file)
+        return read_regular(file, **kwargs)
 
     monkeypatch.setattr(store_module, "read_regular", too_many_open_files)
 
@@ -1063,6 +1063,37 @@ def test_a_named_pipe_in_place_of_a_state_file_is_set_aside_not_waited_on(table,
         store.read(store.file_for(KEY))
     result = run_tune(table, backend, store)
     assert result.state.done and len(list(store.path.glob("*.corrupt-*"))) == 1
+
+
+@contextlib.contextmanager
+def address_space_limited_to(spare_bytes: int):
+    """This process may map at most `spare_bytes` more than it has mapped now (Linux), as on a machine whose memory
+    a file far exceeds; the limit is lifted again on leaving."""
+    resource = pytest.importorskip("resource")
+    status = Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("needs /proc/self/status to tell the address space in use")
+    mapped_kib = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = mapped_kib * 1024 + spare_bytes
+    if hard != resource.RLIM_INFINITY and hard < limit:
+        pytest.skip("the address space is limited already")
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_a_state_file_larger_than_memory_is_set_aside_not_left_to_fail_every_tune(table, backend, store, caplog):
+    path = store.file_for(KEY)
+    with open(path, "wb") as sparse:  # a damaged file's size: no disk is used, and no state comes near it
+        sparse.truncate(64 << 30)
+    with address_space_limited_to(1 << 30):
+        result = run_tune(table, backend, store)
+    assert result.state.done and not result.reused
+    (aside,) = store.set_aside_files()
+    assert aside.stat().st_size == 64 << 30 and "larger than any state file" in caplog.text
 
 
 def test_a_state_file_is_opened_in_binary_mode_where_the_platform_has_one(tmp_path, monkeypatch):

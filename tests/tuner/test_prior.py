@@ -213,8 +213,8 @@ def test_a_stray_file_whose_first_field_runs_past_any_key_is_passed_over_unread(
         stray.truncate(64 * 2**20)
     reads = []
     read_regular = store_module.read_regular
-    monkeypatch.setattr(store_module, "read_regular", lambda path, limit=-1: reads.append((Path(path).name, limit))
-                        or read_regular(path, limit))
+    monkeypatch.setattr(store_module, "read_regular", lambda path, limit=-1, **kw:
+                        reads.append((Path(path).name, limit)) or read_regular(path, limit, **kw))
     assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == _fastest(first)
     stray_reads = [limit for name, limit in reads if name.startswith("eeee")]
     assert stray_reads and all(0 < limit <= store_module.PEEK_MOST_BYTES for limit in stray_reads)
@@ -228,11 +228,11 @@ def test_a_file_that_cannot_be_read_for_now_is_read_again_next_time(table_file, 
     reads = []
     read_regular = store_module.read_regular
 
-    def out_of_descriptors_once(path, *args):
+    def out_of_descriptors_once(path, *args, **kwargs):
         reads.append(path)
         if len(reads) == failing_read:
             raise OSError(errno.EMFILE, "Too many open files")
-        return read_regular(path, *args)
+        return read_regular(path, *args, **kwargs)
 
     monkeypatch.setattr(store_module, "read_regular", out_of_descriptors_once)
     assert earlier_winners(store, "shape-b", "toy_mm", table.configs) == []
