@@ -505,16 +505,26 @@ def _same_file(one: Path, other: Path) -> bool:
 
 
 def _keep_under(path: Path, target: Path) -> None:
-    """A second name for `path`'s content: a hard link, or a copy where links are not supported; never over a file."""
+    """A second name for `path`'s content: a hard link, or a copy where links are not supported; never over a file.
+
+    A copy cut short (a full disk) is removed: left, it would pass for the key's newest superseded state.
+    """
     try:
         os.link(path, target)
     except FileExistsError:
         raise
     except OSError:
         with open(path, "rb") as source, open(target, "xb") as copy:
-            shutil.copyfileobj(source, copy)
-            copy.flush()
-            os.fsync(copy.fileno())  # whole on disk before the new tune's first checkpoint replaces the original
+            try:
+                shutil.copyfileobj(source, copy)
+                copy.flush()
+                os.fsync(copy.fileno())  # whole on disk before the new tune's first checkpoint replaces the original
+            except BaseException:
+                with contextlib.suppress(OSError):  # closed first: Windows removes no open file
+                    copy.close()
+                with contextlib.suppress(OSError):
+                    os.unlink(target)
+                raise
 
 
 def is_superseded(path: Path) -> bool:

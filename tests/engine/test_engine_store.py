@@ -770,6 +770,26 @@ def test_two_supersedes_in_the_same_instant_keep_both_states(tmp_path, monkeypat
     assert first != second and first.read_bytes() == b"first" and second.read_bytes() == b"second"
 
 
+def test_a_superseded_copy_cut_short_by_a_full_disk_leaves_no_torn_file_and_the_state_in_place(tmp_path, monkeypatch):
+    store = StateStore(tmp_path / "states")
+    path = store.file_for(KEY)
+    path.write_bytes(b"a finished tune of the old config list")
+
+    def no_hard_links(*args, **kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    def disk_full(source, copy, *args):
+        copy.write(source.read(8))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "link", no_hard_links)
+    monkeypatch.setattr(shutil, "copyfileobj", disk_full)
+    with pytest.raises(StateDirError, match=rf"cannot keep outdated state file {re.escape(str(path))} .*No space left"):
+        store.supersede(KEY, "its config list changed")
+    assert sorted(p.name for p in store.path.iterdir()) == [path.name]
+    assert path.read_bytes() == b"a finished tune of the old config list"
+
+
 def test_a_state_superseded_after_the_clock_stepped_back_still_lists_as_the_newest(tmp_path, monkeypatch):
     import fasta_sm.store
 
