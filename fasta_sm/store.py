@@ -320,7 +320,7 @@ class StateStore:
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
         except BaseException as exc:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # what failed is the error (a temp file left goes at the next tune)
                 os.unlink(tmp)
             if isinstance(exc, OSError):
                 raise StateDirError(

@@ -481,6 +481,21 @@ def test_a_state_file_that_cannot_be_written_is_a_state_dir_error_naming_kernel_
     assert not list(store.path.glob("*.tmp"))
 
 
+def test_a_state_file_whose_write_failed_on_a_file_system_gone_read_only_is_a_state_dir_error_naming_kernel_and_file(
+    table, backend, store, monkeypatch
+):
+    def io_error(fd):  # ext4's errors=remount-ro: the failed write turns the file system read-only
+        raise OSError(errno.EIO, "Input/output error")
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(os, "fsync", io_error)
+    monkeypatch.setattr(os, "unlink", read_only)
+    with pytest.raises(StateDirError, match=r"kernel 'mm_synth': cannot write state file .*\.fsm: Input/output error"):
+        run_tune(table, backend, store)
+
+
 @pytest.mark.parametrize("timeout", [-1, True, math.nan])
 def test_a_tune_lock_timeout_that_is_no_wait_is_refused_naming_it(timeout, table, backend, store):
     with pytest.raises(ValueError, match=re.escape(f"lock_timeout_s={timeout!r}")):
