@@ -276,6 +276,12 @@ def test_a_numpy_budget_is_taken_as_the_fraction_it_holds(budget):
     assert FastaPolicy(MATMUL.configs, budget=budget).state_dict() == plain.state_dict()
 
 
+@pytest.mark.parametrize("budget", [np.float32(0.5), np.int64(1)], ids=["float32", "int64"])
+def test_a_numpy_budget_leaves_a_state_msgpack_can_carry(budget):
+    state = FastaPolicy(MATMUL.configs, budget=budget).state_dict()
+    assert msgpack.unpackb(msgpack.packb(state, use_bin_type=True), raw=False) == state
+
+
 def test_out_of_range_budget_is_rejected():
     with pytest.raises(PolicyError, match="budget=1.5"):
         FastaPolicy(MATMUL.configs, budget=1.5)

@@ -101,7 +101,8 @@ class FastaPolicy:
         if not configs:
             raise ConfigError("fasta: the config list is empty; there is nothing to tune")
         self._configs = configs
-        self._budget_arg = budget
+        # As a float: a numpy scalar would pass every check yet leave a state_dict that msgpack cannot carry.
+        self._budget_arg = None if budget is None else check_budget(budget, "fasta: ")
         self._setup(resolve_params(params))
         # What _setup derives, taken before the tune's memory exists; load_state_dict may rerun _setup.
         # plan_budget is among them, yet `_route_by_peak` may replace it (never mutate it): copies stay apart.
