@@ -369,6 +369,16 @@ def test_failures_naming_a_config_that_did_not_fail_are_rejected(named):
         )
 
 
+def test_failures_keyed_by_a_bool_are_rejected_naming_it():
+    policy, sim, rng, _ = _after_r1()
+    observed = sim.observed()
+    with pytest.raises(InvalidObservations, match=r"observed.failures names config True, which is not a failed"):
+        policy.refine(
+            Observations(observed.duration_us, observed.samples, observed.compile_s, observed.spent_s, {True: ""}),
+            rng,
+        )
+
+
 def test_a_failure_message_that_is_not_a_string_is_rejected():
     policy, sim, rng, _ = _after_r1()
     observed = sim.observed()

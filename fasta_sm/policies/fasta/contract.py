@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import PolicyError
-from ...protocols import Observations
+from ...protocols import Observations, as_index
 
 
 class InvalidObservations(PolicyError, ValueError):
@@ -56,7 +56,8 @@ def check_observations(observed: Observations, n: int, last_batch: Sequence[int]
     if not isinstance(observed.spent_s, numbers.Real) or not np.isfinite(observed.spent_s) or observed.spent_s < 0:
         raise InvalidObservations(f"fasta: observed.spent_s = {observed.spent_s!r} must be a finite number ≥ 0")
     for index, message in observed.failures.items():
-        if not (isinstance(index, (int, np.integer)) and 0 <= index < n and np.isinf(durations[index])):
+        position = as_index(index)  # not isinstance(int): True is an int, and durations[True] is an array
+        if position is None or not (0 <= position < n and np.isinf(durations[position])):
             raise InvalidObservations(
                 f"fasta: observed.failures names config {index!r}, which is not a failed config of 0..{n - 1} "
                 "(a failed config's duration is +inf)"
