@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -50,6 +51,13 @@ def pool_size() -> int:
     configured = env_value("FASTA_COMPILE_WORKERS")
     if configured is not None:
         return whole_from_env("FASTA_COMPILE_WORKERS", configured, 1)
+    return _default_pool_size()
+
+
+@functools.cache
+def _default_pool_size() -> int:
+    """Read at decoration (`check_settings`) and kept: reading /proc and the cgroup's files again took half a
+    millisecond of a warm start's first launch on the H200."""
     return max(1, usable_cores() - 2)
 
 

@@ -21,6 +21,7 @@ from fasta_sm.config import Config
 from fasta_sm.errors import SettingError, notes_of
 from fasta_sm.protocols import Backend, CompileOutcome
 from fasta_sm.store import StateStore
+from fasta_sm.triton import compile_pool
 from fasta_sm.triton.backend import TritonBackend, interpreting
 from fasta_sm.triton.compile_pool import CompilePool, pool_size
 from fasta_sm.triton.worker import CompileJob, TensorArg, WorkerResult, describe_error
@@ -182,6 +183,14 @@ def test_pool_size_follows_the_environment(monkeypatch):
     assert pool_size() == 3
     monkeypatch.delenv("FASTA_COMPILE_WORKERS")
     assert pool_size() >= 1
+
+
+def test_the_default_pool_size_reads_the_cores_once_per_process(monkeypatch):
+    """A warm start's first launch asks for the pool's size; the cgroup's files were read at decoration."""
+    monkeypatch.delenv("FASTA_COMPILE_WORKERS", raising=False)
+    first = pool_size()
+    monkeypatch.setattr(compile_pool, "usable_cores", lambda: pytest.fail("the cores were read again"))
+    assert pool_size() == first
 
 
 def test_spawn_workers_report_every_job():
@@ -532,8 +541,6 @@ def most_threads_at_once_while_the_pool_starts(monkeypatch, slow_pool_s: float) 
     """Compile 40 jobs here while the pool never becomes ready; the most that ran at once."""
     import threading
     import time
-
-    from fasta_sm.triton import compile_pool
 
     monkeypatch.setattr(compile_pool, "SLOW_POOL_S", slow_pool_s)
     never_ready = threading.Event()
@@ -926,8 +933,6 @@ def test_compile_first_returns_what_is_done_and_the_next_call_collects_the_rest(
 
 def test_a_pool_slow_to_start_gets_eight_threads_here_however_short_each_detaching_run(monkeypatch):
     """The wait is the pool's, not each run's: runs that end at their first compile still escalate."""
-    from fasta_sm.triton import compile_pool
-
     monkeypatch.setattr(compile_pool, "SLOW_POOL_S", 0.2)
     never_ready = threading.Event()
     pool = CompilePool(2)
@@ -1001,8 +1006,6 @@ def test_a_crash_redoes_the_jobs_in_flight_but_not_one_already_finished():
 def test_a_pool_whose_start_failed_starts_afresh_next_time(monkeypatch):
     from concurrent.futures import Future
     from concurrent.futures.process import BrokenProcessPool
-
-    from fasta_sm.triton import compile_pool
 
     made = []
 
@@ -1080,8 +1083,6 @@ def test_a_compile_worker_outlives_the_ctrl_c_a_terminal_sends_to_the_whole_proc
 
 
 def test_threads_whose_first_tunes_start_together_share_one_compile_pool(monkeypatch):
-    from fasta_sm.triton import compile_pool
-
     made = []
 
     class SlowToMake:
