@@ -764,6 +764,10 @@ def _existing_store(state_dir: Path | None) -> StateStore | None:
     raise click.ClickException(f"no state dir {path}" + (" (it is not a directory)" if path.exists() else ""))
 
 
+_PICTURES_NOT_DRAWN = frozenset((".pdf", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".eps", ".ps"))
+"""Names of pictures `graph` cannot draw: mermaid text in a file so named would open as a broken picture."""
+
+
 @main.command()
 @click.option(
     "--format",
@@ -782,7 +786,10 @@ def graph(fmt: str, out: Path | None) -> None:
     """Draw the tuning machine: mermaid text always, PNG or SVG where graphviz is installed."""
     from .diagram import MissingGraphviz, draw_machine
 
-    drawn = out.suffix.lower().lstrip(".") if out is not None and out.suffix.lower() in (".png", ".svg") else None
+    suffix = out.suffix.lower() if out is not None else ""
+    if suffix in _PICTURES_NOT_DRAWN:
+        raise click.UsageError(f"--out {out}: graph draws mermaid text, PNG or SVG, not {suffix[1:].upper()}")
+    drawn = suffix.lstrip(".") if suffix in (".png", ".svg") else None
     if drawn is not None and drawn != fmt:
         if click.get_current_context().get_parameter_source("fmt") is not ParameterSource.DEFAULT:
             raise click.UsageError(f"--out {out} names a {drawn} file, but --format is {fmt}")

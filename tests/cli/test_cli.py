@@ -436,6 +436,12 @@ def test_graph_refuses_an_out_file_whose_name_says_another_format(tmp_path):
     assert "names a png file" in error and not (tmp_path / "machine.png").exists()
 
 
+@pytest.mark.parametrize("name", ["machine.pdf", "machine.JPG"])
+def test_graph_refuses_an_out_file_named_as_a_picture_it_cannot_draw(name, tmp_path):
+    error = refused("graph", "--out", str(tmp_path / name))
+    assert name in error and "not" in error and not (tmp_path / name).exists()
+
+
 def test_graph_prints_mermaid_with_every_state():
     out = invoke("graph")
     assert "stateDiagram" in out and all(name in out for name in ("R1", "R2", "DONE"))
