@@ -1093,7 +1093,7 @@ def list_tables(stats: bool, tables_dir: Path | None) -> None:
             unreadable.append(str(exc))
     if not stats:
         for path, _ in readable:
-            click.echo(path.stem)
+            click.echo(printable(path.stem))
     elif readable:
         table = Table(
             "table", "N", "failed", "compile s (mean)", "best", "within 2 %", "within 5 %",

@@ -387,6 +387,13 @@ def test_bench_prints_a_kernel_name_holding_a_newline_escaped_on_its_one_row(tmp
     assert "two\\nlines" in out and not any(line.strip("│ ").startswith("lines") for line in out.splitlines())
 
 
+def test_tables_lists_a_table_file_named_with_a_newline_escaped_on_its_one_line(tmp_path):
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    write_table(tables / "two\nlines.json")
+    assert fasta_sm("tables", "--tables", str(tables)).stdout.splitlines() == ["two\\nlines"]
+
+
 def test_report_csv_keeps_a_kernel_name_holding_a_newline_as_it_is(tmp_path, state_dir):
     """CSV quotes a field with a newline: the escape is for a printed row, not for the data the CSV holds."""
     tune(write_table(tmp_path / "odd.json", kernel="two\nlines"), state_dir)
