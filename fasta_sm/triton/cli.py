@@ -131,8 +131,8 @@ def _record_one(
         raise _Unwritten(name, f"error: {exc}; no table written") from None
     space = len(spec.configs)
     spec.configs = spread(spec.configs, limit)
-    if len(spec.configs) < space:  # a subset is named as one: it must not pass for the kernel's space
-        spec.name = f"{spec.name}_subset{len(spec.configs)}"
+    if len(spec.configs) < space and isinstance(spec.name, str) and spec.name:  # no name: `record` refuses it
+        spec.name = f"{spec.name}_subset{len(spec.configs)}"  # a subset must not pass for the kernel's space
     target = out_dir / f"{spec.name}.json"
     _check_file_name(spec.name, out_dir)  # before target.exists(), which a name too long raises on
     if target.exists() and not target.is_file():  # --force replaces a table; this would fail once recorded

@@ -616,6 +616,14 @@ def test_a_kernel_name_that_makes_its_table_a_hidden_file_is_refused_before_reco
     assert not [path for path in tmp_path.iterdir() if path.name != "empty"]
 
 
+def test_a_spec_with_an_empty_name_is_refused_under_limit_too_not_recorded_as_a_subset(tmp_path, monkeypatch):
+    """--limit names a subset `<name>_subsetN`: an empty name became `_subset1`, which passed every check."""
+    rename_row_sum(monkeypatch, "")
+    result = record_whole_row_sum(tmp_path, tmp_path / "empty", "--limit", "1")
+    assert result.exit_code == 1, result.output
+    assert "kernel name '' cannot name a table" in result.output and not list(tmp_path.glob("*.json"))
+
+
 def test_a_spec_whose_name_is_no_string_is_named_at_the_end_as_left_without_a_table(tmp_path, monkeypatch):
     """The run's last line joined the unwritten kernels' names: a spec named 7 (refused by record) ended the
     run in a TypeError traceback instead of 'no table for 7'."""
