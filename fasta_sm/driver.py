@@ -716,7 +716,10 @@ class FastaAutotunerMixin:
         close = getattr(self, "_close_static_launcher", None)
         if close is not None:
             for launcher in launchers:
-                close(launcher)
+                try:
+                    close(launcher)
+                except Exception as why:  # noqa: BLE001  a module left loaded must not break the run it serves
+                    log.warning("fasta_sm: a dropped launcher (%s) stays loaded: %s", launcher.config, why)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -355,6 +355,32 @@ def test_a_parent_that_gives_up_closes_the_launchers_it_leaves_out_of_inductors_
     assert any(launcher is guess for launcher in closed)
 
 
+def test_a_parent_that_gives_up_runs_on_when_closing_a_dropped_launcher_fails(tmp_path, faked, monkeypatch, caplog):
+    """Tuning never breaks a run: a driver error unloading a guess's module is logged, and Inductor's timing of
+    its own configs goes on."""
+    if not hasattr(triton_heuristics.CachingAutotuner, "_close_static_launcher"):
+        pytest.skip(f"torch {torch.__version__} closes no launcher after a tune (no _close_static_launcher)")
+    from fasta_sm import driver
+    from fasta_sm.errors import LockTimeout
+
+    _, parent = worker_then_parent(tmp_path, faked)
+    own = {id(parent._fasta_space[index]) for index in parent._fasta_plan.must}
+    guess = FakeLauncher(next(c for c in parent._fasta_space if id(c) not in own))
+    parent.launchers.append(guess)
+
+    def unload_fails(launcher):  # for the guess alone: torch's own closing after its timing is torch's
+        if launcher is guess:
+            raise RuntimeError("CUDA error: unspecified launch failure")
+
+    def held_elsewhere(plan, backend):
+        raise LockTimeout("another process holds the lock")
+
+    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "_close_static_launcher", staticmethod(unload_fails))
+    monkeypatch.setattr(driver, "parent_phase", held_elsewhere)
+    parent.run("in", "out", 4096, 4096, stream=0)
+    assert "stays loaded: CUDA error" in caplog.text
+
+
 def test_a_parent_that_gives_up_leaves_no_autotune_cache_entry_that_keeps_later_runs_from_tuning(
         tmp_path, faked, monkeypatch):
     """A fallback (here: another process holds the kernel's lock) times Inductor's own configs; writing that pick
