@@ -214,8 +214,10 @@ class Autotuner(TritonAutotuner):
         )
         if not self.configs:
             raise ValueError(f"fasta_sm.autotune({self.kernel_name}): the config list is empty")
-        self._as_fasta = {id(c): converted[id(c)] for c in self.configs}
-        remember_configs(list(self._as_fasta.values()))
+        # each conversion with its config, held alive: keyed by the id of a config freed since (a list assigned
+        # to `configs`), a conversion would pass to a new config given that id
+        self._as_fasta = {id(c): (c, converted[id(c)]) for c in self.configs}
+        remember_configs([fasta for _, fasta in self._as_fasta.values()])
         self.keys = _names(self.kernel_name, "key", key, self.arg_names)
         self.reset_to_zero = _names(self.kernel_name, "reset_to_zero", reset_to_zero or [], self.arg_names)
         self.restore_value = _names(self.kernel_name, "restore_value", restore_value or [], self.arg_names)
@@ -406,14 +408,15 @@ class Autotuner(TritonAutotuner):
                 )
 
     def _fasta(self, config: triton.Config) -> Config:
-        return self._as_fasta.get(id(config)) or to_fasta_config(config)
+        held = self._as_fasta.get(id(config))
+        return held[1] if held is not None else to_fasta_config(config)
 
     def _converted_again(self, config: triton.Config) -> Config:
         """`config` as it is now, kept as its conversion: an `early_config_prune` may have edited it in place,
         and what is timed must be what is launched."""
         fresh = to_fasta_config(config)
         if id(config) in self._as_fasta:
-            self._as_fasta[id(config)] = fresh
+            self._as_fasta[id(config)] = config, fresh
         return fresh
 
     def _in_stored_order(

@@ -166,6 +166,25 @@ def test_a_config_list_assigned_after_decoration_is_the_one_tuned(tmp_path):
     assert result.state.configs == [to_fasta_config(config) for config in CONFIGS[:4]]
 
 
+def test_a_config_made_after_the_decorated_ones_are_freed_is_tuned_as_itself(tmp_path):
+    """Conversions were kept by the decorated configs' ids: once a list assigned to `configs` had freed them, a
+    new config given one of their ids was tuned as the freed one (its BLOCK and warps) and launched as itself."""
+    configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (16, 32)]
+    kernel = fasta_sm.autotune(configs, key=["n"], reset_to_zero=["out_ptr"], policy="exhaustive",
+                               state_dir=str(tmp_path))(accumulate_kernel)
+    del configs
+    decorated = {id(config) for config in kernel.configs}
+    kernel.configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (64, 128)]
+    launch(kernel, 300)  # the launch lists the assigned configs: nothing else holds the decorated ones
+    made = []
+    while len(made) < 20_000 and (not made or id(made[-1]) not in decorated):
+        made.append(triton.Config({"BLOCK": 256}, num_warps=2))  # kept: each takes a new address
+    kernel.configs = [made[-1], triton.Config({"BLOCK": 512}, num_warps=1)]
+    launch(kernel, 500)
+    (result,) = (result for key, result in kernel.results.items() if 500 in key)
+    assert result.state.configs == [to_fasta_config(config) for config in kernel.configs]
+
+
 def test_each_key_value_is_its_own_tune(tmp_path):
     kernel = make_tuned(str(tmp_path), policy="random", budget=0.1)
     for n in (100, 300):
