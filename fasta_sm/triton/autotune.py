@@ -251,6 +251,8 @@ class Autotuner(TritonAutotuner):
                         f"budget={budget!r} and policy_params['budget']={policy_params['budget']!r}: give one"
                     )
                 self.policy_params["budget"] = plain_literal("budget", budget)  # as policy_params' values are
+            if state_dir is not None:  # absolute now: the program may change directory before its first launch
+                state_dir = state_dir_path(state_dir)
             refuse_non_directory(state_dir_path(state_dir))
             check_arguments(self.policy, self.policy_params)
             self._check_expert_configs()

@@ -185,6 +185,15 @@ def test_a_config_made_after_the_decorated_ones_are_freed_is_tuned_as_itself(tmp
     assert result.state.configs == [to_fasta_config(config) for config in kernel.configs]
 
 
+def test_a_relative_state_dir_is_where_it_named_at_decoration_after_a_change_of_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    kernel = make_tuned("states", policy="exhaustive")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    launch(kernel)
+    assert len(StateStore(tmp_path / "states").state_files()) == 1 and not (tmp_path / "elsewhere" / "states").exists()
+
+
 def test_each_key_value_is_its_own_tune(tmp_path):
     kernel = make_tuned(str(tmp_path), policy="random", budget=0.1)
     for n in (100, 300):
