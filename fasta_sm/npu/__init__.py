@@ -251,10 +251,16 @@ def install_for_kernel_source() -> None:
 
     Installed whatever the settings, as `autoload` installs it in the parent: with settings it cannot use, the
     class builds torch_npu's own (`FastaNPUAutotuner.__new__`), which then pickles back as torch_npu's, not by the
-    slot's name, which the parent would read as a worker where fasta-sm was never installed."""
+    slot's name, which the parent would read as a worker where fasta-sm was never installed.
+
+    Not installed where torch_npu's switch is off (the user's FASTAUTOTUNE=0): the parent then never loads the
+    slot, so never installs it; installing here would turn the switch on in the worker alone, and the kernel,
+    unpickled in the parent as fasta-sm's, would install it there too."""
     if _turned_off or not switch_or_off(ENV_VAR):
         return
-    _install_or_warn(_switch_now(os.environ.get(NPU_SWITCH_ENV)))
+    switch = _switch_now(os.environ.get(NPU_SWITCH_ENV))
+    if switch:
+        _install_or_warn(switch)
 
 
 def _install_or_warn(switch_before: bool) -> None:

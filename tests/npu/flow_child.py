@@ -335,6 +335,20 @@ elif scenario == "hooked_worker_unusable_settings":
     source = NPUIndexTritonKernel.gen_common_triton_imports() + KERNEL_BODY
     worker, blob = compile_in_worker(source, Path(state_dir).parent)
     seen["worker"], seen["parent"] = worker["kind"], type(pickle.loads(blob)).__name__
+elif scenario == "hooked_worker_switch_off":
+    import pickle
+    from pathlib import Path
+
+    import fasta_sm.npu
+
+    fasta_sm.npu.autoload()  # FASTA_SM_NPU=1 with the user's FASTAUTOTUNE=0: torch_npu's FastA stays off
+    from torch_npu._inductor.codegen.triton import NPUIndexTritonKernel
+
+    source = NPUIndexTritonKernel.gen_common_triton_imports() + KERNEL_BODY
+    seen["here"] = type(build(configs())).__name__  # a kernel this process compiles itself
+    worker, blob = compile_in_worker(source, Path(state_dir).parent)
+    seen["worker"], seen["parent"] = worker["kind"], type(pickle.loads(blob)).__name__
+    seen["here_after"] = type(build(configs())).__name__
 elif scenario == "compile_worker":
     import pickle
 

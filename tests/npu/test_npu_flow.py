@@ -255,3 +255,23 @@ def test_unusable_settings_leave_every_kernel_to_torch_npu_with_one_warning(env,
     seen = scenario("unusable_settings", table_file, state_dir, stderr=logs, FASTA_SM_NPU="1", **env)
     assert seen["classes"] == ["NPUFastAutotuner", "NPUFastAutotuner"]
     assert logs[0].count("settings are not usable") == 1
+
+
+
+def test_fasta_sm_npu_with_the_users_fastautotune_off_leaves_compile_workers_to_torch_npus_own_autotuner(
+    table_file, state_dir
+):
+    """FASTAUTOTUNE=0 keeps torch_npu's FastA off, so the parent never loads the slot fasta-sm's class goes in: the
+    kernel's hook must not install it in a worker either, turning torch_npu's switch on there (its FastA tile
+    generator, then fasta-sm's class), where the parent builds the same kernel as torch_npu's NPUCachingAutotuner."""
+    seen = scenario("hooked_worker_switch_off", table_file, state_dir, FASTA_SM_NPU="1", FASTAUTOTUNE="0")
+    assert seen["here"] == "NPUCachingAutotuner" and seen["worker"] == "NPUCachingAutotuner"
+
+
+def test_fasta_sm_npu_with_the_users_fastautotune_off_stays_off_in_the_parent_after_a_workers_kernel(
+    table_file, state_dir
+):
+    """A worker's kernel built as fasta-sm's would import fasta-sm's class in the parent when unpickled, and with it
+    torch_npu's slot, which installs it there too: every kernel after it tuned by fasta-sm, the user's switch lost."""
+    seen = scenario("hooked_worker_switch_off", table_file, state_dir, FASTA_SM_NPU="1", FASTAUTOTUNE="0")
+    assert seen["parent"] == "NPUCachingAutotuner" and seen["here_after"] == "NPUCachingAutotuner"
