@@ -219,8 +219,9 @@ def autoload() -> None:
     """torch's `torch.backends` entry point: with FASTA_SM_NPU=1, install the class once torch_npu's slot loads.
 
     It runs at the end of `import torch`, before torch_npu reads its switch:
-    FASTAUTOTUNE=1 (and ENABLE_PRINT_UB_BITS=1) are set then, unless the
-    environment says otherwise, so that torch_npu imports the slot at all.
+    FASTAUTOTUNE=1 is set then, unless the environment says otherwise, so that
+    torch_npu imports the slot at all (and with it on, ENABLE_PRINT_UB_BITS=1
+    where that reads 0, `_print_ub_bits_for_the_switch`).
     The hook goes into the kernels' imports as soon as torch_npu's codegen
     loads, not with the class: torch_npu imports the slot only to build a
     kernel, which a process with a compile pool first does after generating
@@ -230,7 +231,7 @@ def autoload() -> None:
         return
     switch_before = _switch_now(os.environ.get(NPU_SWITCH_ENV))
     os.environ.setdefault(NPU_SWITCH_ENV, "1")
-    os.environ.setdefault(UB_BITS_ENV, "1")
+    _print_ub_bits_for_the_switch()
 
     def install_quietly() -> None:
         """Runs inside torch_npu's import of the slot: whatever happens, that import must go on."""
@@ -243,6 +244,14 @@ def autoload() -> None:
 
     call_after_import(SLOT_MODULE, install_quietly)
     codegen.patch()
+
+
+def _print_ub_bits_for_the_switch() -> None:
+    """ENABLE_PRINT_UB_BITS=1 where torch_npu's switch is on and the variable reads as torch_npu reads a 0 (unset
+    or "0"): torch_npu 2.13/2.14 would set it so after a warning, but the warning (`log.warnings`) fails their
+    import first. A user's 0 kept would break every torch.compile of a process that compiles without fasta-sm."""
+    if os.environ.get(NPU_SWITCH_ENV) == "1" and os.environ.get(UB_BITS_ENV, "0") == "0":
+        os.environ[UB_BITS_ENV] = "1"
 
 
 def install_for_kernel_source() -> None:

@@ -200,6 +200,16 @@ def test_fasta_sm_npu_alone_lets_torch_npu_import_and_installs_the_class(table_f
     assert seen["slot"] == "FastaNPUAutotuner"
 
 
+def test_fasta_sm_npu_with_the_users_print_ub_bits_at_0_lets_torch_npu_import_and_installs_the_class(
+    table_file, state_dir
+):
+    """With FASTAUTOTUNE=1, which the entry point sets, torch_npu 2.13/2.14 fail at import where ENABLE_PRINT_UB_BITS
+    reads 0 (their warning calls `log.warnings`; it would then set the variable to 1): keeping the user's 0 broke
+    every torch.compile of a process that, without fasta-sm, compiled fine."""
+    seen = scenario("autoload", table_file, state_dir, FASTA_SM_NPU="1", ENABLE_PRINT_UB_BITS="0")
+    assert seen["slot"] == "FastaNPUAutotuner"
+
+
 def test_disable_before_torch_npu_loads_its_slot_keeps_fasta_sm_npu_from_installing_the_class(table_file, state_dir):
     seen = scenario("autoload_then_disable", table_file, state_dir, FASTA_SM_NPU="1")
     assert seen["slot"] == "NPUFastAutotuner"
