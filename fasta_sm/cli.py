@@ -823,6 +823,7 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
 
     store = _existing_store(state_dir)
     _check_directory_of("--csv", csv_out)
+    _check_not_a_state_file(store, csv_out)
     rows, unreadable = report_rows(store) if store is not None else ([], [])  # a first run: a CSV of no rows
     if rows:
         table = Table(*REPORT_COLUMNS, title=printable(f"Tuning cost in {store.path}"))
@@ -841,6 +842,17 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
             writer.writeheader()
             writer.writerows(rows)
         notes.print(f"wrote {csv_out}")
+
+
+def _check_not_a_state_file(store: StateStore | None, path: Path | None) -> None:
+    """A usage error for an output named as a state file of `store` (`x.fsm`, or one set aside): writing it would
+    destroy the tune it names."""
+    if store is None or path is None:
+        return
+    target = path.expanduser().resolve()
+    if target.parent == store.path.expanduser().resolve() and STATE_SUFFIX in target.name:
+        raise click.BadParameter(f"{path} is a state file in {store.path}; writing it would destroy that tune: "
+                                 "write elsewhere", param_hint="--csv")
 
 
 def _finite_or_null(value: object) -> object:

@@ -1670,3 +1670,13 @@ def test_show_neither_calls_carried_timings_dropped_by_a_failure_a_compile_alone
     assert f"the compiles of {dropped} with" in out and "dropped when a later timing failed" in out
     assert "compile outcomes alone of " + dropped not in out
     assert "never re-timed: the configs re-timed failed)" in out and "came out slower" not in out
+
+
+def test_report_csv_onto_a_state_file_it_reads_is_refused_and_the_tune_kept(table_file, state_dir):
+    tune(table_file, state_dir)
+    state_file = next(state_dir.glob("*.fsm"))
+    before = state_file.read_bytes()
+    result = CliRunner().invoke(main, ["report", "--state-dir", str(state_dir), "--csv", str(state_file)])
+    assert result.exit_code == 2, result.output
+    assert str(state_file) in result.output and "state file" in result.output
+    assert state_file.read_bytes() == before
