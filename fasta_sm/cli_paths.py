@@ -8,11 +8,14 @@ import click
 
 
 class NamedPath(click.Path):
-    """A path option that refuses an empty name, which pathlib reads as the working directory."""
+    """A path option that refuses an empty name, which pathlib reads as the working directory, and, for a file,
+    `-`, which means standard output to a user and would name a file `-` in the working directory."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value:
             self.fail("is empty (an unset shell variable?): name a path", param, ctx)
+        if value == "-" and not self.dir_okay and not self.allow_dash:
+            self.fail("'-' is not standard output here: name a file (./- for a file named -)", param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -1680,3 +1680,12 @@ def test_report_csv_onto_a_state_file_it_reads_is_refused_and_the_tune_kept(tabl
     assert result.exit_code == 2, result.output
     assert str(state_file) in result.output and "state file" in result.output
     assert state_file.read_bytes() == before
+
+
+@pytest.mark.parametrize("args", [["graph", "--out", "-"], ["report", "--csv", "-"], ["bench", "--json", "-"]])
+def test_an_output_named_dash_is_refused_not_written_as_a_file_named_dash(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, [*args, *(["--state-dir", str(tmp_path)] if args[0] == "report" else [])])
+    assert result.exit_code == 2, result.output
+    assert "'-'" in result.output
+    assert not (tmp_path / "-").exists()
