@@ -1023,8 +1023,9 @@ def bench_command(
             notes.print("trees left out: it needs scikit-learn (pip install 'fasta-sm[bench]')")
     _check_directory_of("--json", json_out)
     if seed_start + seeds - 1 > SEED_MAX:
+        given = click.get_current_context().get_parameter_source("seed_start") is not ParameterSource.DEFAULT
         raise click.BadParameter(f"seeds {seed_start}..{seed_start + seeds - 1} pass {SEED_MAX}, the largest seed",
-                                 param_hint="--seed-start")
+                                 param_hint="--seed-start / --seeds" if given else "--seeds")
     folder = tables_dir or shipped_tables()
     loaded = load_tables(folder)  # refused before the progress display starts; each read once, here
     if json_out is not None and json_out.expanduser().resolve().parent == Path(folder).expanduser().resolve():

@@ -529,6 +529,11 @@ def test_bench_refuses_seeds_that_run_past_64_bits_before_any_run(table_file):
     assert "--seed-start" in error and "the largest seed" in error
 
 
+def test_bench_blames_seeds_alone_when_only_seeds_runs_past_64_bits(table_file):
+    error = refused("bench", "--tables", str(table_file.parent), "--seeds", str(2**64 + 1))
+    assert "--seeds" in error and "--seed-start" not in error
+
+
 def test_bench_refuses_to_write_its_json_among_the_tables_the_next_bench_reads(table_file):
     out = table_file.parent / "results.json"
     error = refused("bench", "--tables", str(table_file.parent), "--seeds", "1", "--policies", "random",
