@@ -290,9 +290,9 @@ class StateStore:
         """
         stamp = _stamp()
         target = path.with_name(f"{path.name}.corrupt-{stamp}")
-        for attempt in range(1, 1000):  # a coarse clock must not let one quarantined file replace another
-            if not os.path.lexists(target):  # a link set aside before, dangling, is there too
-                break
+        attempt = 0
+        while os.path.lexists(target):  # a coarse clock must not let one quarantined file replace another
+            attempt += 1  # (lexists: a link set aside before, dangling, is there too)
             target = path.with_name(f"{path.name}.corrupt-{stamp}-{attempt}")
         try:
             os.replace(path, target)

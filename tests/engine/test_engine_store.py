@@ -640,6 +640,21 @@ def test_two_dangling_links_set_aside_within_one_tick_of_the_clock_are_both_kept
     assert kept == {str(tmp_path / volume / path.name) for volume in ("a", "b")}
 
 
+def test_a_thousandth_file_set_aside_within_one_tick_of_the_clock_replaces_none_before_it(store, monkeypatch):
+    """The free name was looked for 999 times: then the last one tried was taken, over the file it named."""
+    stamp = "20261204T000000.000000"
+    monkeypatch.setattr(store_module, "_stamp", lambda: stamp)
+    path = store.file_for(KEY)
+    taken = [path.with_name(f"{path.name}.corrupt-{stamp}")]
+    taken += [path.with_name(f"{path.name}.corrupt-{stamp}-{n}") for n in range(1, 1000)]
+    for n, earlier in enumerate(taken):
+        earlier.write_text(str(n))
+    path.write_text("damaged")
+    moved = store.quarantine(path, "a test")
+    assert moved not in taken and moved.read_text() == "damaged"
+    assert [earlier.read_text() for earlier in taken] == [str(n) for n in range(1000)]
+
+
 # --------------------------------------------------------------------------- lock
 
 
