@@ -63,6 +63,12 @@ def _tile(config: Config) -> dict[str, float]:
     return {**blocks, **subs}
 
 
+def _too_small(config: Config, least: int) -> bool:
+    """Whether the config's tile holds fewer than `least` elements; a config whose kwargs name no tile has
+    none to judge (its tile is not 1 element), so it is never too small."""
+    return bool(_tile(config)) and tile_numel(config) < least
+
+
 def tile_numel(config: Config) -> int:
     """Elements in one tile: the product over axes of the sub-block, or of the block where there is none."""
     numel = 1
@@ -107,7 +113,8 @@ def optimize_configs(
 
     Configs equal to one in `expert` are kept unconditionally. The others
     must loop at most `max_circle_num` times and hold at least
-    `min_tile_numel` elements per tile; among those, one per tile shape is
+    `min_tile_numel` elements per tile (a config naming no tile passes
+    that test); among those, one per tile shape is
     kept and at most `max_configs` (0: no cap) spread over tile sizes.
     When nothing would remain, the list is returned unchanged: pruning
     must never leave a kernel without a config.
@@ -118,7 +125,7 @@ def optimize_configs(
     expert_ids = {c.identity for c in expert}
     kept_expert = [c for c in configs if c.identity in expert_ids]
     generated = [c for c in configs if c.identity not in expert_ids]
-    passing = [c for c in generated if circle_num(c) <= max_circle_num and tile_numel(c) >= min_tile_numel]
+    passing = [c for c in generated if circle_num(c) <= max_circle_num and not _too_small(c, min_tile_numel)]
     unique: dict[tuple, Config] = {}
     for config in passing:
         unique.setdefault(_shape_key(config), config)

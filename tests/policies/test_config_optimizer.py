@@ -54,6 +54,16 @@ def test_configs_that_differ_in_a_non_numeric_kwarg_named_like_a_block_are_not_d
     assert optimize_configs(configs) == configs
 
 
+def test_a_config_whose_kwargs_name_no_tile_is_not_dropped_as_a_small_tile():
+    tileless, tiled = Config(kwargs={"GROUP_M": 8}), Config(kwargs={"BLOCK_M": 64})
+    assert optimize_configs([tileless, tiled]) == [tileless, tiled]
+
+
+def test_a_kernel_whose_kwargs_name_no_tile_is_not_cut_down_to_its_expert_configs():
+    configs = [Config(kwargs={"TILE_M": m}, num_warps=w) for m in (32, 64) for w in (4, 8)]
+    assert optimize_configs(configs, expert=configs[:1]) == configs
+
+
 def test_configs_looping_too_often_are_dropped():
     kept = optimize_configs([npu(256, 64), npu(256, 32)])
     assert kept == [npu(256, 64)]
