@@ -8,7 +8,8 @@ touching the configs an expert wrote by hand: those always survive.
 A config's tile is read from its kwargs: `<axis>BLOCK` with an optional
 `<axis>BLOCK_SUB` (NPU style: the sub-block is looped `ceil(BLOCK / SUB)`
 times, the "circle number"), or plain `BLOCK_<axis>` on GPUs, where the whole
-block is the tile and the circle number is 1.
+block is the tile and the circle number is 1. No other kwarg is a tile extent,
+one that merely contains BLOCK (`NUM_BLOCKS`) included.
 """
 
 from __future__ import annotations
@@ -32,17 +33,25 @@ def _numeric(value: object) -> float | None:
     return float(value)
 
 
+def _tile_axis(key: str) -> tuple[str, str] | None:
+    """("sub", axis) for `<axis>BLOCK_SUB`, ("block", axis) for `<axis>BLOCK` or `BLOCK_<axis>`, else None:
+    a kwarg that merely contains BLOCK (`NUM_BLOCKS`, `USE_BLOCK_PTR`) is no tile extent."""
+    if key.endswith("BLOCK_SUB"):
+        return "sub", key[: -len("BLOCK_SUB")]
+    if key.endswith("BLOCK") or key.startswith("BLOCK_"):
+        return "block", key.replace("BLOCK", "", 1)
+    return None
+
+
 def _blocks_and_subs(config: Config) -> tuple[dict[str, float], dict[str, float]]:
     blocks: dict[str, float] = {}
     subs: dict[str, float] = {}
     for key, value in config.kwargs.items():
-        number = _numeric(value)
-        if number is None or "BLOCK" not in key:
+        number, part = _numeric(value), _tile_axis(key)
+        if number is None or part is None:
             continue
-        if key.endswith("BLOCK_SUB"):
-            subs[key[: -len("BLOCK_SUB")]] = number
-        else:
-            blocks[key.replace("BLOCK", "", 1)] = number
+        kind, axis = part
+        (subs if kind == "sub" else blocks)[axis] = number
     return blocks, subs
 
 
@@ -81,11 +90,11 @@ def tile_numel(config: Config) -> int:
 def _shape_key(config: Config) -> tuple:
     """Two configs with the same loop count and tile shape behave alike: keep one.
 
-    Every kwarg the tile and loop count do not read is part of the key, a non-numeric one named like a block
-    (`USE_BLOCK_PTR=True`) included: it changes the kernel, not the tile.
+    Every kwarg the tile and loop count do not read is part of the key (`USE_BLOCK_PTR`, a non-numeric
+    `BLOCK_<axis>`): it changes the kernel, not the tile.
     """
     tile = _tile(config)
-    others = sorted((k, v) for k, v in config.kwargs.items() if "BLOCK" not in k or _numeric(v) is None)
+    others = sorted((k, v) for k, v in config.kwargs.items() if _tile_axis(k) is None or _numeric(v) is None)
     options = tuple(sorted(config.options.items()))  # maxnreg, num_ctas: a different kernel, not a twin
     return (circle_num(config), tuple(sorted(tile.items())), tuple(others), config.num_warps, config.num_stages,
             options)

@@ -39,6 +39,10 @@ def test_an_axis_without_a_sub_block_counts_its_whole_block_in_the_tile():
     assert tile_numel(config) == 8 * 1024
 
 
+def test_a_kwarg_that_merely_contains_block_is_not_a_tile_axis():
+    assert tile_numel(Config(kwargs={"BLOCK_M": 16, "NUM_BLOCKS": 4, "USE_BLOCK_PTR": 2})) == 16
+
+
 def test_configs_that_differ_in_an_axis_without_a_sub_block_are_not_duplicates():
     configs = [Config(kwargs={"XBLOCK": 64, "XBLOCK_SUB": 64, "R0_BLOCK": r}) for r in (256, 1024)]
     assert optimize_configs(configs) == configs
