@@ -124,10 +124,13 @@ def optimize_configs(
     must loop at most `max_circle_num` times and hold at least
     `min_tile_numel` elements per tile (a config naming no tile passes
     that test); among those, one per tile shape is
-    kept and at most `max_configs` (0: no cap) spread over tile sizes.
+    kept and at most `max_configs` (0: no cap; a negative one is refused
+    rather than read as no cap) spread over tile sizes.
     When nothing would remain, the list is returned unchanged: pruning
     must never leave a kernel without a config.
     """
+    if isinstance(max_configs, bool) or not isinstance(max_configs, int) or max_configs < 0:
+        raise ValueError(f"config optimizer: max_configs={max_configs!r} must be a whole number ≥ 0 (0: no cap)")
     configs = list(configs)
     if not configs:
         return []

@@ -102,6 +102,11 @@ def test_cap_keeps_small_and_large_tiles():
     assert len(kept) == 20 and sizes[0] == 32 and sizes[-1] == 1022
 
 
+def test_a_negative_cap_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="max_configs=-1"):
+        optimize_configs([npu(64, 64)], max_configs=-1)
+
+
 def test_configs_that_differ_in_another_kwarg_are_not_duplicates():
     configs = [Config(kwargs={"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": group}) for group in (1, 8)]
     assert optimize_configs(configs) == configs
