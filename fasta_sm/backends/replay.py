@@ -165,7 +165,8 @@ def load_table(path: str | Path) -> ReplayTable:
 def table_from_text(text: str, source: str) -> ReplayTable:
     """A table from its JSON text, read as `load_table` reads a file: what the recorder writes is checked so."""
     try:  # the checks recurse too, deeper in the stack than the parser: a depth it took may end there
-        return table_from_dict(json.loads(text, object_pairs_hook=_object_noting_repeats, parse_int=_int), source)
+        data = json.loads(text, object_pairs_hook=_object_noting_repeats, parse_int=_int, parse_constant=_Literal)
+        return table_from_dict(data, source)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise TableError(f"{source}: not a JSON replay table ({type(exc).__name__}: {exc})") from None
 
@@ -176,6 +177,14 @@ def _int(digits: str) -> int | float:
         return int(digits)
     except ValueError:
         return float(digits)
+
+
+class _Literal(float):
+    """A `NaN`, `Infinity` or `-Infinity` literal, which Python's json reads but JSON has not: refused in a
+    documented field whatever its type check, kept in an extra one."""
+
+    def __repr__(self) -> str:
+        return "NaN" if math.isnan(self) else ("Infinity" if self > 0 else "-Infinity")
 
 
 class _Object(dict):  # type: ignore[type-arg]
@@ -211,6 +220,20 @@ def _repeat_in(value: Any, documented: Iterable[str] | None = None) -> str | Non
     return None
 
 
+def _literal_in(value: Any) -> _Literal | None:
+    """A `NaN` or `Infinity` literal anywhere in `value`, if it holds one."""
+    stack = [value]
+    while stack:  # iterative, as `_repeat_in`
+        item = stack.pop()
+        if isinstance(item, _Literal):
+            return item
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
 def _refuse_repeats(where: str, key: str | None) -> None:
     if key is not None:
         raise TableError(f"{where}; JSON keeps only the last")
@@ -228,6 +251,9 @@ def table_from_dict(data: Any, source: str) -> ReplayTable:
     _refuse_repeats(f"{source}: key {key!r} appears twice in shape", key)
     if not isinstance(data["shape"], dict):
         raise TableError(f"{source}: shape={data['shape']!r} must be an object")
+    literal = _literal_in(data["shape"])
+    if literal is not None:
+        raise TableError(f"{source}: shape holds {literal!r}, which is no JSON value")
     for name in ("device", "torch", "triton"):
         if not isinstance(data[name], str):
             raise TableError(f"{source}: {name}={data[name]!r} must be a string")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
 
@@ -58,4 +59,23 @@ def test_a_rows_options_written_twice_is_refused(tmp_path, table_data):
 def test_a_table_written_with_a_utf8_byte_order_mark_loads_as_without_one(tmp_path, table_data):
     path = tmp_path / "with_bom.json"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(table_data).encode())
+    assert len(load_table(path).configs) == len(table_data["configs"])
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_or_infinity_literal_in_shape_is_refused_naming_file_and_field(literal, tmp_path, table_data):
+    """`shape` is a documented field and the file is JSON, which has no such literal: the recorder refuses
+    to write one there, so the reader must not take one."""
+    data = copy.deepcopy(table_data)
+    data["shape"] = {"M": 64, "alpha": "X"}
+    path = tmp_path / "nan_shape.json"
+    path.write_text(json.dumps(data).replace('"X"', literal))
+    with pytest.raises(TableError, match=rf"nan_shape\.json: shape holds {literal}"):
+        load_table(path)
+
+
+def test_a_nan_literal_in_an_extra_field_does_not_refuse_the_table(tmp_path, table_data):
+    """Python's json writes NaN by default: another recorder's metadata may hold one."""
+    path = tmp_path / "nan_extra.json"
+    path.write_text(json.dumps({**table_data, "timing": {"warmup_ms": math.nan}}))
     assert len(load_table(path).configs) == len(table_data["configs"])
