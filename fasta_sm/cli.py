@@ -580,8 +580,10 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         )
     _print_table(rounds)
 
+    picked_in = _picked_in(state)
     measured = Table(
         "#",
+        "round",
         "config",
         "mean",
         "timings",
@@ -595,6 +597,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         final = state.predicted_us[index] if state.predicted_us else None
         measured.add_row(
             str(index),
+            picked_in.get(index, "-"),
             state.configs[index].label(),
             format_us(state.mean_us(index)),
             str(len(state.durations[index])),
@@ -604,9 +607,9 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         )
     _print_table(measured)
     if state.failed:
-        failed = Table("#", "config", "error", title="Failed")
+        failed = Table("#", "round", "config", "error", title="Failed")
         for index in sorted(state.failed):
-            failed.add_row(str(index), state.configs[index].label(), state.failed[index])
+            failed.add_row(str(index), picked_in.get(index, "-"), state.configs[index].label(), state.failed[index])
         _print_table(failed)
 
 
@@ -701,6 +704,16 @@ def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[s
         if name in stored and defaults[name] != stored[name] and not (name in passed and passed[name] == stored[name])
     }
     return unlike, [name for name in own if name not in stored]
+
+
+def _picked_in(state: TuneState) -> dict[int, str]:
+    """The round that first picked each config: the Rounds table gives only batch sizes, so without it one cannot
+    tell which configs R1 sampled, which a guided or polish round proposed, or where a failure was met."""
+    picked: dict[int, str] = {}
+    for record in state.rounds:
+        for index in record.batch:
+            picked.setdefault(index, record.name)
+    return picked
 
 
 def _predicted_at_pick(state: TuneState) -> dict[int, float]:

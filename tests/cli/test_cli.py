@@ -1694,3 +1694,24 @@ def test_an_output_named_dash_is_refused_not_written_as_a_file_named_dash(args, 
     assert result.exit_code == 2, result.output
     assert "'-'" in result.output
     assert not (tmp_path / "-").exists()
+
+
+def _table_row(out: str, index: int) -> list[str]:
+    """The cells of the first row of a `show` table (Measured, then Failed) that lists config `index`."""
+    row = next(line for line in out.splitlines() if line.startswith(f"│ {index} "))
+    return [cell.strip() for cell in row.strip("│ ").split("│")]
+
+
+def test_show_names_the_round_that_measured_each_config(monkeypatch):
+    # #149 came from the polish round R2_9 (states/README.md); the Rounds table gives only batch sizes
+    monkeypatch.setenv("COLUMNS", "250")
+    out = invoke("show", str(CORPUS / "v1-done-retime-contenders.fsm"))
+    assert _table_row(out, 149)[1] == "R2_9"
+
+
+def test_show_names_the_round_that_tried_each_failed_config(monkeypatch):
+    # R2_5 tried #139 alone, and it did not fit: without its round the row R2_5 explains nothing
+    monkeypatch.setenv("COLUMNS", "250")
+    out = invoke("show", str(CORPUS / "v1-done-with-failures.fsm"))
+    failed = out[out.index("Failed"):]
+    assert _table_row(failed, 139)[:2] == ["139", "R2_5"]
