@@ -587,6 +587,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         "config",
         "mean",
         "timings",
+        "range",
         "pred @ pick",
         "final pred",
         "compile s",
@@ -601,6 +602,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
             state.configs[index].label(),
             format_us(state.mean_us(index)),
             str(len(state.durations[index])),
+            _timing_range(state.durations[index]),
             format_us(at_pick.get(index)),
             format_us(final),
             f"{state.compiled.get(index, float('nan')):.2f}",
@@ -615,6 +617,14 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
 
 def _timings(count: int) -> str:
     return f"{count} timing{'s' if count != 1 else ''}"
+
+
+def _timing_range(durations: list[float]) -> str:
+    """A re-timed config's fastest and slowest timing: its mean alone hides the noise that re-timing weighs,
+    and that may have decided the winner; `-` for a config timed once."""
+    if len(durations) < 2:
+        return "-"
+    return f"{format_us(min(durations))} – {format_us(max(durations))}"
 
 
 def _best_line(state: TuneState) -> str:
