@@ -1007,6 +1007,29 @@ def test_the_temperature_handed_to_the_softmax_follows_the_fit_and_the_near_opti
         assert any(tau == pytest.approx(expected, abs=1e-4) for tau in used)
 
 
+def test_a_guided_rounds_reason_names_a_better_ranked_basis_it_passed_over_and_its_tile_cell_picks():
+    """`show` reads the reasons: a winner with a lower LOO score than one the round's history records, or picks
+    the model did not make, read as contradictions unless the reason says why."""
+    from fasta_sm.backends.replay import load_table
+    from fasta_sm.data import tables_dir
+
+    table = load_table(tables_dir() / "mm_skinny_bf16_m16.json")
+    policy = FastaPolicy(table.configs)
+    reasons = {int(d.reason.split(":")[0].removeprefix("fasta R2_")): d.reason
+               for d in drive(policy, table, seed=0).decisions if d.reason.startswith("fasta R2_")}
+    passed_over = cells = 0
+    for record in (h for h in policy._history if "scores" in h and "batch" in h):
+        reason = reasons[record["round"]]
+        better = {name: score for name, score in record["scores"].items() if score > record["loo_rho"]}
+        passed_over += bool(better)
+        assert ("short of" in reason) == bool(better)
+        assert not better or f"{max(better, key=better.get)}'s" in reason
+        for index in record.get("cell_picks", []) + record.get("cell_retry", []):
+            cells += 1
+            assert f"#{index}" in reason.split("tile cells")[1]
+    assert passed_over and cells  # this table and seed have both
+
+
 def test_marginal_vote_ranks_by_per_column_effects():
     levels = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
     y = np.array([1.0, 2.0, 3.0])

@@ -77,6 +77,15 @@ def _stored_number(name: str, value: Any) -> float | None:
     return float(value)
 
 
+def _handicap_note(winner: str, rho: float, scores: dict[str, float], handicap: dict[str, float]) -> str:
+    """Why a basis that ranked better lost: it is a challenger short of its lead over the incumbent. Without
+    this, a round's reason names a winner with a lower score than one its history records."""
+    better = [(score, name) for name, score in scores.items() if score > rho and name != winner]
+    if not better:
+        return ""
+    score, name = max(better)
+    return f"; {name}'s {score:.2f} is short of the {handicap.get(name, 0.0):.2f} lead a challenger needs"
+
 def _without(items: np.ndarray, removed: np.ndarray, size: int) -> np.ndarray:
     """`items` (indices below `size`) less `removed`, in their order; np.setdiff1d sorts, which costs more."""
     keep = np.ones(size, dtype=bool)
@@ -381,10 +390,14 @@ class FastaPolicy:
         if cell_picks.size:
             record["cell_picks"] = [int(i) for i in cell_picks]
         self._history.append(record)
+        note = _handicap_note(fit.basis, fit.loo_rho, scores, handicap)
+        cells = ""
+        if cell_picks.size:
+            cells = f", {cell_picks.size} to tile cells ({', '.join(f'#{i}' for i in cell_picks)})"
         return self._issue(
             sorted(int(i) for i in picks),
             f"fasta R2_{self._r2_rounds}: {picks.size} config{'s' if picks.size != 1 else ''}, basis {fit.basis} "
-            f"(LOO rho {fit.loo_rho:.2f}), tau {tau:.3f}",
+            f"(LOO rho {fit.loo_rho:.2f}{note}), tau {tau:.3f}{cells}",
             predicted_us=np.exp(predicted),
         )
 
