@@ -145,6 +145,7 @@ class Tune:
         self._decision: Decision | None = None
         self._lookahead: tuple[tuple[int, int], list[int]] = ((-1, 0), [])
         self._last_blob = pack_state(state)
+        self._closed = False
         self._adopt(state)
         shared_machine().add_model(self, initial=state.phase)
 
@@ -219,8 +220,13 @@ class Tune:
 
         A backend that compiles ahead (`cancel_prefetch`) would otherwise go
         on compiling its list of guesses, which no round of this tune will
-        ask for, beside whatever the process compiles next.
+        ask for, beside whatever the process compiles next. A second call
+        does nothing: a caller's `finally` that closes a tune closed already
+        must not raise over the error it is handling.
         """
+        if self._closed:
+            return
+        self._closed = True
         shared_machine().remove_model(self)
         cancel = getattr(self.backend, "cancel_prefetch", None)
         if cancel is None:

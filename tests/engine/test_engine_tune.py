@@ -720,6 +720,14 @@ def test_the_machine_state_follows_the_tune_phase(table, backend):
         t.close()
 
 
+def test_closing_a_tune_twice_is_a_no_op(table, backend):
+    t = Tune.start("k", "mm", table.configs, backend, make_policy("exhaustive", table.configs))
+    before = len(shared_machine().models)
+    t.close()
+    t.close()
+    assert len(shared_machine().models) == before - 1
+
+
 def test_drive_until_stops_where_asked(table, backend):
     policy = make_policy("exhaustive", table.configs)
     t = Tune.start("k", "mm", table.configs, backend, policy, chunk_size=8)
