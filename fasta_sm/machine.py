@@ -247,7 +247,13 @@ class Tune:
         return self.state
 
     def advance(self) -> None:
-        """Fire the trigger the state says is next; roll back on error."""
+        """Fire the trigger the state says is next; roll back on error.
+
+        A DONE tune has no next trigger: it is refused before the rollback,
+        which would record the refusal in a finished tune's file.
+        """
+        if self.state.done:
+            raise TuneFailed(f"kernel {self.state.kernel!r}: the tune is DONE; it has no step to take")
         step, where = self.state.step, self.state.position()
         try:
             fired = getattr(self, step)()

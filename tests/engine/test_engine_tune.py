@@ -728,6 +728,20 @@ def test_closing_a_tune_twice_is_a_no_op(table, backend):
     assert len(shared_machine().models) == before - 1
 
 
+def test_advancing_a_done_tune_is_tune_failed_naming_the_kernel_and_leaves_its_file_as_it_was(table, backend, store):
+    with store.lock(KEY, table.kernel):
+        t = Tune.start(KEY, table.kernel, table.configs, backend, Batches(lambda: list(range(8)), list),
+                       checkpoint=lambda state, blob: store.write(KEY, blob))
+        try:
+            t.drive()
+            written = store.file_for(KEY).read_bytes()
+            with pytest.raises(TuneFailed, match=r"kernel 'mm_synth': the tune is DONE"):
+                t.advance()
+        finally:
+            t.close()
+    assert store.file_for(KEY).read_bytes() == written and store.read(store.file_for(KEY)).last_error is None
+
+
 def test_drive_until_stops_where_asked(table, backend):
     policy = make_policy("exhaustive", table.configs)
     t = Tune.start("k", "mm", table.configs, backend, policy, chunk_size=8)
