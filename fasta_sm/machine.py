@@ -482,6 +482,7 @@ class Tune:
                 f"first error: {next(iter(state.failed.values()), 'none')}"
             )
         _check_reason(state, decision)
+        _check_prediction(state, decision)
         self._keep_decision(decision)
         state.phase, state.step, state.pending, state.round_done = "DONE", "done", [], []
         state.stop_reason = decision.reason
@@ -536,8 +537,7 @@ class Tune:
                 raise PolicyError(f"{name} asked to re-time config #{index}, which was never measured")
             if not decision.retime and index in state.durations:
                 raise PolicyError(f"{name} proposed config #{index} again without asking to re-time it")
-        if decision.predicted_us is not None and len(decision.predicted_us) != state.n_configs:
-            raise PolicyError(f"{name} predicted {len(decision.predicted_us)} durations for {state.n_configs} configs")
+        _check_prediction(state, decision)
         return batch
 
     def _update_best(self) -> None:
@@ -611,6 +611,15 @@ def _check_reason(state: TuneState, decision: Decision) -> None:
     if not isinstance(decision.reason, str):
         raise PolicyError(
             f"kernel {state.kernel!r}: policy {state.policy!r} gave reason {decision.reason!r}; expected a string"
+        )
+
+
+def _check_prediction(state: TuneState, decision: Decision) -> None:
+    """One prediction per config, on a stop as on a round: the state keeps it against the config list."""
+    if decision.predicted_us is not None and len(decision.predicted_us) != state.n_configs:
+        raise PolicyError(
+            f"kernel {state.kernel!r}: policy {state.policy!r} predicted {len(decision.predicted_us)} durations "
+            f"for {state.n_configs} configs"
         )
 
 

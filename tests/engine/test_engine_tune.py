@@ -742,6 +742,19 @@ def test_advancing_a_done_tune_is_tune_failed_naming_the_kernel_and_leaves_its_f
     assert store.file_for(KEY).read_bytes() == written and store.read(store.file_for(KEY)).last_error is None
 
 
+def test_a_stop_whose_prediction_has_the_wrong_length_is_a_policy_error_as_a_rounds_is(table, backend):
+    stop = Decision(batch=[], reason="stop", predicted_us=np.ones(3))
+    policy = Batches(lambda: list(range(8)), list)
+    policy.refine = lambda observed, rng: stop
+    t = Tune.start("k", "mm", table.configs, backend, policy)
+    try:
+        with pytest.raises(PolicyError, match=r"kernel 'mm': policy 'batches' predicted 3 durations for 48 configs"):
+            t.drive()
+    finally:
+        t.close()
+    assert t.state.position() == "R1 refine"
+
+
 def test_drive_until_stops_where_asked(table, backend):
     policy = make_policy("exhaustive", table.configs)
     t = Tune.start("k", "mm", table.configs, backend, policy, chunk_size=8)
