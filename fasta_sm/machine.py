@@ -262,6 +262,9 @@ class Tune:
             if not isinstance(exc, FastaError):  # fasta-sm's own errors name the kernel already
                 add_note(exc, f"fasta-sm: kernel {self.state.kernel!r} at {where}")
             raise
+        except BaseException:  # an interrupt writes nothing, as a kill would; a drive() after it starts from the file
+            self._restore()
+            raise
         if not fired:
             raise TuneFailed(f"kernel {self.state.kernel!r}: trigger {step!r} did not fire at {self.state.position()}")
 
@@ -563,15 +566,20 @@ class Tune:
             self._on_checkpoint(self.state, blob)
         self._last_blob = blob
 
-    def _rollback(self, exc: BaseException) -> None:
-        """Back to the last checkpoint, with the error recorded there too."""
+    def _restore(self) -> TuneState:
+        """Memory back to the last checkpoint: a step cut short may have moved the policy or its RNG on."""
         restored = unpack_state(self._last_blob, source=f"checkpoint of {self.state.kernel!r}")
-        restored.last_error = storable_text(
-            "; ".join([f"{restored.position()}: {describe(exc)}", *notes_of(exc)])
-        )
         self._adopt(restored)
         shared_machine().set_state(restored.phase, model=self)
         self._decision = None
+        return restored
+
+    def _rollback(self, exc: BaseException) -> None:
+        """Back to the last checkpoint, with the error recorded there too."""
+        restored = self._restore()
+        restored.last_error = storable_text(
+            "; ".join([f"{restored.position()}: {describe(exc)}", *notes_of(exc)])
+        )
         log.warning("kernel %s: %s; state kept at the last checkpoint", restored.kernel, restored.last_error,
                     extra={ROLLBACK: True})
         self._checkpoint()

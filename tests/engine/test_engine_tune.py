@@ -755,6 +755,44 @@ def test_a_stop_whose_prediction_has_the_wrong_length_is_a_policy_error_as_a_rou
     assert t.state.position() == "R1 refine"
 
 
+class InterruptedOnce:
+    """A policy whose first refine draws from the tune's RNG and is then interrupted (Ctrl-C)."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.interrupted = inner, inner.name, False
+
+    def plan(self, rng):
+        return self.inner.plan(rng)
+
+    def refine(self, observed, rng):
+        if not self.interrupted:
+            self.interrupted = True
+            rng.random()
+            raise KeyboardInterrupt
+        return self.inner.refine(observed, rng)
+
+    def state_dict(self):
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state):
+        self.inner.load_state_dict(state)
+
+
+def test_a_tune_driven_on_after_an_interrupt_makes_the_decisions_of_an_uninterrupted_one(table):
+    def rounds(policy):
+        t = Tune.start("k", "mm", table.configs, ReplayBackend(table, noise=True, seed=7), policy, chunk_size=4)
+        try:
+            try:
+                t.drive()
+            except KeyboardInterrupt:
+                t.drive()
+        finally:
+            t.close()
+        return [r.batch for r in t.state.rounds]
+
+    assert rounds(InterruptedOnce(make_policy("fasta", table.configs))) == rounds(make_policy("fasta", table.configs))
+
+
 def test_drive_until_stops_where_asked(table, backend):
     policy = make_policy("exhaustive", table.configs)
     t = Tune.start("k", "mm", table.configs, backend, policy, chunk_size=8)
