@@ -673,7 +673,7 @@ class FastaAutotunerMixin:
             if own:
                 dropped = [launcher for launcher in self.launchers if not any(launcher is o for o in own)]
                 self.launchers = own
-                self._fasta_close(dropped)
+                self._fasta_close(dropped, plan.kernel)
             return super().benchmark_all_configs(*args, **kwargs)
         self._fasta_finished = True
         means = {i: state.mean_us(i) / 1000.0 for i in state.durations}
@@ -710,7 +710,7 @@ class FastaAutotunerMixin:
         )
         return timings
 
-    def _fasta_close(self, launchers: list[Any]) -> None:
+    def _fasta_close(self, launchers: list[Any], kernel: str) -> None:
         """Unload the modules of launchers taken out of `launchers`: torch closes, after a tune, those still
         listed but the winner's (where it has `_close_static_launcher`), so one dropped would stay loaded."""
         close = getattr(self, "_close_static_launcher", None)
@@ -719,7 +719,9 @@ class FastaAutotunerMixin:
                 try:
                     close(launcher)
                 except Exception as why:  # noqa: BLE001  a module left loaded must not break the run it serves
-                    log.warning("fasta_sm: a dropped launcher (%s) stays loaded: %s", launcher.config, why)
+                    log.warning(
+                        "fasta_sm: kernel %s: a dropped launcher (%s) stays loaded: %s", kernel, launcher.config, why
+                    )
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -377,8 +377,9 @@ def test_a_parent_that_gives_up_runs_on_when_closing_a_dropped_launcher_fails(tm
 
     monkeypatch.setattr(triton_heuristics.CachingAutotuner, "_close_static_launcher", staticmethod(unload_fails))
     monkeypatch.setattr(driver, "parent_phase", held_elsewhere)
+    kernel = parent._fasta_plan.kernel
     parent.run("in", "out", 4096, 4096, stream=0)
-    assert "stays loaded: CUDA error" in caplog.text
+    assert f"kernel {kernel}: a dropped launcher" in caplog.text and "stays loaded: CUDA error" in caplog.text
 
 
 def test_a_parent_that_gives_up_leaves_no_autotune_cache_entry_that_keeps_later_runs_from_tuning(
