@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from ..config import Config
+from ..protocols import as_index
 
 log = logging.getLogger("fasta_sm.policies.config_optimizer")
 
@@ -129,7 +130,8 @@ def optimize_configs(
     When nothing would remain, the list is returned unchanged: pruning
     must never leave a kernel without a config.
     """
-    if isinstance(max_configs, bool) or not isinstance(max_configs, int) or max_configs < 0:
+    cap = as_index(max_configs)  # a numpy integer too, as before the check; not True, nor 2.5
+    if cap is None or cap < 0:
         raise ValueError(f"config optimizer: max_configs={max_configs!r} must be a whole number ≥ 0 (0: no cap)")
     configs = list(configs)
     if not configs:
@@ -142,8 +144,8 @@ def optimize_configs(
     for config in passing:
         unique.setdefault(_shape_key(config), config)
     sampled = list(unique.values())
-    if max_configs > 0:
-        sampled = _spread(sampled, max_configs)
+    if cap > 0:
+        sampled = _spread(sampled, cap)
     keep = {c.identity for c in kept_expert} | {c.identity for c in sampled}
     if not keep:
         log.warning("config optimizer: every config would be pruned; keeping all %d", len(configs))

@@ -107,6 +107,17 @@ def test_a_negative_cap_is_an_error_naming_it():
         optimize_configs([npu(64, 64)], max_configs=-1)
 
 
+@pytest.mark.parametrize("cap", [True, 2.0, "2"])
+def test_a_cap_that_is_no_whole_number_is_an_error_naming_it(cap):
+    with pytest.raises(ValueError, match=f"max_configs={cap!r}"):
+        optimize_configs([npu(64, 64)], max_configs=cap)
+
+
+def test_a_numpy_integer_cap_is_taken_as_the_number_it_holds():
+    configs = [Config(kwargs={"BLOCK_M": block}) for block in (32, 64, 128)]
+    assert optimize_configs(configs, max_configs=np.int64(2)) == optimize_configs(configs, max_configs=2)
+
+
 def test_configs_that_differ_in_another_kwarg_are_not_duplicates():
     configs = [Config(kwargs={"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": group}) for group in (1, 8)]
     assert optimize_configs(configs) == configs
