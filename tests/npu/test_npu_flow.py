@@ -247,7 +247,6 @@ def test_a_torch_npu_that_fails_to_load_its_backend_leaves_the_environment_as_it
     assert seen["env"] == {"FASTAUTOTUNE": None, "FASTA_SM_NPU": None, "ENABLE_PRINT_UB_BITS": None}
 
 
-
 def test_a_tune_that_fails_warns_once_and_falls_back_to_torch_npus_own_configs(table_file, state_dir):
     logs: list[str] = []
     seen = scenario("tune_fails", table_file, state_dir, stderr=logs)
@@ -265,7 +264,6 @@ def test_unusable_settings_leave_every_kernel_to_torch_npu_with_one_warning(env,
     seen = scenario("unusable_settings", table_file, state_dir, stderr=logs, FASTA_SM_NPU="1", **env)
     assert seen["classes"] == ["NPUFastAutotuner", "NPUFastAutotuner"]
     assert logs[0].count("settings are not usable") == 1
-
 
 
 def test_fasta_sm_npu_with_the_users_fastautotune_off_leaves_compile_workers_to_torch_npus_own_autotuner(

@@ -86,6 +86,7 @@ def _handicap_note(winner: str, rho: float, scores: dict[str, float], handicap: 
     score, name = max(better)
     return f"; {name}'s {score:.2f} is short of the {handicap.get(name, 0.0):.2f} lead a challenger needs"
 
+
 def _without(items: np.ndarray, removed: np.ndarray, size: int) -> np.ndarray:
     """`items` (indices below `size`) less `removed`, in their order; np.setdiff1d sorts, which costs more."""
     keep = np.ones(size, dtype=bool)
