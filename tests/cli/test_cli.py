@@ -913,7 +913,7 @@ def test_show_gives_the_prediction_made_when_a_config_was_picked_beside_the_fina
 
 
 def _round_row(out: str, name: str) -> list[str]:
-    """The cells of the Rounds row of `show` that starts with round `name`."""
+    """The cells of the first row of `show`'s tables that starts with `name` (a round's, in the Rounds table)."""
     row = next(line for line in out.splitlines() if line.startswith(f"│ {name}"))
     return [cell.strip() for cell in row.strip("│ ").split("│")]
 
@@ -1698,8 +1698,7 @@ def test_an_output_named_dash_is_refused_not_written_as_a_file_named_dash(args, 
 
 def _table_row(out: str, index: int) -> list[str]:
     """The cells of the first row of a `show` table (Measured, then Failed) that lists config `index`."""
-    row = next(line for line in out.splitlines() if line.startswith(f"│ {index} "))
-    return [cell.strip() for cell in row.strip("│ ").split("│")]
+    return _round_row(out, f"{index} ")
 
 
 def test_show_names_the_round_that_measured_each_config(monkeypatch):
