@@ -334,21 +334,23 @@ def _settings_changed(state: TuneState, policy: str, params: Mapping[str, Any], 
 
 
 def _check_kernel(kernel: str) -> None:
-    """A kernel name a state file can hold: text that UTF-8 can write. Refused before the lock is taken, since
-    loading the key's file under another name would set its tune aside as another kernel's."""
-    try:
-        kernel.encode()
-    except (AttributeError, UnicodeEncodeError) as exc:
-        raise ValueError(f"kernel {kernel!r} cannot be stored: {exc}") from None
+    """A kernel name a state file can hold. Refused before the lock is taken, since loading the key's file under
+    another name would set its tune aside as another kernel's."""
+    _check_storable(kernel, f"kernel {kernel!r}")
 
 
 def _check_key(kernel: str, key: str) -> None:
-    """A key a state file can hold: text that UTF-8 can write (a lone surrogate, as `os.fsdecode` makes of
-    undecodable bytes, cannot be)."""
+    """A key a state file can hold."""
+    _check_storable(key, f"kernel {kernel!r}: key {key!r}")
+
+
+def _check_storable(text: str, named: str) -> None:
+    """Text that UTF-8 can write (a lone surrogate, as `os.fsdecode` makes of undecodable bytes, cannot be), else
+    a ValueError starting with `named`."""
     try:
-        key.encode()
+        text.encode()
     except (AttributeError, UnicodeEncodeError) as exc:
-        raise ValueError(f"kernel {kernel!r}: key {key!r} cannot be stored: {exc}") from None
+        raise ValueError(f"{named} cannot be stored: {exc}") from None
 
 
 def _as_stored(params: Mapping[str, Any]) -> Any:
