@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import inspect
 import os
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 import types
+import weakref
 from fractions import Fraction
 from pathlib import Path
 
@@ -168,14 +170,19 @@ def test_a_config_list_assigned_after_decoration_is_the_one_tuned(tmp_path):
 
 def test_a_config_made_after_the_decorated_ones_are_freed_is_tuned_as_itself(tmp_path):
     """Conversions were kept by the decorated configs' ids: once a list assigned to `configs` had freed them, a
-    new config given one of their ids was tuned as the freed one (its BLOCK and warps) and launched as itself."""
+    new config given one of their ids was tuned as the freed one (its BLOCK and warps) and launched as itself.
+    Whether a new config lands on a freed address is the allocator's choice (here, not at all in some runs):
+    what cannot vary is that the kernel keeps the decorated configs alive, so that none of their ids is free."""
     configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (16, 32)]
     kernel = fasta_sm.autotune(configs, key=["n"], reset_to_zero=["out_ptr"], policy="exhaustive",
                                state_dir=str(tmp_path))(accumulate_kernel)
     del configs
     decorated = {id(config) for config in kernel.configs}
+    alive = [weakref.ref(config) for config in kernel.configs]
     kernel.configs = [triton.Config({"BLOCK": block}, num_warps=1) for block in (64, 128)]
     launch(kernel, 300)  # the launch lists the assigned configs: nothing else holds the decorated ones
+    gc.collect()
+    assert all(ref() is not None for ref in alive)
     made = []
     while len(made) < 20_000 and (not made or id(made[-1]) not in decorated):
         made.append(triton.Config({"BLOCK": 256}, num_warps=2))  # kept: each takes a new address
