@@ -30,6 +30,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import triton
@@ -251,16 +252,17 @@ class Autotuner(TritonAutotuner):
                         f"budget={budget!r} and policy_params['budget']={policy_params['budget']!r}: give one"
                     )
                 self.policy_params["budget"] = plain_literal("budget", budget)  # as policy_params' values are
-            if state_dir is not None:  # absolute now: the program may change directory before its first launch
-                state_dir = state_dir_path(state_dir)
-            refuse_non_directory(state_dir_path(state_dir))
+            where = state_dir_path(state_dir)
+            refuse_non_directory(where)
             check_arguments(self.policy, self.policy_params)
             self._check_expert_configs()
             self.seed = seed_setting(seed)
             check_settings()
         except (FastaError, ValueError) as exc:
             raise ValueError(f"fasta_sm.autotune({self.kernel_name}): {exc}") from None
-        self.state_dir = state_dir
+        # one given is made absolute now, as the program may change directory before its first launch; the default
+        # is read then, as the environment that names it may be set after decoration
+        self.state_dir: Path | None = where if state_dir is not None else None
         self._store: StateStore | None = None
         self.cache: dict[tuple, triton.Config] = {}
         self.results: dict[tuple, TuneResult] = {}
