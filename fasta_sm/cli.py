@@ -868,12 +868,9 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
 
 
 def _check_not_a_state_file(store: StateStore | None, path: Path | None) -> None:
-    """A usage error for an output named as a state file of `store` (`x.fsm`, or one set aside): writing it would
-    destroy the tune it names."""
-    if store is None or path is None:
-        return
-    target = path.expanduser().resolve()
-    if target.parent == store.path.expanduser().resolve() and STATE_SUFFIX in target.name:
+    """A usage error for an output named as a file of `store` (a state file, one set aside, a lock): writing it
+    would destroy the tune it names."""
+    if store is not None and path is not None and store.names_own_file(path):
         raise click.BadParameter(f"{path} is a state file in {store.path}; writing it would destroy that tune: "
                                  "write elsewhere", param_hint="--csv")
 

@@ -395,6 +395,16 @@ class StateStore:
         aside = {*self.path.glob(f"*{STATE_SUFFIX}.corrupt-*"), *self.path.glob(f"*{STATE_SUFFIX}.superseded-*")}
         return sorted(path for path in aside if not path.name.endswith((STATE_SUFFIX, LOCK_SUFFIX)))
 
+    def names_own_file(self, path: Path) -> bool:
+        """Whether `path` names a file of this store's own, there yet or not: a state file, one set aside, or a
+        lock. Anything else written there is left alone by the store, and one of these overwritten loses a tune."""
+        name = path.name
+        return path.expanduser().resolve().parent == self.path.resolve() and (
+            name.endswith((STATE_SUFFIX, LOCK_SUFFIX))
+            or f"{STATE_SUFFIX}.corrupt-" in name
+            or f"{STATE_SUFFIX}.superseded-" in name
+        )
+
     def remove_set_aside(self, path: Path) -> bool:
         """Delete one set-aside state file; False, deleting nothing, when its key is being tuned right now.
 

@@ -1687,6 +1687,13 @@ def test_report_csv_onto_a_state_file_it_reads_is_refused_and_the_tune_kept(tabl
     assert state_file.read_bytes() == before
 
 
+def test_report_csv_in_the_state_dir_under_a_name_no_state_file_takes_is_written(table_file, state_dir):
+    tune(table_file, state_dir)
+    out_csv = state_dir / "summary.fsm.csv"
+    invoke("report", "--state-dir", str(state_dir), "--csv", str(out_csv))
+    assert out_csv.read_text().startswith("file,")
+
+
 @pytest.mark.parametrize("args", [["graph", "--out", "-"], ["report", "--csv", "-"], ["bench", "--json", "-"]])
 def test_an_output_named_dash_is_refused_not_written_as_a_file_named_dash(args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
