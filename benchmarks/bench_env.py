@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.util
 import os
 import sys
 import tempfile
@@ -34,8 +35,12 @@ def scratch(script: str) -> Iterator[str]:
 
     `tempfile` and TMPDIR both point into it, so the state dirs, Triton and
     Inductor caches of this process and of the processes it starts (children,
-    compile workers) go there too, instead of piling up in /tmp.
+    compile workers) go there too, instead of piling up in /tmp. All but
+    multiprocessing's own (a fork server's socket), made first where it
+    would be anyway: multiprocessing removes it at exit, after this one is
+    gone, and fails with a traceback where this one was its parent.
     """
+    multiprocessing.util.get_temp_dir()
     with tempfile.TemporaryDirectory(prefix=f"{script}-", ignore_cleanup_errors=True) as root:
         before = tempfile.tempdir, os.environ.get("TMPDIR")
         tempfile.tempdir = os.environ["TMPDIR"] = root
