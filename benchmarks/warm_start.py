@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_env import scratch
+from bench_env import device_or_exit, scratch
 
 CHILD = r"""
 import os, sys, time
@@ -93,6 +93,8 @@ def main() -> None:
                         help="one more fresh process: its first call's N costliest functions under cProfile")
     opts = parser.parse_args()
     device = opts.device
+    if device == "cuda":
+        device_or_exit("warm_start.py --device cuda", interpreter=False)
     if device == "auto":
         import torch
 
