@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import filecmp
+import fnmatch
 import hashlib
 import logging
 import os
@@ -43,6 +44,8 @@ STATE_DIR_ENV = "FASTA_SM_STATE_DIR"
 LOCK_TIMEOUT_ENV = "FASTA_SM_LOCK_TIMEOUT"
 STATE_SUFFIX = ".fsm"
 LOCK_SUFFIX = ".lock"
+SET_ASIDE_PATTERNS = (f"*{STATE_SUFFIX}.corrupt-*", f"*{STATE_SUFFIX}.superseded-*")
+"""The names of states moved aside, quarantined or superseded (`quarantine`, `supersede`)."""
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 PEEK_BYTES = 64 * 1024
 """How much of a state file `read_kernel` reads first: its key and kernel, the leading fields, are far shorter."""
@@ -392,7 +395,7 @@ class StateStore:
         """Every state moved aside: quarantined (`.corrupt-*`, never read again) or superseded (`.superseded-*`,
         read when its key's tune starts over, for the results it carries). Each once, and none named as a state
         or lock file (`x.fsm.corrupt-1.fsm` is a state file, which `ls` lists and `clean` must leave alone)."""
-        aside = {*self.path.glob(f"*{STATE_SUFFIX}.corrupt-*"), *self.path.glob(f"*{STATE_SUFFIX}.superseded-*")}
+        aside = {path for pattern in SET_ASIDE_PATTERNS for path in self.path.glob(pattern)}
         return sorted(path for path in aside if not path.name.endswith((STATE_SUFFIX, LOCK_SUFFIX)))
 
     def names_own_file(self, path: Path) -> bool:
@@ -400,9 +403,7 @@ class StateStore:
         lock. Anything else written there is left alone by the store, and one of these overwritten loses a tune."""
         name = path.name
         return path.expanduser().resolve().parent == self.path.resolve() and (
-            name.endswith((STATE_SUFFIX, LOCK_SUFFIX))
-            or f"{STATE_SUFFIX}.corrupt-" in name
-            or f"{STATE_SUFFIX}.superseded-" in name
+            name.endswith((STATE_SUFFIX, LOCK_SUFFIX)) or any(fnmatch.fnmatchcase(name, p) for p in SET_ASIDE_PATTERNS)
         )
 
     def remove_set_aside(self, path: Path) -> bool:
