@@ -53,6 +53,9 @@ ROLLBACK = "fasta_sm_rollback"
 DEFAULT_CHUNK = 16
 DEFAULT_BENCHMARK_CHUNK = 4
 PREFETCH_MAX = 64
+MAX_TIMINGS = 1000
+"""The most timings one config may have: a policy that re-times without end is told, rather than run forever
+with its state file growing at every round."""
 """At most this many guesses (the lookahead's picks, then by prediction) are offered beyond the batch's own configs."""
 R1_GUESS_UNTIMED = 8
 """While R1 is timed, the first guided batch is guessed once at most this many of R1's configs are left to time."""
@@ -538,6 +541,9 @@ class Tune:
                 raise PolicyError(f"{name} proposed config #{index}, which failed: {state.failed[index]}")
             if decision.retime and index not in state.durations:
                 raise PolicyError(f"{name} asked to re-time config #{index}, which was never measured")
+            if decision.retime and len(state.durations[index]) >= MAX_TIMINGS:
+                raise PolicyError(f"{name} asked to re-time config #{index}, which has {len(state.durations[index])} "
+                                  f"timings already, the most a config may have ({MAX_TIMINGS}): a policy must stop")
             if not decision.retime and index in state.durations:
                 raise PolicyError(f"{name} proposed config #{index} again without asking to re-time it")
         _check_prediction(state, decision)

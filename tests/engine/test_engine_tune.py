@@ -18,6 +18,7 @@ from engine_harness import CountingBackend, write_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fasta_sm import machine
 from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.config import Config
 from fasta_sm.errors import BackendError, ConfigError, PolicyError, TableError, TuneFailed, add_note
@@ -1333,6 +1334,20 @@ def test_a_measured_config_proposed_again_without_a_retime_is_a_policy_error(tab
 def test_a_retime_of_a_config_never_measured_is_a_policy_error(table, backend, store, monkeypatch):
     one_guided_round(monkeypatch, Decision(batch=[6], reason="again", retime=True))
     with pytest.raises(PolicyError, match="asked to re-time config #6, which was never measured"):
+        run_tune(table, backend, store)
+
+
+def test_a_policy_that_re_times_without_end_is_a_policy_error_once_a_config_has_the_most_timings(
+    table, backend, store, monkeypatch
+):
+    from fasta_sm.policies.baseline import Exhaustive
+
+    monkeypatch.setattr(machine, "MAX_TIMINGS", 5)
+    monkeypatch.setattr(Exhaustive, "plan", lambda self, rng: Decision(batch=[1, 3], reason="two"))
+    monkeypatch.setattr(Exhaustive, "refine", lambda self, observed, rng: Decision(batch=[1], reason="once more",
+                                                                                   retime=True))
+    with pytest.raises(PolicyError, match=r"re-time config #1, which has 5 timings already, the most a config may "
+                                          r"have \(5\): a policy must stop"):
         run_tune(table, backend, store)
 
 
