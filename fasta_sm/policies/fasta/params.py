@@ -58,8 +58,9 @@ class FastaParams:
     spill_dominance: bool = True
     cap_quantile: float = 0.5
     # --- batch selection ---
-    rounds: int = 8
+    rounds: int = 12
     max_rounds: int = 12
+    greedy_picks: int = 1
     tau_min: float = 0.01
     tau_range: float = 0.05
     near_tol: float = 0.05
@@ -129,9 +130,9 @@ class FastaParams:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be at least 1")
         if self.hist_bins > HIST_BINS_MOST:  # each stop test allocates that many bins
             raise PolicyError(f"fasta: hist_bins={self.hist_bins!r} must be at most {HIST_BINS_MOST}")
-        for name in ("tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max", "cell_picks",
-                     "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution", "retime_rounds",
-                     "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
+        for name in ("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
+                     "cell_picks", "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution",
+                     "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
                      "margin_conv", "l1_conv"):
             if getattr(self, name) < 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must not be negative")
@@ -272,6 +273,8 @@ DESCRIPTIONS: dict[str, str] = {
     "cap_quantile": "fit log durations capped at this quantile of the measured ones (1: no cap)",
     "rounds": "the guided budget is split into this many batches",
     "max_rounds": "cap on guided rounds",
+    "greedy_picks": "per guided round, the model's best-scored candidates taken outright before the softmax "
+    "draws the rest of its picks (0: all drawn)",
     "tau_min": "softmax temperature floor (log-duration units)",
     "tau_range": "temperature added for a poor model with many near-optimal configs",
     "near_tol": "a config within this share of the best counts as near-optimal",
@@ -328,9 +331,9 @@ BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     **dict.fromkeys(("tau_min", "ridge_lambda", "near_tol", "retime_tol", "hist_span"), (0, False, None, False)),
     **dict.fromkeys(("r1_min", "min_budget", "rounds", "max_rounds", "near_full", "retime_min", "polish_centers",
                      "transpose_centers"), (1, True, None, False)),
-    **dict.fromkeys(("tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max", "cell_picks",
-                     "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_rounds", "r1_per_param",
-                     "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d", "margin_conv",
+    **dict.fromkeys(("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
+                     "cell_picks", "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_rounds",
+                     "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d", "margin_conv",
                      "l1_conv"), (0, True, None, False)),
     "challenger_handicap": (None, False, None, False),
 }

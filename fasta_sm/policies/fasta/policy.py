@@ -39,6 +39,7 @@ from .feasibility import (
 from .features import extract_features
 from .params import LARGEST, FastaParams, check_expert_configs, environment_overrides, resolve_params
 from .sampling import (
+    best_then_softmax,
     cell_retry_picks,
     marginal_scores,
     one_step_neighbours,
@@ -380,7 +381,9 @@ class FastaPolicy:
             n_vote = min(n_vote, max(0, batch_size - cell_picks.size - 1))
         pool = _without(candidates, cell_picks, durations.size)
         n_model = max(0, batch_size - n_vote - cell_picks.size)
-        picks = np.concatenate([cell_picks, pool[softmax_pick(model_scores[pool], tau, n_model, rng)]]).astype(np.int64)
+        drawn = pool[best_then_softmax(model_scores[pool], tau, n_model, params.greedy_picks, rng)]
+        outright = drawn[: min(params.greedy_picks, drawn.size)]
+        picks = np.concatenate([cell_picks, drawn]).astype(np.int64)
         if n_vote > 0:
             rest = _without(candidates, picks, durations.size)
             vote = marginal_scores(self._space.levels, rows, target) - best_log
@@ -395,10 +398,11 @@ class FastaPolicy:
         cells = ""
         if cell_picks.size:
             cells = f", {cell_picks.size} to tile cells ({', '.join(f'#{i}' for i in cell_picks)})"
+        best = f", best predicted {', '.join(f'#{i}' for i in outright)}" if outright.size else ""
         return self._issue(
             sorted(int(i) for i in picks),
             f"fasta R2_{self._r2_rounds}: {picks.size} config{'s' if picks.size != 1 else ''}, basis {fit.basis} "
-            f"(LOO rho {fit.loo_rho:.2f}{note}), tau {tau:.3f}{cells}",
+            f"(LOO rho {fit.loo_rho:.2f}{note}){best}, tau {tau:.3f}{cells}",
             predicted_us=np.exp(predicted),
         )
 
@@ -760,6 +764,7 @@ class FastaPolicy:
         stored.setdefault("failure_fit", True)  # written when the ridge fit of failures was always on
         stored.setdefault("peak_share", 0.0)  # written before a peaked R1 could raise the budget
         stored.setdefault("spill_dominance", False)  # written before spills ruled out larger tiles
+        stored.setdefault("greedy_picks", 0)  # written when every model pick was drawn
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
             if name in stored:

@@ -61,6 +61,22 @@ def softmax_pick(scores: np.ndarray, tau: float, count: int, rng: np.random.Gene
     return top[np.argsort(-keys[top], kind="stable")]
 
 
+def best_then_softmax(
+    scores: np.ndarray, tau: float, count: int, best: int, rng: np.random.Generator
+) -> np.ndarray:
+    """`count` positions: the `best` lowest scores outright, then the rest drawn by `softmax_pick` from the others.
+
+    The draw explores; with the batches of two that small spaces get, it can
+    pass over the model's first choice round after round until the budget is
+    spent (docs/algorithm.md, Batch selection). Ties go to the earlier position.
+    """
+    count = min(count, scores.size)
+    best = min(best, count)
+    top = np.argsort(scores, kind="stable")[:best]
+    rest = np.delete(np.arange(scores.size), top)
+    return np.concatenate([top, rest[softmax_pick(scores[rest], tau, count - best, rng)]]).astype(np.int64)
+
+
 def marginal_scores(levels: np.ndarray, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
     """An additive vote: the overall mean plus each column's effect at each config's level.
 
