@@ -132,8 +132,8 @@ class FastaParams:
             raise PolicyError(f"fasta: hist_bins={self.hist_bins!r} must be at most {HIST_BINS_MOST}")
         for name in ("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
                      "cell_picks", "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution",
-                     "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
-                     "margin_conv", "l1_conv"):
+                     "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np",
+                     "marginal_d", "margin_conv", "l1_conv"):
             if getattr(self, name) < 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must not be negative")
         if not 0.0 <= self.retime_cost <= 1.0:
@@ -333,8 +333,8 @@ BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
                      "transpose_centers"), (1, True, None, False)),
     **dict.fromkeys(("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
                      "cell_picks", "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_rounds",
-                     "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d", "margin_conv",
-                     "l1_conv"), (0, True, None, False)),
+                     "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
+                     "margin_conv", "l1_conv"), (0, True, None, False)),
     "challenger_handicap": (None, False, None, False),
 }
 """The numbers each numeric knob takes besides the magnitude cap `LARGEST`: (least, least included, most, most
