@@ -53,10 +53,10 @@ ROLLBACK = "fasta_sm_rollback"
 DEFAULT_CHUNK = 16
 DEFAULT_BENCHMARK_CHUNK = 4
 PREFETCH_MAX = 64
+"""At most this many guesses (the lookahead's picks, then by prediction) are offered beyond the batch's own configs."""
 MAX_TIMINGS = 1000
 """The most timings one config may have: a policy that re-times without end is told, rather than run forever
 with its state file growing at every round."""
-"""At most this many guesses (the lookahead's picks, then by prediction) are offered beyond the batch's own configs."""
 R1_GUESS_UNTIMED = 8
 """While R1 is timed, the first guided batch is guessed once at most this many of R1's configs are left to time."""
 

@@ -1360,6 +1360,23 @@ def test_a_policy_that_re_times_without_end_is_a_policy_error_once_a_config_has_
         run_tune(table, backend, store)
 
 
+def test_each_engine_constant_is_followed_by_its_own_docstring():
+    """A constant put between another and its docstring leaves two strings in a row: the second then describes
+    nothing (help() and the docs tools give it to no name) and the first names the wrong constant."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(machine)).body
+    strays = [second.lineno for first, second in zip(body, body[1:])
+              if all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                     for n in (first, second))]
+    assert strays == []
+    documented = {first.targets[0].id: second.value.value for first, second in zip(body, body[1:])
+                  if isinstance(first, ast.Assign) and isinstance(first.targets[0], ast.Name)
+                  and isinstance(second, ast.Expr) and isinstance(second.value, ast.Constant)}
+    assert "timings" in documented["MAX_TIMINGS"] and "guesses" in documented["PREFETCH_MAX"]
+
+
 @pytest.mark.parametrize("index", [6.7, True, np.bool_(True), "6"])
 def test_a_guided_index_that_is_no_whole_number_is_a_policy_error_naming_it(index, table, backend, store, monkeypatch):
     one_guided_round(monkeypatch, Decision(batch=[index], reason="one more"))
