@@ -987,6 +987,13 @@ def test_best_then_softmax_takes_no_more_than_it_is_asked_for():
     assert best_then_softmax(scores, 0.01, 0, 1, np.random.default_rng(0)).size == 0
 
 
+@pytest.mark.parametrize(("count", "best", "expected"), [(-1, 1, []), (2, -1, [1, 2]), (-2, -2, [])])
+def test_best_then_softmax_takes_a_count_or_best_below_zero_as_none(count, best, expected):
+    """As `softmax_pick` does: `[:-1]` would keep all but the last position, a batch larger than asked for."""
+    picks = best_then_softmax(np.array([2.0, 0.0, 1.0]), 0.01, count, best, np.random.default_rng(0))
+    assert picks.tolist() == expected
+
+
 def test_each_guided_round_measures_the_untried_config_its_model_predicts_fastest():
     measured: set[int] = set()
     named = 0

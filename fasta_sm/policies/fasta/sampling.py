@@ -69,9 +69,10 @@ def best_then_softmax(
     The draw explores; with the batches of two that small spaces get, it can
     pass over the model's first choice round after round until the budget is
     spent (docs/algorithm.md, Batch selection). Ties go to the earlier position.
+    A count or best below zero is none, as in `softmax_pick`: as a slice end it would count from the end.
     """
-    count = min(count, scores.size)
-    best = min(best, count)
+    count = max(0, min(count, scores.size))
+    best = max(0, min(best, count))
     top = np.argsort(scores, kind="stable")[:best]
     rest = np.delete(np.arange(scores.size), top)
     return np.concatenate([top, rest[softmax_pick(scores[rest], tau, count - best, rng)]]).astype(np.int64)
