@@ -53,10 +53,10 @@ def hits(path: Path, seeds: range, guesses: int) -> dict[str, list[int]]:
                     if left in R1_LEFT and ("R1", left) not in guessed:
                         guessed["R1", left] = likely_next(state, tune.policy, tune._rng)[:guesses]
                 if state.phase == "R2" and not state.retime and state.step == "compile" and state.round not in guessed:
-                    tried = _untried(state)
+                    untried = _untried(state)
                     order = np.argsort(np.asarray(state.predicted_us), kind="stable")
                     guessed[state.round] = likely_next(state, tune.policy, tune._rng)[:guesses]
-                    guessed[("ranking", state.round)] = [int(i) for i in order if int(i) in tried][:guesses]
+                    guessed[("ranking", state.round)] = [int(i) for i in order if int(i) in untried][:guesses]
                 tune.advance()
         finally:
             tune.close()
