@@ -1018,6 +1018,18 @@ def test_a_state_written_before_the_greedy_pick_resumes_drawing_every_pick():
     assert resumed_from_before("greedy_picks", BOWL.configs).params.greedy_picks == 0
 
 
+@pytest.mark.parametrize("count", [0, 1, 3, 6, 9])
+def test_with_no_greedy_picks_the_draw_and_the_rng_are_the_softmax_picks_before_it(count):
+    """A state written before the greedy pick resumes with none: its guided rounds must pick, and leave the RNG
+    for the vote and the rounds after, exactly as the plain `softmax_pick` they were checkpointed under."""
+    scores = np.random.default_rng(1).normal(size=6)
+    for seed in range(20):
+        mine, before = np.random.default_rng(seed), np.random.default_rng(seed)
+        picks = best_then_softmax(scores, 0.05, count, 0, mine)
+        assert picks.tolist() == softmax_pick(scores, 0.05, count, before).tolist()
+        assert mine.bit_generator.state == before.bit_generator.state
+
+
 def two_knob_table():
     rows = [{"kwargs": {"BLOCK_X": 2 ** a, "BLOCK_Y": 2 ** b}, "num_warps": 4, "num_stages": 2, "compile_s": 1.0,
              "duration_us": [100.0 + (a - 3) ** 2 + (b - 4) ** 2] * 2, "error": None}
