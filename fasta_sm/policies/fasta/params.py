@@ -59,7 +59,7 @@ class FastaParams:
     cap_quantile: float = 0.5
     # --- batch selection ---
     rounds: int = 12
-    max_rounds: int = 12
+    max_rounds: int = 16
     greedy_picks: int = 1
     tau_min: float = 0.01
     tau_range: float = 0.05

@@ -382,7 +382,7 @@ class FastaPolicy:
         pool = _without(candidates, cell_picks, durations.size)
         n_model = max(0, batch_size - n_vote - cell_picks.size)
         drawn = pool[best_then_softmax(model_scores[pool], tau, n_model, params.greedy_picks, rng)]
-        outright = drawn[: min(params.greedy_picks, drawn.size)]
+        outright = drawn[: params.greedy_picks]
         picks = np.concatenate([cell_picks, drawn]).astype(np.int64)
         if n_vote > 0:
             rest = _without(candidates, picks, durations.size)
@@ -398,7 +398,7 @@ class FastaPolicy:
         cells = ""
         if cell_picks.size:
             cells = f", {cell_picks.size} to tile cells ({', '.join(f'#{i}' for i in cell_picks)})"
-        best = f", best predicted {', '.join(f'#{i}' for i in outright)}" if outright.size else ""
+        best = f", first choice {', '.join(f'#{i}' for i in outright)}" if outright.size else ""
         return self._issue(
             sorted(int(i) for i in picks),
             f"fasta R2_{self._r2_rounds}: {picks.size} config{'s' if picks.size != 1 else ''}, basis {fit.basis} "
