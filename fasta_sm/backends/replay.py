@@ -17,7 +17,7 @@ import logging
 import math
 import sys
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,30 +208,25 @@ def _repeat_in(value: Any, documented: Iterable[str] | None = None) -> str | Non
     """The first key written twice in `value`: among its own keys in `documented`, or anywhere in it if None."""
     if documented is not None:
         return next((k for k in getattr(value, "repeated", ()) if k in documented), None)
-    stack = [value]
-    while stack:  # iterative: a shape as deep as the parser takes is no RecursionError here
-        item = stack.pop()
-        if isinstance(item, dict):
-            if getattr(item, "repeated", ()):
-                return str(item.repeated[0])
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
+    return next((str(item.repeated[0]) for item in _nested(value) if getattr(item, "repeated", ())), None)
 
 
 def _literal_in(value: Any) -> _Literal | None:
     """A `NaN` or `Infinity` literal anywhere in `value`, if it holds one."""
+    return next((item for item in _nested(value) if isinstance(item, _Literal)), None)
+
+
+def _nested(value: Any) -> Iterator[Any]:
+    """`value` and every object, array and scalar inside it, iteratively: a shape as deep as the parser takes is
+    no RecursionError here."""
     stack = [value]
-    while stack:  # iterative, as `_repeat_in`
+    while stack:
         item = stack.pop()
-        if isinstance(item, _Literal):
-            return item
+        yield item
         if isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    return None
 
 
 def _refuse_repeats(where: str, key: str | None) -> None:
