@@ -313,3 +313,68 @@ def test_a_polish_decision_names_the_rule_that_picked_it():
     assert f"config #{second}'s transposed tile" in reason
     reason = _polish(configs, square_best, polish_scale_up=False, polish_transpose=False).reason
     assert "a one-level step from a fastest config" in reason
+
+
+def _after_a_polish_pick(configs, pick_us, **params):
+    """64 x 64 ran (the best: 64 x 64 x 64, 4 warps, 4 µs), then the polish tried 128 x 64 x 64, 8 warps, 3 stages."""
+    policy = FastaPolicy(configs, **params)
+    durations = np.full(len(configs), np.nan)
+    for i, c in enumerate(configs):
+        if c.kwargs["BLOCK_M"] == c.kwargs["BLOCK_N"] == 64:
+            durations[i] = 6.0
+    best = _index(configs, 64, 64, 64, 4, 2)
+    durations[best] = 4.0
+    first = _index(configs, 128, 64, 64, 8, 3)
+    durations[first] = pick_us
+    policy._history.append({"polish": first, "basis": "rbf", "rule": "config's tile scaled up with its warps"})
+    return policy, durations, best, first
+
+
+def test_a_scaled_up_tile_that_failed_sends_the_next_pick_to_the_other_direction():
+    configs, _ = _space(stages=(2, 3))
+    n = len(configs)
+    scores = np.array([0.0 if c.kwargs["BLOCK_M"] == 128 and c.kwargs["BLOCK_N"] == 64 else 1.0 for c in configs])
+    other_direction = _index(configs, 64, 128, 64, 8, 3)
+    alone = {"scale_up_skip_failed": False}  # which would also skip the failed pick's stage twin
+    for pick_us in (np.inf, 5.0):  # failed, or ran slower than the best
+        policy, durations, best, _ = _after_a_polish_pick(configs, pick_us, **alone)
+        candidates = np.flatnonzero(np.isnan(durations))
+        rule, picks = policy._polish_first(durations, candidates, np.array([best]), scores, np.zeros(n))
+        assert "scaled up" in rule and picks.tolist() == [other_direction]
+        policy, durations, best, _ = _after_a_polish_pick(configs, pick_us, polish_new_cells=False, **alone)
+        _, picks = policy._polish_first(durations, candidates, np.array([best]), scores, np.zeros(n))
+        assert set(picks.tolist()) == {_index(configs, 128, 64, 64, 8, 2), other_direction}  # its cell again
+
+
+def test_a_polish_pick_that_became_the_best_leaves_its_cell_open():
+    configs, _ = _space(stages=(2, 3))
+    same_cell = _index(configs, 128, 64, 32, 8, 3)
+    policy, durations, _, _ = _after_a_polish_pick(configs, 3.0)
+    candidates = np.flatnonzero(np.isnan(durations))
+    assert same_cell in policy._outside_polished_cells(durations, candidates)
+    policy, durations, _, _ = _after_a_polish_pick(configs, 5.0)
+    assert same_cell not in policy._outside_polished_cells(durations, candidates)
+
+
+def test_a_state_from_before_the_fresh_polish_cells_resumes_without_them():
+    configs, _ = _space()
+    assert resumed_from_before("polish_new_cells", configs).params.polish_new_cells is False
+
+
+def test_a_scaled_up_tile_is_not_taken_below_a_failure_at_more_stages():
+    configs, _ = _space(stages=(2, 3))
+    n = len(configs)
+    scores = np.array([0.0 if c.kwargs["BLOCK_M"] == 128 and c.kwargs["BLOCK_N"] == 64 else 1.0 for c in configs])
+    other_direction = _index(configs, 64, 128, 64, 8, 3)
+    below = _index(configs, 128, 64, 64, 8, 2)
+    for skip, expected in ((True, {other_direction}), (False, {below, other_direction})):
+        policy, durations, best, _ = _after_a_polish_pick(configs, np.inf, scale_up_skip_failed=skip)
+        policy._history.clear()  # the failure came from a guided round, not the polish
+        candidates = np.flatnonzero(np.isnan(durations))
+        rule, picks = policy._polish_first(durations, candidates, np.array([best]), scores, np.zeros(n))
+        assert "scaled up" in rule and set(picks.tolist()) == expected
+
+
+def test_a_state_from_before_the_failure_check_resumes_without_it():
+    configs, _ = _space()
+    assert resumed_from_before("scale_up_skip_failed", configs).params.scale_up_skip_failed is False

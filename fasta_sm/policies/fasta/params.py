@@ -80,6 +80,8 @@ class FastaParams:
     polish_scale_up: bool = True
     polish_transpose: bool = True
     transpose_centers: int = 2
+    polish_new_cells: bool = True
+    scale_up_skip_failed: bool = True
     # --- stopping ---
     min_rounds: int = 3
     margin_conv: float = 0.05
@@ -296,6 +298,9 @@ DESCRIPTIONS: dict[str, str] = {
     "polish_transpose": "each polish pick after any spill twin is, while one is left, a fast config with BLOCK_M "
     "and BLOCK_N swapped",
     "transpose_centers": "that config is the first of this many fastest whose transposed tile is untried and runs",
+    "polish_new_cells": "a spill twin or scaled-up tile is not taken in a tile cell (BLOCK_M, BLOCK_N, "
+    "num_warps) where an earlier polish pick failed or ran slower than the best",
+    "scale_up_skip_failed": "a scaled-up tile is not taken where the same config at more stages failed",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",
     "margin_conv": "margin test: untried configs must all be bounded this much slower",
     "trust_rho": "margin test: LOO Spearman the model needs to be believed",

@@ -452,7 +452,10 @@ class FastaPolicy:
         prediction and failure penalty) is measured; a cell whose tile spilled
         at fewer warps (`spill_twin_picks`) goes first, since the model reads
         the spill as a slow tile, then the best's tile scaled up with its warps
-        (`scaled_up_tiles`), then the transposed tile (`transposed_tile`, two
+        (`scaled_up_tiles`; not below a failure at more stages,
+        `scale_up_skip_failed`), both outside the cells where an earlier
+        polish pick failed or ran slow (`polish_new_cells`), then the
+        transposed tile (`transposed_tile`, two
         columns away) of the first of the `transpose_centers` fastest configs
         that has one untried. The model is the basis
         that won the last guided round, refitted on everything measured (one
@@ -503,14 +506,18 @@ class FastaPolicy:
     ) -> tuple[str, np.ndarray]:
         """The polish picks that go before the local steps, and the rule that named them (see `_polish_round`)."""
         params = self.params
-        twins = self._spill_twins(durations, candidates, scores, p_fail)
+        fresh = self._outside_polished_cells(durations, candidates)
+        twins = self._spill_twins(durations, fresh, scores, p_fail)
         if twins.size:
             return "a spilled tile at more warps", twins
         runs = candidates[1.0 - p_fail[candidates] >= params.cell_min_run]
         if params.polish_scale_up and self._tile_pair is not None and self._warps is not None:
             larger = scaled_up_tiles(
-                self._space.levels, int(order[0]), runs, *self._tile_pair, self._warps, self._twin_stages
+                self._space.levels, int(order[0]), np.intersect1d(runs, fresh), *self._tile_pair, self._warps,
+                self._twin_stages,
             )
+            if params.scale_up_skip_failed:
+                larger = self._not_below_a_failure(larger, durations)
             if larger.size:
                 return f"config #{int(order[0])}'s tile scaled up with its warps", larger
         if params.polish_transpose and self._tile_pair is not None:
@@ -519,6 +526,55 @@ class FastaPolicy:
                 if swapped.size:
                     return f"config #{int(center)}'s transposed tile", swapped
         return "", np.zeros(0, dtype=np.int64)
+
+    def _not_below_a_failure(self, picks: np.ndarray, durations: np.ndarray) -> np.ndarray:
+        """`picks` less those whose same config at more stages was tried and failed (`scale_up_skip_failed`).
+
+        A scaled-up tile is worth a polish pick because doubling a side and
+        the warps keeps the work per thread, at the deepest pipeline that
+        runs. When its deepest pipeline was tried and ran out of resources,
+        the tile sits at the limit and the next stage count down is a poorer
+        bet than the other direction (on attention_fwd_bf16_d128, 128 x 128
+        at 8 warps failed at 4 stages and the polish took it at 3, +7.1 %,
+        not 256 x 64 at 4 stages, the best). Without a stages column, or
+        with no failure, `picks` is returned whole.
+        """
+        stages = self._space.names.index("num_stages") if "num_stages" in self._space.names else None
+        failed = np.flatnonzero(np.isinf(durations))
+        if stages is None or failed.size == 0 or picks.size == 0:
+            return picks
+        levels = self._space.levels
+        others = [j for j in range(levels.shape[1]) if j != stages]
+        same = np.all(levels[picks][:, None, others] == levels[failed][None, :, others], axis=2)
+        deeper = levels[failed, stages][None, :] > levels[picks, stages][:, None]
+        return picks[~np.any(same & deeper, axis=1)]
+
+    def _outside_polished_cells(self, durations: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """`candidates` less those in a tile cell where an earlier polish pick failed or ran slower than the best.
+
+        With `polish_new_cells`; the spill twins and scaled-up tiles are
+        taken from what is left. The cell is the joint level of BLOCK_M,
+        BLOCK_N and the warps. A twin or scaled-up tile is taken at the
+        deepest stages that run; when that one fails or is slower than the
+        best, the same rule would name the next stage count of the same cell
+        and spend the last pick there, while the other direction of the
+        scaled-up tile (or the next twin) is never tried (on
+        attention_fwd_bf16_d128, 128 x 128 at 8 warps twice, never
+        256 x 64). A polish pick that became the best leaves its cell open,
+        and the transposed tile, one exact config, is not held back.
+        """
+        if not self.params.polish_new_cells or self._tile_pair is None or self._warps is None:
+            return candidates
+        best = durations[np.isfinite(durations)].min()
+        polished = [
+            int(h["polish"]) for h in self._history if "polish" in h and not durations[int(h["polish"])] <= best
+        ]
+        if not polished or candidates.size == 0:
+            return candidates
+        columns = [*self._tile_pair, self._warps]
+        cell = self._space.levels[:, columns]
+        taken = np.any(np.all(cell[candidates][:, None, :] == cell[polished][None, :, :], axis=2), axis=1)
+        return candidates[~taken]
 
     def _spill_twins(
         self, durations: np.ndarray, candidates: np.ndarray, scores: np.ndarray, p_fail: np.ndarray
@@ -760,6 +816,8 @@ class FastaPolicy:
         stored.setdefault("polish_transpose", False)  # written before the transposed-tile polish pick
         stored.setdefault("transpose_centers", 1)  # written when only the best's tile was transposed
         stored.setdefault("polish_scale_up", False)  # written before the scaled-up tile polish pick
+        stored.setdefault("polish_new_cells", False)  # written when a polish rule could go back to its cell
+        stored.setdefault("scale_up_skip_failed", False)  # written when a scaled-up tile could sit below a failure
         stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
         stored.setdefault("failure_fit", True)  # written when the ridge fit of failures was always on
         stored.setdefault("peak_share", 0.0)  # written before a peaked R1 could raise the budget
