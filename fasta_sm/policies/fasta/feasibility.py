@@ -65,6 +65,20 @@ def resource_pressure(names: tuple[str, ...], levels: np.ndarray) -> np.ndarray 
     return stacked.astype(np.int16 if stacked.size and np.abs(stacked).max() <= np.iinfo(np.int16).max else np.int64)
 
 
+def register_pressure(names: tuple[str, ...], levels: np.ndarray) -> np.ndarray | None:
+    """`resource_pressure` without the stage column: what registers per thread grow with.
+
+    Registers per thread grow with the tile kwargs (the accumulator, and
+    the operand fragments with `BLOCK_K`) and fall with the warps; the
+    pipeline's stages hold their buffers in shared memory. So a register
+    spill implies one at fewer stages as well as at more: on the recorded
+    GELU and fp16 matmuls every stage count of a spilled tile spills.
+    None as `resource_pressure` is.
+    """
+    keep = [j for j, name in enumerate(names) if name != "num_stages"]
+    return resource_pressure(tuple(names[j] for j in keep), levels[:, keep])
+
+
 def resource_dominance(pressure: np.ndarray, durations: np.ndarray, p_fail: np.ndarray) -> np.ndarray:
     """`p_fail` raised to 1 for every config under at least the pressure of one that failed, in every column.
 
@@ -88,7 +102,8 @@ def spill_dominance(
     tile `area` and a tile per warp (`load`, the area over the warps) at
     least the best's, is read as a register spill (as the spill twins read
     it): it holds more registers per thread than the best does. A config at
-    least as large in every kwarg and the stages, with no more warps, holds
+    least as large in every column of `pressure` (every kwarg, with no more
+    warps; and the stages, unless `pressure` is `register_pressure`) holds
     at least as many and spills too. On the recorded GELU matmul such
     configs run 5 to 27 times slower than the best and take up to 25 times
     the median compile, so each one a tune picks costs more than a good

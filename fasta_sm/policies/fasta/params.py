@@ -56,6 +56,7 @@ class FastaParams:
     failure_fit: bool = False
     failure_dominance: bool = True
     spill_dominance: bool = True
+    spill_all_stages: bool = True
     cap_quantile: float = 0.5
     # --- batch selection ---
     rounds: int = 12
@@ -268,10 +269,13 @@ DESCRIPTIONS: dict[str, str] = {
     "failure_dominance": "a config with every kwarg and the stages at least, and warps at most, those of a "
     "failed one is taken to fail; so is one that an out-of-shared-memory failure's figures bound past the limit "
     "(Feasibility)",
-    "spill_dominance": "a config with every kwarg and the stages at least, and warps at most, those of one that "
+    "spill_dominance": "a config with every kwarg (and the stages, unless `spill_all_stages`) at least, and warps "
+    "at most, those of one that "
     "ran `cell_spill` times slower than the best with at least its tile area and tile per warp is taken to spill "
     "too, and is picked no more than a failure (Feasibility; off without a tile kwarg among `cell_columns` or "
     "without tile cells)",
+    "spill_all_stages": "`spill_dominance` ignores the stages: a spill also rules out its tile and the larger "
+    "ones at fewer stages (registers, not shared memory, spill; False: only at as many stages or more)",
     "cap_quantile": "fit log durations capped at this quantile of the measured ones (1: no cap)",
     "rounds": "the guided budget is split into this many batches",
     "max_rounds": "cap on guided rounds",

@@ -30,6 +30,7 @@ from .contract import check_observations
 from .feasibility import (
     failure_chance,
     overshoot_bound,
+    register_pressure,
     resource_dominance,
     resource_pressure,
     run_penalty,
@@ -184,6 +185,10 @@ class FastaPolicy:
         if self._cell_area is not None and any(name.startswith("kwargs.") for name in in_cell & set(self._space.names)):
             warps = self._space.raw[:, self._warps] if self._warps is not None else 1.0
             self._tile_load = self._cell_area / warps
+        self._spill_pressure = self._pressure
+        if params.spill_all_stages and self._pressure is not None:
+            registers = register_pressure(self._space.names, self._space.levels)
+            self._spill_pressure = self._pressure if registers is None else registers
         self._tile_pair = None
         if {"kwargs.BLOCK_M", "kwargs.BLOCK_N"} <= set(self._space.names):
             self._tile_pair = (self._space.names.index("kwargs.BLOCK_M"), self._space.names.index("kwargs.BLOCK_N"))
@@ -612,9 +617,9 @@ class FastaPolicy:
             p_fail = failure_chance(self._feasibility_design, tried, failed, self.params.ridge_lambda)
         if self._pressure is not None and self.params.failure_dominance:
             p_fail = resource_dominance(self._pressure, durations, p_fail)
-        if self._pressure is not None and self._tile_load is not None and self.params.spill_dominance:
+        if self._spill_pressure is not None and self._tile_load is not None and self.params.spill_dominance:
             p_fail = spill_dominance(
-                self._pressure, self._cell_area, self._tile_load, durations, self.params.cell_spill, p_fail
+                self._spill_pressure, self._cell_area, self._tile_load, durations, self.params.cell_spill, p_fail
             )
         if self.params.failure_dominance:
             overshoot = shared_memory_overshoot(failures, durations.size)
@@ -822,6 +827,7 @@ class FastaPolicy:
         stored.setdefault("failure_fit", True)  # written when the ridge fit of failures was always on
         stored.setdefault("peak_share", 0.0)  # written before a peaked R1 could raise the budget
         stored.setdefault("spill_dominance", False)  # written before spills ruled out larger tiles
+        stored.setdefault("spill_all_stages", False)  # written when a spill ruled out only deeper pipelines
         stored.setdefault("greedy_picks", 0)  # written when every model pick was drawn
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
