@@ -116,3 +116,33 @@ def resumed_from_before(knob: str, configs: list) -> Any:
     resumed = FastaPolicy(configs)
     resumed.load_state_dict(state)
     return resumed
+
+
+def proposed_over_a_spill(table: ReplayTable, params: dict, seed: int, pressure: np.ndarray) -> list[int]:
+    """Configs a FastaPolicy tune of `table` proposed under at least the `pressure` of a spill it had measured.
+
+    A spill, as spill dominance reads one: a config that ran 3x the best so far or slower with at least the
+    best's tile area (BLOCK_M x BLOCK_N) and tile per warp.
+    """
+    from fasta_sm.policies.fasta.features import extract_features
+    from fasta_sm.policies.fasta.policy import FastaPolicy
+
+    policy = FastaPolicy(table.configs, **params)
+    space = extract_features(table.configs)
+    area = space.raw[:, space.names.index("kwargs.BLOCK_M")] * space.raw[:, space.names.index("kwargs.BLOCK_N")]
+    load = area / space.raw[:, space.names.index("num_warps")]
+    rng = np.random.default_rng(seed)
+    sim = Simulator(table, seed)
+    found = []
+    decision = policy.plan(rng)
+    while len(decision.batch):
+        if not decision.retime:
+            ran = np.flatnonzero(np.isfinite(sim.durations))
+            if ran.size:
+                best = ran[np.argmin(sim.durations[ran])]
+                larger = (area[ran] >= area[best]) & (load[ran] >= load[best])
+                slow = ran[(sim.durations[ran] >= 3.0 * sim.durations[best]) & larger]
+                found += [i for i in decision.batch if any(np.all(pressure[i] >= pressure[s]) for s in slow)]
+        sim.measure(decision)
+        decision = policy.refine(sim.observed(), rng)
+    return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from driving import Simulator, resumed_from_before
+from driving import proposed_over_a_spill, resumed_from_before
 
 from fasta_sm.backends.replay import load_table
 from fasta_sm.config import Config
@@ -76,26 +76,8 @@ def test_a_tile_less_than_spill_times_slower_implies_nothing():
 
 def _proposed_over_a_spill(params: dict, seed: int) -> list[int]:
     """Configs a tune of the GELU matmul proposed at least as large as a spill it had measured (recorded means)."""
-    policy = FastaPolicy(GELU.configs, **params)
     space = extract_features(GELU.configs)
-    pressure = resource_pressure(space.names, space.levels)
-    area = space.raw[:, space.names.index("kwargs.BLOCK_M")] * space.raw[:, space.names.index("kwargs.BLOCK_N")]
-    load = area / space.raw[:, space.names.index("num_warps")]
-    rng = np.random.default_rng(seed)
-    sim = Simulator(GELU, seed)
-    found = []
-    decision = policy.plan(rng)
-    while len(decision.batch):
-        if not decision.retime:
-            ran = np.flatnonzero(np.isfinite(sim.durations))
-            if ran.size:
-                best = ran[np.argmin(sim.durations[ran])]
-                larger = (area[ran] >= area[best]) & (load[ran] >= load[best])
-                slow = ran[(sim.durations[ran] >= 3.0 * sim.durations[best]) & larger]
-                found += [i for i in decision.batch if any(np.all(pressure[i] >= pressure[s]) for s in slow)]
-        sim.measure(decision)
-        decision = policy.refine(sim.observed(), rng)
-    return found
+    return proposed_over_a_spill(GELU, params, seed, resource_pressure(space.names, space.levels))
 
 
 @pytest.mark.parametrize("seed", range(4))
