@@ -1336,3 +1336,40 @@ def test_more_histogram_bins_than_a_stop_test_should_allocate_are_refused():
 def test_no_share_of_the_budget_for_guided_rounds_is_refused():
     with pytest.raises(PolicyError, match=r"guided_share=0 must be in \(0, 1\)"):
         FastaPolicy(six_knob_space(), guided_share=0)
+
+
+def _wild_policy(best_timings, **params):
+    """Config 0 the best with `best_timings`; configs 1 and 2 re-timed steadily (0.5 % apart)."""
+    policy = FastaPolicy(MATMUL.configs, **params)
+    policy._timings = {"0": list(best_timings), "1": [100.0, 101.0], "2": [200.0, 201.0]}
+    return policy
+
+
+def test_a_best_whose_own_timings_scatter_far_more_than_the_others_is_wild():
+    assert _wild_policy([90.0, 110.0, 100.0])._wild_best(0)
+    assert not _wild_policy([100.0, 100.5, 100.2])._wild_best(0)
+    assert not _wild_policy([90.0, 110.0])._wild_best(0)  # two timings tell too little
+    assert not _wild_policy([90.0, 110.0, 100.0], retime_wild=0.0)._wild_best(0)
+
+
+def _affordable(best_timings, **params):
+    """Re-timing started at 100 s and has cost 10 timings of 1 s: at `retime_cost` 0.1, 3 more are past the cap."""
+    policy = _wild_policy(best_timings, retime_cost=0.1, **params)
+    policy._retime_start_s, policy._retime_timings = 100.0, 10
+    return policy._retime_affordable(110.0, [0, 1, 2])
+
+
+def test_a_wild_best_may_be_retimed_past_the_cost_cap_up_to_its_own():
+    assert not _affordable([100.0, 100.5, 100.2])
+    assert _affordable([90.0, 110.0, 100.0])
+    assert not _affordable([90.0, 110.0, 100.0], retime_wild=0.0)
+    assert not _affordable([90.0, 110.0, 100.0], retime_wild_cap=1.2)
+
+
+def test_a_state_from_before_the_wild_best_resumes_with_the_one_cap():
+    assert resumed_from_before("retime_wild", MATMUL.configs).params.retime_wild == 0.0
+
+
+def test_a_wild_cap_below_one_is_an_error():
+    with pytest.raises(PolicyError, match="retime_wild_cap"):
+        FastaPolicy(MATMUL.configs, retime_wild_cap=0.5)

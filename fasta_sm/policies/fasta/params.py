@@ -100,6 +100,8 @@ class FastaParams:
     retime_z: float = 2.5
     retime_resolution: float = 0.01
     retime_rank: str = "lower"
+    retime_wild: float = 2.0
+    retime_wild_cap: float = 2.0
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
     expert_configs: tuple[int, ...] = ()
@@ -136,7 +138,7 @@ class FastaParams:
         for name in ("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
                      "cell_picks", "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution",
                      "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np",
-                     "marginal_d", "margin_conv", "l1_conv"):
+                     "marginal_d", "margin_conv", "l1_conv", "retime_wild"):
             if getattr(self, name) < 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must not be negative")
         if not 0.0 <= self.retime_cost <= 1.0:
@@ -145,6 +147,8 @@ class FastaParams:
             raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
         if 0.0 < self.cell_spill <= 1.0:
             raise PolicyError(f"fasta: cell_spill={self.cell_spill!r} must be 0 (off) or a factor above 1")
+        if self.retime_wild_cap < 1.0:
+            raise PolicyError(f"fasta: retime_wild_cap={self.retime_wild_cap!r} must be at least 1")
         if not 0.0 < self.retime_decay <= 1.0:
             raise PolicyError(f"fasta: retime_decay={self.retime_decay!r} must be in (0, 1]")
         if self.retime_rank not in ("lower", "mean"):
@@ -323,6 +327,10 @@ DESCRIPTIONS: dict[str, str] = {
     "settled (gaps that small do not matter)",
     "retime_rank": "after the first re-time round, the contenders are the configs within the noise window of "
     "the best, lowest window bound first (`lower`), or only the fastest means (`mean`)",
+    "retime_wild": "while the best has 3 or more timings whose relative spread is at least this many times the "
+    "pooled noise of the other re-timed configs, re-timing may cost up to `retime_wild_cap` times `retime_cost` "
+    "(0: off)",
+    "retime_wild_cap": "with `retime_wild`: the factor on `retime_cost` while the best's own timings scatter",
     "optimize_configs": "prune the list with the config optimizer first",
     "expert_configs": "indices (in the tune's config list) of configs the config optimizer always keeps: a "
     "kernel author's own",
@@ -343,7 +351,8 @@ BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     **dict.fromkeys(("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
                      "cell_picks", "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_rounds",
                      "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
-                     "margin_conv", "l1_conv"), (0, True, None, False)),
+                     "margin_conv", "l1_conv", "retime_wild"), (0, True, None, False)),
+    "retime_wild_cap": (1, True, None, False),
     "challenger_handicap": (None, False, None, False),
 }
 """The numbers each numeric knob takes besides the magnitude cap `LARGEST`: (least, least included, most, most

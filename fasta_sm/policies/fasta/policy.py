@@ -669,7 +669,7 @@ class FastaPolicy:
         if params.retime_top > 0 and self._retimes < params.retime_rounds:
             close = self._retime_candidates(durations, observed.samples)
             if len(close) >= params.retime_min:
-                if self._retime_affordable(observed.spent_s, len(close)):
+                if self._retime_affordable(observed.spent_s, close):
                     for i in close:
                         if observed.samples[i] == 1:  # a mean of timings carried over has no spread to learn from
                             self._timings.setdefault(str(i), [float(durations[i])])
@@ -745,32 +745,49 @@ class FastaPolicy:
             if known is not None and np.isfinite(durations[i]):
                 known.append(float(durations[i] * samples[i] - sum(known)))
 
-    def _noise(self) -> float:
-        """Pooled relative standard deviation of one timing, over the configs timed more than once."""
+    def _noise(self, leave_out: int | None = None) -> float:
+        """Pooled relative standard deviation of one timing, over the configs timed more than once (all but
+        `leave_out`)."""
         squares, dof = 0.0, 0
-        for values in self._timings.values():
-            if len(values) > 1:
+        for key, values in self._timings.items():
+            if len(values) > 1 and key != str(leave_out):
                 v = np.array(values)
                 squares += float(np.sum((v / v.mean() - 1.0) ** 2))
                 dof += len(values) - 1
         return math.sqrt(squares / dof) if dof else 0.0
 
-    def _retime_affordable(self, spent_s: float, count: int) -> bool:
-        """Whether `count` more timings keep all re-timing within `retime_cost` of the seconds spent before it.
+    def _wild_best(self, best: int) -> bool:
+        """Whether the best's own timings scatter far more than the others': at least 3 of them, with a relative
+        standard deviation of at least `retime_wild` times the pooled noise of the other re-timed configs."""
+        values = self._timings.get(str(best))
+        if self.params.retime_wild <= 0 or values is None or len(values) < 3:
+            return False
+        others = self._noise(leave_out=best)
+        v = np.array(values)
+        return others > 0 and float(np.std(v / v.mean(), ddof=1)) >= self.params.retime_wild * others
+
+    def _retime_affordable(self, spent_s: float, close: list[int]) -> bool:
+        """Whether timing `close` again keeps all re-timing within `retime_cost` of the seconds spent before it.
 
         The price of a timing is learnt from the re-time rounds themselves
         (seconds spent since the first began, over the timings asked for),
         so the first round is always affordable; on a space whose configs
         compile in seconds a timing is cheap and up to `retime_rounds` rounds
         run, on one that compiles in a tenth of a second they are cut short.
+        While the best (`close[0]`) is a wild config (`_wild_best`), the cap
+        is `retime_wild_cap` times as large: its lead may be luck that a few
+        more timings of it take back.
         """
         if self.params.retime_cost <= 0:
             return True
         if self._retime_start_s is None:
             self._retime_start_s = float(spent_s)
             return True
+        share = self.params.retime_cost
+        if self._wild_best(close[0]):
+            share *= self.params.retime_wild_cap
         per_timing = (spent_s - self._retime_start_s) / max(self._retime_timings, 1)
-        return (self._retime_timings + count) * per_timing <= self.params.retime_cost * self._retime_start_s
+        return (self._retime_timings + len(close)) * per_timing <= share * self._retime_start_s
 
     def _issue(self, batch: list[int], reason: str, predicted_us: np.ndarray | None = None) -> Decision:
         self._phase = "r2"
@@ -829,6 +846,7 @@ class FastaPolicy:
         stored.setdefault("spill_dominance", False)  # written before spills ruled out larger tiles
         stored.setdefault("spill_all_stages", False)  # written when a spill ruled out only deeper pipelines
         stored.setdefault("greedy_picks", 0)  # written when every model pick was drawn
+        stored.setdefault("retime_wild", 0.0)  # written when a wild best got no more re-timing than any other
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
             if name in stored:
