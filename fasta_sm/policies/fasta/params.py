@@ -83,6 +83,7 @@ class FastaParams:
     transpose_centers: int = 2
     polish_new_cells: bool = True
     scale_up_skip_failed: bool = True
+    polish_rare_level: bool = True
     # --- stopping ---
     min_rounds: int = 3
     margin_conv: float = 0.05
@@ -306,6 +307,8 @@ DESCRIPTIONS: dict[str, str] = {
     "polish_transpose": "each polish pick after any spill twin is, while one is left, a fast config with BLOCK_M "
     "and BLOCK_N swapped",
     "transpose_centers": "that config is the first of this many fastest whose transposed tile is untried and runs",
+    "polish_rare_level": "without BLOCK_M and BLOCK_N in the space, a local polish step goes first to the level of "
+    "a kernel kwarg outside `cell_columns` that the fewest measured configs hold",
     "polish_new_cells": "a spill twin or scaled-up tile is not taken in a tile cell (BLOCK_M, BLOCK_N, "
     "num_warps) where an earlier polish pick failed or ran slower than the best",
     "scale_up_skip_failed": "a scaled-up tile is not taken where the same config at more stages failed",

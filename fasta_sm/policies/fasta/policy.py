@@ -180,6 +180,7 @@ class FastaPolicy:
         in_cell = {c if c in self._space.names else f"kwargs.{c}" for c in params.cell_columns}
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
         self._free_levels = self._space.levels[:, free]
+        self._rare_columns = {j for j in free if self._space.names[j].startswith("kwargs.")}
         self._warps = self._space.names.index("num_warps") if "num_warps" in self._space.names else None
         self._tile_load = None
         if self._cell_area is not None and any(name.startswith("kwargs.") for name in in_cell & set(self._space.names)):
@@ -462,7 +463,10 @@ class FastaPolicy:
         polish pick failed or ran slow (`polish_new_cells`), then the
         transposed tile (`transposed_tile`, two
         columns away) of the first of the `transpose_centers` fastest configs
-        that has one untried. The model is the basis
+        that has one untried. On a space without BLOCK_M and BLOCK_N, the
+        local steps to the level of a kernel kwarg outside the cell columns
+        that the fewest measured configs hold go first (`polish_rare_level`).
+        The model is the basis
         that won the last guided round, refitted on everything measured (one
         fit, not a competition). None when the pool is empty.
         """
@@ -495,11 +499,24 @@ class FastaPolicy:
             rule = "a one-level step from a fastest config, or a cell's second chance"
         if pool.size == 0:
             return None
+        if not first.size and params.polish_rare_level and self._tile_pair is None:
+            pool = self._rarest_levels(pool, rows, int(order[0]))
         scores = all_scores[pool]
         pick = int(pool[np.argmin(scores)])
         self._polished += 1
         self._history.append({"polish": pick, "basis": fit.basis, "rule": rule})
         return self._issue([pick], f"fasta polish {self._polished}: {rule}, basis {fit.basis}")
+
+    def _rarest_levels(self, pool: np.ndarray, measured: np.ndarray, best: int) -> np.ndarray:
+        """The configs of `pool` whose rarest changed level (a column where it differs from `best`) the fewest
+        `measured` configs hold (`polish_rare_level`)."""
+        levels = self._space.levels
+        rarity = np.full(pool.size, np.inf)
+        for k, i in enumerate(pool):
+            changed = [j for j in np.flatnonzero(levels[i] != levels[best]) if j in self._rare_columns]
+            if changed:
+                rarity[k] = min(int(np.sum(levels[measured, j] == levels[i, j])) for j in changed)
+        return pool[rarity == rarity.min()] if np.isfinite(rarity).any() else pool
 
     def _first_basis(self) -> str:
         """The basis a polish fits when no guided round chose one: the incumbent, if it competes."""
@@ -838,6 +855,7 @@ class FastaPolicy:
         stored.setdefault("polish_transpose", False)  # written before the transposed-tile polish pick
         stored.setdefault("transpose_centers", 1)  # written when only the best's tile was transposed
         stored.setdefault("polish_scale_up", False)  # written before the scaled-up tile polish pick
+        stored.setdefault("polish_rare_level", False)  # written when local polish steps went by the model alone
         stored.setdefault("polish_new_cells", False)  # written when a polish rule could go back to its cell
         stored.setdefault("scale_up_skip_failed", False)  # written when a scaled-up tile could sit below a failure
         stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
