@@ -722,7 +722,8 @@ class FastaPolicy:
         rows, _, target = self._training_set(durations)
         basis = next((h["basis"] for h in reversed(self._history) if "basis" in h), self._first_basis())
         fit = fit_ridge(basis, self._designs[basis], rows, target, self.params.ridge_lambda)
-        return np.exp(fit.predict(self._designs[fit.basis]))
+        with np.errstate(over="ignore"):  # a log prediction past the float range is an infinite duration
+            return np.exp(fit.predict(self._designs[fit.basis]))
 
     def _retime_candidates(self, durations: np.ndarray, samples: np.ndarray) -> list[int]:
         """The configs to time again: near the best by a fixed tolerance first, then by the noise seen.
