@@ -193,9 +193,8 @@ class FastaPolicy:
         self._tile_pair = None
         if {"kwargs.BLOCK_M", "kwargs.BLOCK_N"} <= set(self._space.names):
             self._tile_pair = (self._space.names.index("kwargs.BLOCK_M"), self._space.names.index("kwargs.BLOCK_N"))
-        self._twin_stages = None
-        if params.twin_deep and "num_stages" in self._space.names:
-            self._twin_stages = self._space.names.index("num_stages")
+        self._stages = self._space.names.index("num_stages") if "num_stages" in self._space.names else None
+        self._twin_stages = self._stages if params.twin_deep else None
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
 
@@ -561,7 +560,7 @@ class FastaPolicy:
         not 256 x 64 at 4 stages, the best). Without a stages column, or
         with no failure, `picks` is returned whole.
         """
-        stages = self._space.names.index("num_stages") if "num_stages" in self._space.names else None
+        stages = self._stages
         failed = np.flatnonzero(np.isinf(durations))
         if stages is None or failed.size == 0 or picks.size == 0:
             return picks
