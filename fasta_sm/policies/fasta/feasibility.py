@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .features import column_index
 from .surrogates import solve_ridge
 
 PROBABILITY_FLOOR = 1e-3
@@ -138,8 +139,7 @@ def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
 def shared_memory_columns(names: tuple[str, ...]) -> tuple[np.ndarray, int | None]:
     """Which feature columns the overshoot bound treats as sizes (kwargs, warps), and the stage column's index."""
     sizes = np.array([name.startswith("kwargs.") or name == "num_warps" for name in names], dtype=bool)
-    stages = names.index("num_stages") if "num_stages" in names else None
-    return sizes, stages
+    return sizes, column_index(names, "num_stages")
 
 
 def overshoot_bound(

@@ -40,6 +40,11 @@ class FeatureSpace:
         return len(self.names)
 
 
+def column_index(names: tuple[str, ...], name: str) -> int | None:
+    """Where `name` sits among a space's columns; None when the space does not vary it (one value, or absent)."""
+    return names.index(name) if name in names else None
+
+
 def _numeric(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

@@ -37,7 +37,7 @@ from .feasibility import (
     shared_memory_columns,
     spill_dominance,
 )
-from .features import extract_features
+from .features import column_index, extract_features
 from .params import LARGEST, FastaParams, check_expert_configs, environment_overrides, resolve_params
 from .sampling import (
     best_then_softmax,
@@ -181,7 +181,7 @@ class FastaPolicy:
         free = [j for j, name in enumerate(self._space.names) if name not in in_cell]
         self._free_levels = self._space.levels[:, free]
         self._rare_columns = {j for j in free if self._space.names[j].startswith("kwargs.")}
-        self._warps = self._space.names.index("num_warps") if "num_warps" in self._space.names else None
+        self._warps = column_index(self._space.names, "num_warps")
         self._tile_load = None
         if self._cell_area is not None and any(name.startswith("kwargs.") for name in in_cell & set(self._space.names)):
             warps = self._space.raw[:, self._warps] if self._warps is not None else 1.0
@@ -193,7 +193,7 @@ class FastaPolicy:
         self._tile_pair = None
         if {"kwargs.BLOCK_M", "kwargs.BLOCK_N"} <= set(self._space.names):
             self._tile_pair = (self._space.names.index("kwargs.BLOCK_M"), self._space.names.index("kwargs.BLOCK_N"))
-        self._stages = self._space.names.index("num_stages") if "num_stages" in self._space.names else None
+        self._stages = column_index(self._space.names, "num_stages")
         self._twin_stages = self._stages if params.twin_deep else None
         self.plan_budget: BudgetPlan = route_budget(int(self._active.sum()), self._space.dims, params, self._budget_arg)
         log.debug("fasta: N=%d D=%d %s", n, self._space.dims, self.plan_budget)
