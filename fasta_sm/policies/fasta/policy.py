@@ -186,10 +186,10 @@ class FastaPolicy:
         if self._cell_area is not None and any(name.startswith("kwargs.") for name in in_cell & set(self._space.names)):
             warps = self._space.raw[:, self._warps] if self._warps is not None else 1.0
             self._tile_load = self._cell_area / warps
-        self._spill_pressure = self._pressure
-        if params.spill_all_stages and self._pressure is not None:
-            registers = register_pressure(self._space.names, self._space.levels)
-            self._spill_pressure = self._pressure if registers is None else registers
+        # None without a kwarg column, as `_tile_load` then is: spill dominance needs both.
+        self._spill_pressure = (
+            register_pressure(self._space.names, self._space.levels) if params.spill_all_stages else self._pressure
+        )
         self._tile_pair = None
         if {"kwargs.BLOCK_M", "kwargs.BLOCK_N"} <= set(self._space.names):
             self._tile_pair = (self._space.names.index("kwargs.BLOCK_M"), self._space.names.index("kwargs.BLOCK_N"))
