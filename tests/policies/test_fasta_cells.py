@@ -336,7 +336,7 @@ def test_a_scaled_up_tile_that_failed_sends_the_next_pick_to_the_other_direction
     scores = np.array([0.0 if c.kwargs["BLOCK_M"] == 128 and c.kwargs["BLOCK_N"] == 64 else 1.0 for c in configs])
     other_direction = _index(configs, 64, 128, 64, 8, 3)
     alone = {"scale_up_skip_failed": False}  # which would also skip the failed pick's stage twin
-    for pick_us in (np.inf, 5.0):  # failed, or ran slower than the best
+    for pick_us in (np.inf, 4.1):  # failed, or ran slower than the best (within near_tol: see scale_up_stop_slow)
         policy, durations, best, _ = _after_a_polish_pick(configs, pick_us, **alone)
         candidates = np.flatnonzero(np.isnan(durations))
         rule, picks = policy._polish_first(durations, candidates, np.array([best]), scores, np.zeros(n))
@@ -344,6 +344,24 @@ def test_a_scaled_up_tile_that_failed_sends_the_next_pick_to_the_other_direction
         policy, durations, best, _ = _after_a_polish_pick(configs, pick_us, polish_new_cells=False, **alone)
         _, picks = policy._polish_first(durations, candidates, np.array([best]), scores, np.zeros(n))
         assert set(picks.tolist()) == {_index(configs, 128, 64, 64, 8, 2), other_direction}  # its cell again
+
+
+def test_a_scaled_up_tile_well_off_the_best_ends_the_scaling_up():
+    configs, _ = _space(stages=(2, 3))
+    n = len(configs)
+    scores = np.zeros(n)
+    other_direction = _index(configs, 64, 128, 64, 8, 3)
+    for stop, pick_us, scales_up in ((True, 5.0, False), (True, 4.1, True), (False, 5.0, True)):
+        policy, durations, best, _ = _after_a_polish_pick(configs, pick_us, scale_up_stop_slow=stop)
+        candidates = np.flatnonzero(np.isnan(durations))
+        rule, picks = policy._polish_first(durations, candidates, np.array([best]), scores, np.zeros(n))
+        assert ("scaled up" in rule) is scales_up
+        assert (other_direction in picks) is scales_up
+
+
+def test_a_state_from_before_the_slow_scale_up_stop_resumes_without_it():
+    configs, _ = _space()
+    assert resumed_from_before("scale_up_stop_slow", configs).params.scale_up_stop_slow is False
 
 
 def test_a_polish_pick_that_became_the_best_leaves_its_cell_open():

@@ -83,6 +83,7 @@ class FastaParams:
     transpose_centers: int = 2
     polish_new_cells: bool = True
     scale_up_skip_failed: bool = True
+    scale_up_stop_slow: bool = True
     polish_rare_level: bool = True
     # --- stopping ---
     min_rounds: int = 3
@@ -312,6 +313,8 @@ DESCRIPTIONS: dict[str, str] = {
     "polish_new_cells": "a spill twin or scaled-up tile is not taken in a tile cell (BLOCK_M, BLOCK_N, "
     "num_warps) where an earlier polish pick failed or ran slower than the best",
     "scale_up_skip_failed": "a scaled-up tile is not taken where the same config at more stages failed",
+    "scale_up_stop_slow": "no further scaled-up tile once one ran more than `near_tol` slower than the best "
+    "(its tile grew past the optimum, and so, most often, does the other direction)",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",
     "margin_conv": "margin test: untried configs must all be bounded this much slower",
     "trust_rho": "margin test: LOO Spearman the model needs to be believed",

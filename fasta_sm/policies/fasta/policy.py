@@ -59,6 +59,8 @@ log = logging.getLogger("fasta_sm.policies.fasta")
 
 STATE_VERSION = 1
 _PHASES = ("start", "r1", "r2", "retime", "done")
+SCALED_UP = "tile scaled up with its warps"
+"""How a polish decision and its history entry name the scaled-up tile rule (`_a_scaled_up_tile_ran_slow`)."""
 
 
 def _stored_count(name: str, value: Any) -> int:
@@ -532,7 +534,12 @@ class FastaPolicy:
         if twins.size:
             return "a spilled tile at more warps", twins
         runs = candidates[1.0 - p_fail[candidates] >= params.cell_min_run]
-        if params.polish_scale_up and self._tile_pair is not None and self._warps is not None:
+        if (
+            params.polish_scale_up
+            and self._tile_pair is not None
+            and self._warps is not None
+            and not self._a_scaled_up_tile_ran_slow(durations)
+        ):
             larger = scaled_up_tiles(
                 self._space.levels, int(order[0]), np.intersect1d(runs, fresh), *self._tile_pair, self._warps,
                 self._twin_stages,
@@ -540,13 +547,34 @@ class FastaPolicy:
             if params.scale_up_skip_failed:
                 larger = self._not_below_a_failure(larger, durations)
             if larger.size:
-                return f"config #{int(order[0])}'s tile scaled up with its warps", larger
+                return f"config #{int(order[0])}'s {SCALED_UP}", larger
         if params.polish_transpose and self._tile_pair is not None:
             for center in order[: params.transpose_centers]:
                 swapped = transposed_tile(self._space.raw, *self._tile_pair, int(center), runs)
                 if swapped.size:
                     return f"config #{int(center)}'s transposed tile", swapped
         return "", np.zeros(0, dtype=np.int64)
+
+    def _a_scaled_up_tile_ran_slow(self, durations: np.ndarray) -> bool:
+        """Whether an earlier polish pick, a scaled-up tile, ran more than `near_tol` slower than the best.
+
+        With `scale_up_stop_slow`. Such a tile grew past the optimum, and the
+        other direction (the other side doubled, the same warps) most often
+        has too: on attention_fwd_fp16_d64 both polish picks went to scaled-up
+        tiles, +14 % and +20 %, while the best was one level away from the
+        best measured, in the warps. A pick within `near_tol` leaves the other
+        direction open (on attention_fwd_bf16_d128, 128 x 128 at 8 warps ran
+        4 % slow and 256 x 64 is the best); a failed one is left to
+        `polish_new_cells` and `scale_up_skip_failed`.
+        """
+        if not self.params.scale_up_stop_slow:
+            return False
+        slow = durations[np.isfinite(durations)].min() * (1.0 + self.params.near_tol)
+        return any(
+            h["rule"].endswith(SCALED_UP) and slow < durations[int(h["polish"])] < np.inf
+            for h in self._history
+            if "polish" in h
+        )
 
     def _not_below_a_failure(self, picks: np.ndarray, durations: np.ndarray) -> np.ndarray:
         """`picks` less those whose same config at more stages was tried and failed (`scale_up_skip_failed`).
@@ -858,6 +886,7 @@ class FastaPolicy:
         stored.setdefault("polish_rare_level", False)  # written when local polish steps went by the model alone
         stored.setdefault("polish_new_cells", False)  # written when a polish rule could go back to its cell
         stored.setdefault("scale_up_skip_failed", False)  # written when a scaled-up tile could sit below a failure
+        stored.setdefault("scale_up_stop_slow", False)  # written when a slow scaled-up tile left the other open
         stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
         stored.setdefault("failure_fit", True)  # written when the ridge fit of failures was always on
         stored.setdefault("peak_share", 0.0)  # written before a peaked R1 could raise the budget
