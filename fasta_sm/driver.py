@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .config import Config, check_config_list
-from .errors import FastaError, LockTimeout, TuneFailed
+from .errors import ConfigError, FastaError, LockTimeout, TuneFailed
 from .machine import DEFAULT_CHUNK, Tune
 from .policies import check_arguments, policy_names, with_environment
 from .protocols import BenchmarkOutcome, CompileOutcome
@@ -279,16 +279,42 @@ def to_fasta_config(config: Any) -> Config:
         value = getattr(config, name, None)
         if value is not None and not (name == "num_ctas" and value == 1):
             options[name] = value
-    kwargs = {name: _sequence_as_text(value) for name, value in config.kwargs.items()}
+    kwargs = {name: _sequence_as_text(config, name, value) for name, value in config.kwargs.items()}
     return Config(kwargs, num_warps=_whole(config.num_warps), num_stages=_whole(config.num_stages),
                   options=options)
 
 
-def _sequence_as_text(value: Any) -> Any:
+def _sequence_as_text(config: Any, name: str, value: Any) -> Any:
     """A tuple or list kwarg as its repr, which keys it exactly and which the features skip as a string;
     anything else as it is. torch_npu sets `split_axis` and `split_blocks` as tuples on every config
-    (`_triton_config_npu_index_legacy`), and only the autotuner's own config is compiled, never this one."""
-    return repr(value) if _plain_sequence(value) else value
+    (`_triton_config_npu_index_legacy`), and only the autotuner's own config is compiled, never this one.
+    Any other value (a `tl.dtype`, or a sequence holding one) is refused here, naming it and what a value
+    may be: Config, which also reads replay tables, names only the scalars, and tuples are taken here."""
+    if _plain_sequence(value):
+        return repr(value)
+    if isinstance(value, (tuple, list)):
+        item = _first_unplain(value)
+        held = f" holds {item!r} of type {type(item).__name__}"
+    elif isinstance(value, (int, float, str)):  # bool is an int; Config checks the range of each
+        return value
+    else:
+        held = f" has type {type(value).__name__}"
+    raise ConfigError(
+        f"config {dict(config.kwargs)!r}: {name}={value!r}{held}; "
+        "config values must be int, float, bool or str, or tuples and lists of them"
+    )
+
+
+def _first_unplain(value: tuple | list) -> Any:
+    """The first item, depth first, of a sequence that `_plain_sequence` refuses, that is neither a plain
+    scalar nor a sequence."""
+    for item in value:
+        if isinstance(item, (tuple, list)):
+            if not _plain_sequence(item):
+                return _first_unplain(item)
+        elif type(item) not in (int, float, bool, str):
+            return item
+    return value  # not reached: a sequence `_plain_sequence` refuses holds such an item
 
 
 def _plain_sequence(value: Any) -> bool:

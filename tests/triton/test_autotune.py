@@ -1211,6 +1211,16 @@ def test_a_config_without_a_warp_count_is_an_error_naming_the_kernel():
         fasta_sm.autotune(configs, key=["n"])(accumulate_kernel)
 
 
+def test_a_tuple_config_kwarg_holding_a_dtype_is_an_error_naming_the_item_not_the_tuple():
+    """The error said `has type tuple; config values must be int, float, bool or str`, as if no tuple were
+    taken, where a tuple of ints is."""
+    configs = [triton.Config({"BLOCK": b, "PAIR": (3, tl.float32)}) for b in (64, 128)]
+    with pytest.raises(fasta_sm.errors.ConfigError,
+                       match=r"accumulate_kernel\): .*PAIR=.* holds triton\.language\.float32 of type dtype; "
+                             r"config values must be int, float, bool or str, or tuples and lists of them"):
+        fasta_sm.autotune(configs, key=["n"])(accumulate_kernel)
+
+
 def test_after_a_stale_winner_failed_a_failure_of_a_config_pruned_to_alone_carries_no_stale_winner_note(tmp_path):
     from fasta_sm.triton.fork_server import interpreting
     from fasta_sm.triton.worker import config_failures
