@@ -105,6 +105,16 @@ def test_bad_env_value_names_the_variable(monkeypatch):
         from_environment()
 
 
+def test_a_bad_env_whole_number_is_refused_with_the_knobs_own_least(monkeypatch):
+    monkeypatch.setenv("FASTA_MAX_ROUNDS", "many")
+    with pytest.raises(PolicyError, match=re.escape("$FASTA_MAX_ROUNDS='many' is not a whole number ≥ 1")):
+        from_environment()
+    monkeypatch.setenv("FASTA_RETIME_TOP", "many")
+    monkeypatch.delenv("FASTA_MAX_ROUNDS")
+    with pytest.raises(PolicyError, match=re.escape("$FASTA_RETIME_TOP='many' is not a whole number ≥ 0")):
+        from_environment()
+
+
 @pytest.mark.parametrize("var, text", [("FASTA_MAX_ROUNDS", "1_0"), ("FASTA_MAX_ROUNDS", "١٠"),
                                        ("FASTA_RETIME_TOP", " 2"), ("FASTA_R1_PCT", "0.1_0"),
                                        ("FASTA_R1_PCT", "٠.١"), ("FASTA_BASE_BUDGET", "0.1 ")],

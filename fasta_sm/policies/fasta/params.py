@@ -409,8 +409,9 @@ def _parse(field_type: Any, name: str, text: str, where: str) -> Any:
     try:
         if kind == "bool":
             return parse_switch(where, text)
-        if kind == "int":
-            return whole_from_env(where, text)
+        if kind == "int":  # the knob's own least, so that a fixed value is not refused a second time for it
+            least, least_in = BOUNDS[name][:2]
+            return whole_from_env(where, text, least=int(least) + (0 if least_in else 1))
         if kind == "float":
             return real_from_env(where, text)
     except SettingError as error:
