@@ -220,6 +220,7 @@ class Autotuner(TritonAutotuner):
         self._as_fasta = {id(c): (c, converted[id(c)]) for c in self.configs}
         remember_configs([fasta for _, fasta in self._as_fasta.values()])
         self.keys = _names(self.kernel_name, "key", key, self.arg_names)
+        self._warn_of_keys_set_for_the_launch(set_by_heuristics)
         self.reset_to_zero = _names(self.kernel_name, "reset_to_zero", reset_to_zero or [], self.arg_names)
         self.restore_value = _names(self.kernel_name, "restore_value", restore_value or [], self.arg_names)
         self.user_pre_hook = pre_hook
@@ -314,6 +315,20 @@ class Autotuner(TritonAutotuner):
         return float(value)
 
     # ------------------------------------------------------------------ key
+
+    def _warn_of_keys_set_for_the_launch(self, set_by_heuristics: set[str]) -> None:
+        """Warn of `key` names that a config or a heuristic sets: no launch passes them, so they never reach the
+        key, and the one durable winner serves every call (Triton drops them the same way, for one process)."""
+        set_by_configs = {name for config in self.configs for name in config.kwargs}
+        unseen = [name for name in self.keys if name in set_by_configs or name in set_by_heuristics]
+        if unseen:
+            warnings.warn(
+                f"fasta_sm.autotune({self.kernel_name}): key names {', '.join(unseen)}, which the "
+                f"{'configs set' if set(unseen) <= set_by_configs else 'configs or heuristics set'}, "
+                "not the caller: it stays out of the tuning key, so one winner serves every call; key on the "
+                "arguments that vary between calls (sizes, strides)",
+                stacklevel=4,  # the line that decorates the kernel
+            )
 
     def key_of(self, nargs: Mapping[str, Any]) -> tuple:
         """Triton's tuning key (key values, then tensor dtypes) plus device, Triton version and kernel source.

@@ -556,6 +556,19 @@ def test_a_key_name_that_is_no_argument_of_the_kernel_is_an_error(tmp_path):
         fasta_sm.autotune(SMALL, key=["N_typo"], state_dir=str(tmp_path))(accumulate_kernel)
 
 
+def test_a_key_name_the_configs_set_is_warned_of_at_decoration(tmp_path):
+    with pytest.warns(UserWarning, match=r"accumulate_kernel\): key names BLOCK, which the configs set, not the "
+                                         r"caller: it stays out of the tuning key") as warned:
+        fasta_sm.autotune(SMALL, key=["n", "BLOCK"], state_dir=str(tmp_path))(accumulate_kernel)
+    assert warned[0].filename == __file__
+
+
+def test_a_key_name_a_heuristic_sets_is_warned_of_at_decoration(tmp_path):
+    scaled = triton.heuristics({"scale": lambda args: 2.0})(accumulate_kernel)
+    with pytest.warns(UserWarning, match="key names scale, which the configs or heuristics set"):
+        fasta_sm.autotune(SMALL, key=["scale"], state_dir=str(tmp_path))(scaled)
+
+
 @pytest.mark.parametrize("what", ["key", "reset_to_zero", "restore_value"])
 def test_argument_names_that_are_no_list_are_a_type_error_naming_the_kernel_and_the_value(what, tmp_path):
     options = {"key": ["n"], what: 5}
