@@ -86,7 +86,7 @@ def _check_file_name(kernel: str, out_dir: Path) -> None:
     from .record import temp_beside
 
     if not isinstance(kernel, str) or not kernel:
-        return  # no name at all: `record` refuses it, saying so, before anything compiles
+        return  # no name at all: `_record_one` refuses it, naming the spec, before it says it records
     separators = {sep for sep in (os.sep, os.altsep, "/") if sep}
     if any(sep in kernel for sep in separators):
         raise _Unwritten(kernel, f"error: kernel name {kernel!r} holds a path separator: it cannot name a table "
@@ -129,9 +129,12 @@ def _record_one(
         spec = load_spec(_spec_path(name), **spec_params)
     except ConfigError as exc:
         raise _Unwritten(name, f"error: {exc}; no table written") from None
+    if not isinstance(spec.name, str) or not spec.name:  # no name to record under, nor to report it by
+        raise _Unwritten(spec.name or name, f"error: kernel name {spec.name!r} cannot name a table: it must be "
+                                            f"non-empty Unicode text (spec {name!r}); no table written")
     space = len(spec.configs)
     spec.configs = spread(spec.configs, limit)
-    if len(spec.configs) < space and isinstance(spec.name, str) and spec.name:  # no name: `record` refuses it
+    if len(spec.configs) < space:
         spec.name = f"{spec.name}_subset{len(spec.configs)}"  # a subset must not pass for the kernel's space
     target = out_dir / f"{spec.name}.json"
     _check_file_name(spec.name, out_dir)  # before target.exists(), which a name too long raises on

@@ -631,3 +631,17 @@ def test_a_spec_whose_name_is_no_string_is_named_at_the_end_as_left_without_a_ta
     result = record_whole_row_sum(tmp_path, tmp_path / "empty")
     assert result.exit_code == 1 and not isinstance(result.exception, TypeError), result.output
     assert "kernel name 7 cannot name a table" in result.output and "no table for 7 (above)" in result.output
+
+
+@pytest.mark.parametrize("name", ["", None], ids=["empty", "none"])
+def test_a_spec_that_names_no_kernel_is_refused_before_recording_and_named_by_its_spec_at_the_end(
+    name, tmp_path, monkeypatch
+):
+    """A spec whose KernelSpec.name was empty printed 'recording : 3 configs' before it was refused, and the run
+    ended on 'no table for  (above)', naming nothing; None ended on 'no table for None'."""
+    rename_row_sum(monkeypatch, name)
+    result = record_whole_row_sum(tmp_path, tmp_path / "empty", "rmsnorm", "--limit", "1")
+    assert result.exit_code == 1, result.output
+    assert f"kernel name {name!r} cannot name a table" in result.output
+    assert result.output.count("recording ") == 1  # rmsnorm's alone
+    assert "Error: no table for fasta_sm.triton.zoo:spec_row_sum (above)" in result.output
