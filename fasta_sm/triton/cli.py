@@ -85,8 +85,6 @@ def _check_file_name(kernel: str, out_dir: Path) -> None:
     as `write_table` makes its temporary file (`temp_beside`), the longer of the two names."""
     from .record import temp_beside
 
-    if not isinstance(kernel, str) or not kernel:
-        return  # no name at all: `_record_one` refuses it, naming the spec, before it says it records
     separators = {sep for sep in (os.sep, os.altsep, "/") if sep}
     if any(sep in kernel for sep in separators):
         raise _Unwritten(kernel, f"error: kernel name {kernel!r} holds a path separator: it cannot name a table "
