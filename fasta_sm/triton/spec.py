@@ -50,7 +50,7 @@ def load_spec(spec: str, **params: Any) -> KernelSpec:
     except ConfigError as exc:  # the spec's own check of its parameters: say which spec was called with them
         raise ConfigError(f"spec {spec!r} called with {params!r}: {exc}") from None
     if not isinstance(result, KernelSpec):
-        raise ConfigError(f"spec {spec!r} returned a {type(result).__name__}, not a KernelSpec")
+        raise ConfigError(f"spec {spec!r} returned {type(result).__name__} {result!r:.80}, not a KernelSpec")
     check_config_list(result.name, result.configs)  # a table may hold each config once
     return result
 

@@ -151,6 +151,7 @@ def test_a_kernel_new_to_the_cache_is_recorded_without_the_warm_cache_warning(tm
         ("nosuch", [], "zoo kernel (add_gelu"),
         ("no_such_module:spec", [], "cannot import 'no_such_module'"),
         ("fasta_sm.triton.zoo:nofunc", [], "has no function 'nofunc'"),
+        ("os:getpid", [], "spec 'os:getpid' returned int "),
         ("mm_fp16", ["--param", "X=1"], "'X'"),
         ("softmax", ["--param", "M=abc"], "softmax_fp32_abcx8192: cannot make its inputs at"),
         ("softmax", ["--param", "M=-4"], "spec_softmax' called with {'M': -4}: shape {'M': -4, 'N': 8192, 'dtype': "
