@@ -559,10 +559,10 @@ class FastaPolicy:
         """Whether an earlier polish pick, a scaled-up tile, ran more than `near_tol` slower than the best.
 
         With `scale_up_stop_slow`. Such a tile grew past the optimum, and the
-        other direction (the other side doubled, the same warps) most often
+        other direction (the other side doubled, with the warps) most often
         has too: on attention_fwd_fp16_d64 both polish picks went to scaled-up
-        tiles, +14 % and +20 %, while the best was one level away from the
-        best measured, in the warps. A pick within `near_tol` leaves the other
+        tiles, +14 % and +20 %, while configs within 1 % of the best were one
+        level from the best measured, in BLOCK_N or in the warps. A pick within `near_tol` leaves the other
         direction open (on attention_fwd_bf16_d128, 128 x 128 at 8 warps ran
         4 % slow and 256 x 64 is the best); a failed one is left to
         `polish_new_cells` and `scale_up_skip_failed`.
