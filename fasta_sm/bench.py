@@ -86,7 +86,7 @@ def run_policy(
     finally:
         machine_log.removeFilter(quiet)
         tune.close()
-    tried = state.measured_count() + len(state.failed)
+    tried = state.tried_count()
     cost = state.cost.compile_s + state.cost.benchmark_s
     if state.best is None:
         return Run(regret_pct=math.inf, evaluated=tried, benchmarked=0, cost_s=cost)

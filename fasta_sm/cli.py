@@ -221,7 +221,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
         def on_step(state: TuneState) -> None:
             progress.update(
                 task,
-                completed=state.measured_count() + len(state.failed),
+                completed=state.tried_count(),
                 position=state.position(),
                 best=format_us(state.best_us),
             )
@@ -258,7 +258,7 @@ def tune(table: str | None, policy: str, seed: int, budget: float | None, noise:
     )
     summary.add_row("winner", f"#{result.best_index} {result.best_config.label()}")
     summary.add_row("measured", f"{format_us(result.best_us)} (recorded mean {format_us(picked_true)})")
-    tried = state.measured_count() + len(state.failed)
+    tried = state.tried_count()
     rounds = len(state.rounds)
     span = state.rounds[0].name + (f" to {state.rounds[-1].name}" if rounds > 1 else "") if rounds else "none"
     summary.add_row(

@@ -26,8 +26,9 @@ REPORT_COLUMNS = (
     "policy",
     "position",
     "timings",
-    "configs",
-    "timings_pct",
+    "tried",
+    "N",
+    "tried_pct",
     "compile_s",
     "benchmark_s",
     "policy_s",
@@ -36,7 +37,8 @@ REPORT_COLUMNS = (
     "saved_s",
     "cost_pct",
 )
-"""`timings` counts re-timings too, so `timings_pct` is not `bench`'s `evals_pct` (configs over N)."""
+"""`tried` counts configs, those that ran and those that failed; `timings` counts every timing, re-timings
+included. `tried_pct` is `tried` over N, which `bench`'s `evals_pct` is not: that counts only configs that ran."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,9 @@ def report_rows(store: StateStore) -> tuple[list[dict[str, Any]], list[str]]:
                 "policy": tune_label(state),
                 "position": state.status(),
                 "timings": state.evaluations(),
-                "configs": state.n_configs,
-                "timings_pct": 100.0 * state.evaluations() / state.n_configs,
+                "tried": state.tried_count(),
+                "N": state.n_configs,
+                "tried_pct": 100.0 * state.tried_count() / state.n_configs,
                 "compile_s": state.cost.compile_s,
                 "benchmark_s": state.cost.benchmark_s,
                 "policy_s": state.cost.policy_s,
@@ -130,7 +133,7 @@ def _total(rows: list[dict[str, Any]], label: str, finished: int) -> dict[str, A
     total = {c: sum(r[c] for r in rows if r[c] is not None) for c in numbers}
     if all(r["exhaustive_s"] is None for r in rows):
         total["exhaustive_s"] = None
-    total["timings_pct"] = 100.0 * total["timings"] / total["configs"]
+    total["tried_pct"] = 100.0 * total["tried"] / total["N"]
     spent = total["compile_s"] + total["benchmark_s"]
     total["cost_pct"] = 100.0 * spent / total["exhaustive_s"] if total["exhaustive_s"] else None
     position = f"{len(rows)} tune{'s' if len(rows) != 1 else ''}, {finished} finished"

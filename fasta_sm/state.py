@@ -184,6 +184,10 @@ class TuneState:
     def measured_count(self) -> int:
         return len(self.durations)
 
+    def tried_count(self) -> int:
+        """Configs that ran or failed: each is compiled and timed at most once, re-timings aside."""
+        return len(self.durations) + len(self.failed)
+
     def evaluations(self) -> int:
         """Timings held, re-timings and those taken from a superseded tune included."""
         return sum(len(samples) for samples in self.durations.values())

@@ -322,6 +322,19 @@ def test_report_writes_csv_with_a_total_row(table_file, state_dir, tmp_path):
     assert 0 < float(rows[0]["cost_pct"]) < 100
 
 
+def test_report_counts_the_configs_tried_failed_ones_included_against_n(table_file, state_dir, tmp_path):
+    tune(table_file, state_dir)
+    out_csv = tmp_path / "report.csv"
+    invoke("report", "--state-dir", str(state_dir), "--csv", str(out_csv))
+    row = next(csv.DictReader(out_csv.open()))
+    store = StateStore(state_dir)
+    state = store.read_listed(store.state_files()[0])
+    assert state.failed, "the toy table's failing configs must be among those tried"
+    assert int(row["tried"]) == len(state.durations) + len(state.failed)
+    assert int(row["N"]) == state.n_configs
+    assert float(row["tried_pct"]) == pytest.approx(100.0 * int(row["tried"]) / state.n_configs)
+
+
 def test_report_totals_live_tunes_apart_from_replayed_ones_whose_seconds_were_never_spent(tmp_path):
     states = tmp_path / "s"
     states.mkdir()
