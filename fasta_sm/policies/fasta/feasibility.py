@@ -123,6 +123,36 @@ def spill_dominance(
     return np.where(_dominated(-pressure, -pressure[spilled]), 1.0, p_fail)
 
 
+def load_dominance(
+    area: np.ndarray, load: np.ndarray, durations: np.ndarray, ratio: float, p_fail: np.ndarray
+) -> np.ndarray:
+    """`p_fail` raised to 1 for every config with at least the tile area and the tile per warp of a far spill.
+
+    A far spill is a config that ran `ratio` times slower than the best or
+    more, with a tile `area` and a tile per warp (`load`) at least the
+    best's. Registers per thread follow the tile per warp, so a larger tile
+    at no less tile per warp holds at least as many, whatever its warps,
+    stages or other kwargs (`BLOCK_K`): on the recorded square matmuls every
+    tile of 8,192 elements per warp or more runs 3.6 to 27 times slower than
+    the best, the 4-warp 256 x 128 and 256 x 256 tiles and the 8-warp
+    256 x 256 one beside the 4-warp 128 x 256 that `spill_dominance` reaches
+    from it. `spill_dominance` needs every kwarg at least the spill's and no
+    more warps, so each of those is found by its own slow compile. A far
+    ratio keeps the rule off the attention kernels, whose slow 1-stage
+    configs pass for spills against a mediocre best early in a tune.
+    """
+    ran = np.flatnonzero(np.isfinite(durations))
+    if ratio <= 0 or ran.size == 0:
+        return p_fail
+    best = ran[np.argmin(durations[ran])]
+    larger = (area[ran] >= area[best]) & (load[ran] >= load[best])
+    spilled = ran[(durations[ran] >= ratio * durations[best]) & larger]
+    if spilled.size == 0:
+        return p_fail
+    hit = ((area[None, :] >= area[spilled, None]) & (load[None, :] >= load[spilled, None])).any(axis=0)
+    return np.where(hit, 1.0, p_fail)
+
+
 def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
     """Whether each row is at most some row of `by` in every column.
 

@@ -74,6 +74,7 @@ class FastaParams:
     cell_min_run: float = 0.5
     cell_retry: int = 1
     cell_spill: float = 3.0
+    spill_load: float = 0.0
     twin_deep: bool = True
     # --- polish, past the budget ---
     polish_extra: int = 2
@@ -101,6 +102,7 @@ class FastaParams:
     retime_cost: float = 0.1
     retime_z: float = 2.5
     retime_resolution: float = 0.01
+    retime_gain: float = 0.0
     retime_rank: str = "lower"
     retime_wild: float = 2.0
     retime_wild_cap: float = 2.0
@@ -139,8 +141,8 @@ class FastaParams:
             raise PolicyError(f"fasta: hist_bins={self.hist_bins!r} must be at most {HIST_BINS_MOST}")
         for name in ("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
                      "cell_picks", "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution",
-                     "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np",
-                     "marginal_d", "margin_conv", "l1_conv", "retime_wild"):
+                     "retime_gain", "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d",
+                     "min_viable_np", "marginal_d", "margin_conv", "l1_conv", "retime_wild"):
             if getattr(self, name) < 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must not be negative")
         if not 0.0 <= self.retime_cost <= 1.0:
@@ -149,6 +151,8 @@ class FastaParams:
             raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
         if 0.0 < self.cell_spill <= 1.0:
             raise PolicyError(f"fasta: cell_spill={self.cell_spill!r} must be 0 (off) or a factor above 1")
+        if self.spill_load < 0 or 0.0 < self.spill_load <= 1.0:
+            raise PolicyError(f"fasta: spill_load={self.spill_load!r} must be 0 (off) or a factor above 1")
         if self.retime_wild_cap < 1.0:
             raise PolicyError(f"fasta: retime_wild_cap={self.retime_wild_cap!r} must be at least 1")
         if not 0.0 < self.retime_decay <= 1.0:
@@ -300,6 +304,9 @@ DESCRIPTIONS: dict[str, str] = {
     "cell_retry": "per guided round, at most this many picks retry an explored cell at its tile area's best values",
     "cell_spill": "a config this many times slower than the best spilled: its tile at more warps gets the next "
     "polish pick, and `spill_dominance` rules out the tiles above it (0: off; otherwise above 1)",
+    "spill_load": "a config that ran this many times slower than the best, with at least its tile area and tile "
+    "per warp, is a spill that rules out every config with at least its tile area and its tile per warp, at any "
+    "warps, stages and other kwargs (Feasibility; 0: off; otherwise above 1)",
     "twin_deep": "a spill twin is tried at the deepest stage count that runs (False: the best-scored stages)",
     "polish_extra": "past the budget, at most this many more configs next to the best (0: off; none with `budget=`)",
     "polish_centers": "polish steps one level in one column from this many of the fastest configs",
@@ -331,6 +338,8 @@ DESCRIPTIONS: dict[str, str] = {
     "(noise from the re-timings; 0: narrow by `retime_decay` instead)",
     "retime_resolution": "with `retime_z`: a contender whose window is narrower than this share of the best is "
     "settled (gaps that small do not matter)",
+    "retime_gain": "with `retime_z`: a contender stays in contention only while its noise window reaches at least "
+    "this share below the best's mean (it could still be that much faster; 0: anywhere below)",
     "retime_rank": "after the first re-time round, the contenders are the configs within the noise window of "
     "the best, lowest window bound first (`lower`), or only the fastest means (`mean`)",
     "retime_wild": "while the best has 3 or more timings whose relative spread is at least this many times the "
@@ -355,7 +364,8 @@ BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     **dict.fromkeys(("r1_min", "min_budget", "rounds", "max_rounds", "near_full", "retime_min", "polish_centers",
                      "transpose_centers"), (1, True, None, False)),
     **dict.fromkeys(("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
-                     "cell_picks", "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_rounds",
+                     "cell_picks", "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_gain",
+                     "retime_rounds",
                      "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
                      "margin_conv", "l1_conv", "retime_wild"), (0, True, None, False)),
     "retime_wild_cap": (1, True, None, False),
@@ -367,6 +377,7 @@ included), None where unbounded. Written into the parameter table; tests/policie
 
 _OTHER_VALUES = {
     "cell_spill": "0, or > 1",
+    "spill_load": "0, or > 1",
     "incumbent_basis": "one of the bases' names",
     "cell_columns": "column names",
     "retime_rank": "`'lower'` or `'mean'`",

@@ -29,6 +29,7 @@ from .budget import BudgetPlan, class_total, route_budget
 from .contract import check_observations
 from .feasibility import (
     failure_chance,
+    load_dominance,
     overshoot_bound,
     register_pressure,
     resource_dominance,
@@ -665,6 +666,8 @@ class FastaPolicy:
             p_fail = spill_dominance(
                 self._spill_pressure, self._cell_area, self._tile_load, durations, self.params.cell_spill, p_fail
             )
+        if self._tile_load is not None and self.params.spill_load > 0:
+            p_fail = load_dominance(self._cell_area, self._tile_load, durations, self.params.spill_load, p_fail)
         if self.params.failure_dominance:
             overshoot = shared_memory_overshoot(failures, durations.size)
             p_fail = overshoot_bound(
@@ -773,11 +776,12 @@ class FastaPolicy:
             tol = self.params.retime_tol * self.params.retime_decay**self._retimes
             return [int(i) for i in order if durations[i] <= durations[best] * (1 + tol)]
         contenders = ranked[1:] if self.params.retime_rank == "lower" else order[1:]
+        gain = self.params.retime_gain
         window = self.params.retime_z * self._noise() * np.sqrt(1.0 / samples[contenders] + 1.0 / samples[best])
         still_open = [
             (float(durations[i] / (1 + w)), int(i))
             for i, w in zip(contenders, window)
-            if w >= self.params.retime_resolution and durations[i] <= durations[best] * (1 + w)
+            if w >= self.params.retime_resolution and durations[i] <= durations[best] * (1 + w - gain)
         ]
         if self.params.retime_rank == "lower":
             still_open = sorted(still_open)[: self.params.retime_top - 1]
@@ -879,6 +883,7 @@ class FastaPolicy:
         stored = dict(state["params"])
         stored.setdefault("retime_z", 0.0)  # written before the noise window: re-time as it was planned to
         stored.setdefault("cell_spill", 0.0)  # written before the spill twins: polish as it was planned to
+        stored.setdefault("spill_load", 0.0)  # written before far spills ruled out tiles by their tile per warp
         stored.setdefault("twin_deep", False)  # written before the deepest-stage twin: its best-scored stages
         stored.setdefault("polish_transpose", False)  # written before the transposed-tile polish pick
         stored.setdefault("transpose_centers", 1)  # written when only the best's tile was transposed
@@ -893,6 +898,7 @@ class FastaPolicy:
         stored.setdefault("spill_dominance", False)  # written before spills ruled out larger tiles
         stored.setdefault("spill_all_stages", False)  # written when a spill ruled out only deeper pipelines
         stored.setdefault("greedy_picks", 0)  # written when every model pick was drawn
+        stored.setdefault("retime_gain", 0.0)  # written when any contender the window reached was re-timed
         stored.setdefault("retime_wild", 0.0)  # written when a wild best got no more re-timing than any other
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
