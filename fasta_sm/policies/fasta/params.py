@@ -74,7 +74,7 @@ class FastaParams:
     cell_min_run: float = 0.5
     cell_retry: int = 1
     cell_spill: float = 3.0
-    spill_load: float = 0.0
+    spill_load: float = 5.0
     twin_deep: bool = True
     # --- polish, past the budget ---
     polish_extra: int = 2
@@ -102,7 +102,6 @@ class FastaParams:
     retime_cost: float = 0.1
     retime_z: float = 2.5
     retime_resolution: float = 0.01
-    retime_gain: float = 0.0
     retime_rank: str = "lower"
     retime_wild: float = 2.0
     retime_wild_cap: float = 2.0
@@ -141,8 +140,8 @@ class FastaParams:
             raise PolicyError(f"fasta: hist_bins={self.hist_bins!r} must be at most {HIST_BINS_MOST}")
         for name in ("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
                      "cell_picks", "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution",
-                     "retime_gain", "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d",
-                     "min_viable_np", "marginal_d", "margin_conv", "l1_conv", "retime_wild"):
+                     "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np",
+                     "marginal_d", "margin_conv", "l1_conv", "retime_wild"):
             if getattr(self, name) < 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must not be negative")
         if not 0.0 <= self.retime_cost <= 1.0:
@@ -338,8 +337,6 @@ DESCRIPTIONS: dict[str, str] = {
     "(noise from the re-timings; 0: narrow by `retime_decay` instead)",
     "retime_resolution": "with `retime_z`: a contender whose window is narrower than this share of the best is "
     "settled (gaps that small do not matter)",
-    "retime_gain": "with `retime_z`: a contender stays in contention only while its noise window reaches at least "
-    "this share below the best's mean (it could still be that much faster; 0: anywhere below)",
     "retime_rank": "after the first re-time round, the contenders are the configs within the noise window of "
     "the best, lowest window bound first (`lower`), or only the fastest means (`mean`)",
     "retime_wild": "while the best has 3 or more timings whose relative spread is at least this many times the "
@@ -364,8 +361,7 @@ BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     **dict.fromkeys(("r1_min", "min_budget", "rounds", "max_rounds", "near_full", "retime_min", "polish_centers",
                      "transpose_centers"), (1, True, None, False)),
     **dict.fromkeys(("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
-                     "cell_picks", "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_gain",
-                     "retime_rounds",
+                     "cell_picks", "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_rounds",
                      "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
                      "margin_conv", "l1_conv", "retime_wild"), (0, True, None, False)),
     "retime_wild_cap": (1, True, None, False),

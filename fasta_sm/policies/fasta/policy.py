@@ -776,12 +776,11 @@ class FastaPolicy:
             tol = self.params.retime_tol * self.params.retime_decay**self._retimes
             return [int(i) for i in order if durations[i] <= durations[best] * (1 + tol)]
         contenders = ranked[1:] if self.params.retime_rank == "lower" else order[1:]
-        gain = self.params.retime_gain
         window = self.params.retime_z * self._noise() * np.sqrt(1.0 / samples[contenders] + 1.0 / samples[best])
         still_open = [
             (float(durations[i] / (1 + w)), int(i))
             for i, w in zip(contenders, window)
-            if w >= self.params.retime_resolution and durations[i] <= durations[best] * (1 + w - gain)
+            if w >= self.params.retime_resolution and durations[i] <= durations[best] * (1 + w)
         ]
         if self.params.retime_rank == "lower":
             still_open = sorted(still_open)[: self.params.retime_top - 1]
@@ -898,7 +897,6 @@ class FastaPolicy:
         stored.setdefault("spill_dominance", False)  # written before spills ruled out larger tiles
         stored.setdefault("spill_all_stages", False)  # written when a spill ruled out only deeper pipelines
         stored.setdefault("greedy_picks", 0)  # written when every model pick was drawn
-        stored.setdefault("retime_gain", 0.0)  # written when any contender the window reached was re-timed
         stored.setdefault("retime_wild", 0.0)  # written when a wild best got no more re-timing than any other
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
