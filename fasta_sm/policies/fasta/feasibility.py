@@ -112,12 +112,7 @@ def spill_dominance(
     nothing: too little work per program, or too many warps for its tile,
     is slow for other reasons. `pressure` is `resource_pressure`.
     """
-    ran = np.flatnonzero(np.isfinite(durations))
-    if spill <= 0 or ran.size == 0:
-        return p_fail
-    best = ran[np.argmin(durations[ran])]
-    larger = (area[ran] >= area[best]) & (load[ran] >= load[best])
-    spilled = ran[(durations[ran] >= spill * durations[best]) & larger]
+    spilled = _spills(area, load, durations, spill)
     if spilled.size == 0:
         return p_fail
     return np.where(_dominated(-pressure, -pressure[spilled]), 1.0, p_fail)
@@ -141,16 +136,22 @@ def load_dominance(
     ratio keeps the rule off the attention kernels, whose slow 1-stage
     configs pass for spills against a mediocre best early in a tune.
     """
-    ran = np.flatnonzero(np.isfinite(durations))
-    if ratio <= 0 or ran.size == 0:
-        return p_fail
-    best = ran[np.argmin(durations[ran])]
-    larger = (area[ran] >= area[best]) & (load[ran] >= load[best])
-    spilled = ran[(durations[ran] >= ratio * durations[best]) & larger]
+    spilled = _spills(area, load, durations, ratio)
     if spilled.size == 0:
         return p_fail
-    hit = ((area[None, :] >= area[spilled, None]) & (load[None, :] >= load[spilled, None])).any(axis=0)
-    return np.where(hit, 1.0, p_fail)
+    tiles = -np.column_stack([area, load])
+    return np.where(_dominated(tiles, tiles[spilled]), 1.0, p_fail)
+
+
+def _spills(area: np.ndarray, load: np.ndarray, durations: np.ndarray, ratio: float) -> np.ndarray:
+    """The configs that ran `ratio` times slower than the best or more with at least its tile area and tile per
+    warp (none for a `ratio` of 0, which is off): slow for holding more registers per thread than it does."""
+    ran = np.flatnonzero(np.isfinite(durations))
+    if ratio <= 0 or ran.size == 0:
+        return ran[:0]
+    best = ran[np.argmin(durations[ran])]
+    larger = (area[ran] >= area[best]) & (load[ran] >= load[best])
+    return ran[(durations[ran] >= ratio * durations[best]) & larger]
 
 
 def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
