@@ -74,6 +74,23 @@ def test_a_far_spill_at_the_best_tile_per_warp_rules_out_the_larger_tiles_at_tha
     assert p[_index(configs, 128, 128, 64, 8, 3)] == 0.0  # a smaller tile
 
 
+def test_a_slow_tile_smaller_than_the_best_rules_out_nothing():
+    # best 256 x 128 at 8 warps (4,096 a warp); 128 x 128 at 4 warps has that tile per warp on half the area
+    configs, p = _ruled_out({(256, 128, 64, 8, 3): 10.0, (128, 128, 64, 4, 3): 70.0})
+    assert np.all(p == 0.0)
+
+
+def test_a_smaller_tile_at_the_tile_per_warp_of_a_far_spill_is_not_ruled_out():
+    configs, p = _ruled_out({(128, 128, 64, 4, 3): 10.0, (256, 128, 64, 8, 3): 70.0})  # 4,096 a warp each
+    assert p[_index(configs, 64, 256, 32, 4, 2)] == 0.0  # 4,096 a warp on half the spill's area
+    assert p[_index(configs, 128, 128, 32, 4, 2)] == 0.0
+
+
+def test_a_config_that_failed_is_no_far_spill():
+    configs, p = _ruled_out({(128, 128, 64, 8, 3): 10.0, (128, 256, 64, 4, 3): np.inf})
+    assert np.all(p == 0.0)
+
+
 def test_spill_load_zero_is_off():
     configs, p = _ruled_out({(128, 128, 64, 8, 3): 10.0, (128, 256, 64, 4, 3): 70.0}, ratio=0.0)
     assert np.all(p == 0.0)
