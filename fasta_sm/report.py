@@ -1,7 +1,9 @@
 """Where the tuning time went: per-tune cost against exhaustive tuning of the same space.
 
 Exhaustive cost is estimated from what the tune itself measured: its compile
-seconds per config it tried (failed compiles cost time too), and its benchmark
+seconds per config it compiled or failed to compile (failed compiles cost time
+too; while a round is timed, more configs than the `tried` column, which
+waits for each one's timing), and its benchmark
 seconds per timing it took or run that failed (failed runs cost time too),
 scaled to the whole space. An estimate even on replay,
 where the configs a tune picked are no average sample of the space (the

@@ -974,6 +974,21 @@ def test_report_counts_no_savings_for_unfinished_tunes_and_names_unreadable_file
     assert rows[0]["saved_s"] == "" and float(rows[1]["saved_s"]) == 0.0
 
 
+def test_report_estimates_compile_seconds_per_config_compiled_not_per_config_tried(tmp_path):
+    """Mid-R1 benchmark: configs compiled but not yet timed are not `tried`, and their compiles are in `compile_s`."""
+    states = tmp_path / "s"
+    states.mkdir()
+    shutil.copy(CORPUS / "v1-r1-benchmark.fsm", states / "a.fsm")
+    out_csv = tmp_path / "r.csv"
+    assert fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv)).returncode == 0
+    row = next(csv.DictReader(out_csv.open()))
+    state = StateStore.read(states / "a.fsm")
+    compiled = len(set(state.compiled) | set(state.failed))
+    assert int(row["tried"]) == len(state.durations) + len(state.failed) < compiled
+    per_config = float(row["compile_s"]) / compiled * state.n_configs
+    assert per_config <= float(row["exhaustive_s"]) < float(row["compile_s"]) / int(row["tried"]) * state.n_configs
+
+
 def test_report_leaves_the_cost_of_a_tune_that_compiled_nothing_blank_not_zero_or_nan(tmp_path):
     states = tmp_path / "s"
     states.mkdir()
