@@ -989,6 +989,19 @@ def test_report_estimates_compile_seconds_per_config_compiled_not_per_config_tri
     assert per_config <= float(row["exhaustive_s"]) < float(row["compile_s"]) / int(row["tried"]) * state.n_configs
 
 
+def test_report_counts_carried_configs_as_tried_though_they_cost_the_tune_nothing(tmp_path):
+    states = tmp_path / "s"
+    states.mkdir()
+    shutil.copy(CORPUS / "v3-done-carried.fsm", states / "a.fsm")
+    out_csv = tmp_path / "r.csv"
+    assert fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv)).returncode == 0
+    row = next(csv.DictReader(out_csv.open()))
+    state = StateStore.read(states / "a.fsm")
+    assert state.carried_taken, "the corpus file must hold results taken from a superseded tune"
+    assert int(row["tried"]) == len(state.durations) + len(state.failed)
+    assert float(row["tried_pct"]) > 2 * float(row["cost_pct"])
+
+
 def test_report_leaves_the_cost_of_a_tune_that_compiled_nothing_blank_not_zero_or_nan(tmp_path):
     states = tmp_path / "s"
     states.mkdir()
