@@ -13,7 +13,9 @@ backend states it (read by `fasta_sm.failures`, so no wording reaches
 this module). A third treats a register spill like a failure: spill
 dominance (larger than a large tile that ran several times slower than
 the best), since such a config runs, but slowly, after the slowest compile
-of its space. A ridge fit of the 0/1 failure indicator can give the other
+of its space; and a fourth, load dominance, reads a far slower one as a
+spill of every tile at least as large with at least its tile per warp,
+whatever its other kwargs. A ridge fit of the 0/1 failure indicator can give the other
 configs a p in between (`failure_chance`, the `failure_fit` knob): it
 ranks failures well but demotes the fast configs at the limit's edge, so
 it is off by default.

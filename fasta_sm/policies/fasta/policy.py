@@ -648,7 +648,7 @@ class FastaPolicy:
         )
 
     def _failure_chance(self, durations: np.ndarray, failures: Mapping[int, str]) -> np.ndarray:
-        """P(fails) per config: the ridge fit if `failure_fit`, resource and spill dominance, the shared-memory bound.
+        """P(fails) per config: ridge fit if `failure_fit`; resource, spill and load dominance; the shared-memory bound.
 
         A config ruled a spill counts as a failure: it is picked as rarely.
         Zero when the failure model is off (`failure_weight=0`) or nothing failed or spilled.
