@@ -459,7 +459,8 @@ def test_predictions_stay_finite_when_r1_hits_failures():
 def test_retime_batches_hold_only_measured_near_best_configs():
     trace = drive(FastaPolicy(BOWL.configs, retime_top=3, retime_tol=0.05, retime_rounds=2), BOWL, seed=0)
     retimes = [d for d in trace.decisions if d.retime]
-    assert 1 <= len(retimes) <= 2 and all(2 <= len(d.batch) <= 3 for d in retimes)
+    assert 1 <= len(retimes) <= 2 and 2 <= len(retimes[0].batch) <= 3
+    assert all(1 <= len(d.batch) <= 3 for d in retimes)  # a later round may time the best alone (retime_settle_dof)
     best = np.nanmin(trace.durations)
     assert all(trace.durations[i] <= best * 1.06 for d in retimes for i in d.batch)
 
@@ -573,7 +574,9 @@ def test_a_config_retimed_with_timings_carried_over_adds_nothing_to_the_noise():
 def test_retime_ends_once_no_config_is_within_the_noise_of_the_best():
     open_ended = {"retime_tol": 1.0, "retime_rounds": 8, "retime_cost": 0.0, "retime_resolution": 0.0}
     assert _retime_rounds(retime_z=1e6, **open_ended) == 8
-    assert _retime_rounds(retime_z=1e-6, **open_ended) == 1
+    assert _retime_rounds(retime_z=1e-6, retime_settle_dof=0, **open_ended) == 1
+    # at no resolution every window counts: the best is timed alone until the noise rests on 4 timings
+    assert _retime_rounds(retime_z=1e-6, **open_ended) > 1
 
 
 def test_retime_ends_once_the_noise_window_is_below_the_resolution():
@@ -1383,3 +1386,40 @@ def test_a_state_from_before_the_wild_best_resumes_with_the_one_cap():
 def test_a_wild_cap_below_one_is_an_error():
     with pytest.raises(PolicyError, match="retime_wild_cap"):
         FastaPolicy(MATMUL.configs, retime_wild_cap=0.5)
+
+
+def _settling(best_timings, **params):
+    """After one re-time round: config 0 the best on `best_timings`, config 1 timed once 10 % slower."""
+    policy = FastaPolicy(MATMUL.configs, retime_z=2.5, retime_resolution=0.01, **params)
+    policy._retimes = 1
+    policy._timings = {"0": list(best_timings)}
+    durations = np.full(len(MATMUL.configs), np.nan)
+    samples = np.zeros(len(MATMUL.configs), dtype=np.int64)
+    durations[[0, 1]], samples[[0, 1]] = [float(np.mean(best_timings)), 1.1 * float(np.mean(best_timings))], [
+        len(best_timings), 1]
+    return policy._retime_candidates(durations, samples)
+
+
+def test_a_lead_is_not_settled_on_the_noise_of_one_timing_pair():
+    """A lone best confirmed once (2 % apart, the pooled noise on 1 timing past its first) is timed again alone."""
+    assert _settling([99.0, 101.0]) == [0]
+    assert _settling([99.0, 101.0], retime_settle_dof=0) == []
+
+
+def test_a_lead_settles_once_the_noise_rests_on_enough_timings():
+    assert _settling([99.0, 101.0, 99.0, 101.0, 100.0]) == []
+    assert _settling([99.0, 101.0, 100.0], retime_settle_dof=2) == []
+
+
+def test_a_noise_too_small_to_matter_settles_on_one_timing_pair():
+    """Windows under `retime_resolution` settle as before, however few timings the noise rests on."""
+    assert _settling([100.0, 100.02]) == []
+
+
+def test_a_state_from_before_the_settling_noise_resumes_with_it_off():
+    assert resumed_from_before("retime_settle_dof", MATMUL.configs).params.retime_settle_dof == 0
+
+
+def test_a_negative_retime_settle_dof_is_an_error():
+    with pytest.raises(PolicyError, match="retime_settle_dof"):
+        FastaPolicy(MATMUL.configs, retime_settle_dof=-1)

@@ -105,6 +105,7 @@ class FastaParams:
     retime_rank: str = "lower"
     retime_wild: float = 2.0
     retime_wild_cap: float = 2.0
+    retime_settle_dof: int = 4
     # --- config optimizer (off by default) ---
     optimize_configs: bool = False
     expert_configs: tuple[int, ...] = ()
@@ -141,7 +142,7 @@ class FastaParams:
         for name in ("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
                      "cell_picks", "cell_retry", "polish_extra", "cell_spill", "retime_z", "retime_resolution",
                      "retime_rounds", "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np",
-                     "marginal_d", "margin_conv", "l1_conv", "retime_wild"):
+                     "marginal_d", "margin_conv", "l1_conv", "retime_wild", "retime_settle_dof"):
             if getattr(self, name) < 0:
                 raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must not be negative")
         if not 0.0 <= self.retime_cost <= 1.0:
@@ -343,6 +344,9 @@ DESCRIPTIONS: dict[str, str] = {
     "pooled noise of the other re-timed configs, re-timing may cost up to `retime_wild_cap` times `retime_cost` "
     "(0: off)",
     "retime_wild_cap": "with `retime_wild`: the factor on `retime_cost` while the best's own timings scatter",
+    "retime_settle_dof": "after the first re-time round, no lead is settled on a pooled noise resting on fewer "
+    "than this many timings past each config's first while a contender's window still reaches `retime_resolution`: "
+    "the best alone is timed again (0: off)",
     "optimize_configs": "prune the list with the config optimizer first",
     "expert_configs": "indices (in the tune's config list) of configs the config optimizer always keeps: a "
     "kernel author's own",
@@ -363,7 +367,7 @@ BOUNDS: dict[str, tuple[float | None, bool, float | None, bool]] = {
     **dict.fromkeys(("greedy_picks", "tau_range", "retime_top", "min_rounds", "failure_weight", "cell_max",
                      "cell_picks", "cell_retry", "polish_extra", "retime_z", "retime_resolution", "retime_rounds",
                      "r1_per_param", "small_n", "small_d", "large_n", "large_d", "min_viable_np", "marginal_d",
-                     "margin_conv", "l1_conv", "retime_wild"), (0, True, None, False)),
+                     "margin_conv", "l1_conv", "retime_wild", "retime_settle_dof"), (0, True, None, False)),
     "retime_wild_cap": (1, True, None, False),
     "challenger_handicap": (None, False, None, False),
 }

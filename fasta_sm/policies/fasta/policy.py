@@ -738,6 +738,9 @@ class FastaPolicy:
         if not self._retimes:
             return ""
         best, *open_ = close or [None]
+        if best is not None and cut and not open_:
+            return (f"; re-timing stopped at {cut} with the pooled noise resting on {self._noise_dof()} timings, "
+                    f"fewer than retime_settle_dof={self.params.retime_settle_dof}: #{best}'s lead not settled")
         if not cut or not open_:
             return "; re-timing settled: no other config in contention with the best"
         listed = ", ".join(f"#{i}" for i in open_)
@@ -763,8 +766,12 @@ class FastaPolicy:
         to the best is within `retime_z` standard errors of the difference
         of the two means, the noise estimated from the timings re-timing has
         produced so far; with no such contender the best stands and
-        re-timing ends. With `retime_z` = 0 the tolerance narrows by
-        `retime_decay` per round instead.
+        re-timing ends, unless that noise rests on fewer than
+        `retime_settle_dof` timings past each config's first and some
+        contender's window still reaches `retime_resolution`: then the best
+        alone is timed again (a lone best confirmed by one lucky timing
+        otherwise settles on the spread of its own two). With `retime_z` = 0
+        the tolerance narrows by `retime_decay` per round instead.
         """
         finite = np.flatnonzero(np.isfinite(durations))
         if finite.size == 0:
@@ -784,7 +791,11 @@ class FastaPolicy:
         ]
         if self.params.retime_rank == "lower":
             still_open = sorted(still_open)[: self.params.retime_top - 1]
-        return [int(best), *(i for _, i in still_open)] if still_open else []
+        if still_open:
+            return [int(best), *(i for _, i in still_open)]
+        if self._noise_dof() < self.params.retime_settle_dof and bool(np.any(window >= self.params.retime_resolution)):
+            return [int(best)]  # too few timings behind the noise to settle on: one more of the best
+        return []
 
     def _record_timings(self, batch: list[int], durations: np.ndarray, samples: np.ndarray) -> None:
         """Recover each re-timed config's newest timing from its mean and count (the engine reports means only)."""
@@ -803,6 +814,10 @@ class FastaPolicy:
                 squares += float(np.sum((v / v.mean() - 1.0) ** 2))
                 dof += len(values) - 1
         return math.sqrt(squares / dof) if dof else 0.0
+
+    def _noise_dof(self) -> int:
+        """How many timings `_noise` rests on past each re-timed config's first (its degrees of freedom)."""
+        return sum(len(values) - 1 for values in self._timings.values() if len(values) > 1)
 
     def _wild_best(self, best: int) -> bool:
         """Whether the best's own timings scatter far more than the others': at least 3 of them, with a relative
@@ -898,6 +913,7 @@ class FastaPolicy:
         stored.setdefault("spill_all_stages", False)  # written when a spill ruled out only deeper pipelines
         stored.setdefault("greedy_picks", 0)  # written when every model pick was drawn
         stored.setdefault("retime_wild", 0.0)  # written when a wild best got no more re-timing than any other
+        stored.setdefault("retime_settle_dof", 0)  # written when a lead could settle on the noise of one timing pair
         stored["bases"] = tuple(stored["bases"])
         for name in ("cell_columns", "expert_configs"):
             if name in stored:
