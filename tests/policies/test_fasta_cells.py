@@ -364,6 +364,48 @@ def test_a_state_from_before_the_slow_scale_up_stop_resumes_without_it():
     assert resumed_from_before("scale_up_stop_slow", configs).params.scale_up_stop_slow is False
 
 
+def test_a_spill_twin_near_the_best_sends_the_next_pick_to_its_steps_in_its_cell():
+    configs, _ = _space(stages=(2, 3))
+    n = len(configs)
+    scores = np.zeros(n)
+    steps = {_index(configs, 128, 64, 32, 8, 3), _index(configs, 128, 64, 64, 8, 2)}
+    for on, pick_us, takes in ((True, 4.1, True), (True, 3.0, True), (True, 5.0, False), (False, 4.1, False)):
+        policy, durations, best, first = _after_a_polish_pick(
+            configs, pick_us, polish_new_cell_steps=on, polish_scale_up=False
+        )
+        policy._history[-1]["rule"] = "a spilled tile at more warps"
+        order = np.array([first, best] if pick_us < 4.0 else [best, first])
+        candidates = np.flatnonzero(np.isnan(durations))
+        rule, picks = policy._polish_first(durations, candidates, order, scores, np.zeros(n))
+        assert ("steps in its new cell" in rule) is takes
+        if takes:
+            assert f"config #{first}'s" in rule and set(picks.tolist()) == steps
+        else:
+            assert "transposed tile" in rule
+    policy, durations, best, first = _after_a_polish_pick(
+        configs, 4.1, polish_new_cell_steps=True, polish_scale_up=False
+    )
+    policy._history[-1]["rule"] = f"config #{best}'s transposed tile"  # not followed: a cell away from the best's
+    candidates = np.flatnonzero(np.isnan(durations))
+    rule, _ = policy._polish_first(durations, candidates, np.array([best, first]), scores, np.zeros(n))
+    assert "steps in its new cell" not in rule
+    policy, durations, best, first = _after_a_polish_pick(configs, 4.1, polish_new_cell_steps=True)
+    policy._history[-1]["rule"] = "a spilled tile at more warps"
+    candidates = np.flatnonzero(np.isnan(durations))
+    rule, _ = policy._polish_first(durations, candidates, np.array([best, first]), scores, np.zeros(n))
+    assert "scaled up" in rule  # a scaled-up tile still goes first
+    policy._history.append({"polish": min(steps), "basis": "rbf", "rule": f"config #{first}'s steps in its new cell"})
+    durations[min(steps)] = 4.2
+    rule, _ = policy._polish_first(durations, np.flatnonzero(np.isnan(durations)), np.array([best, first]),
+                                   scores, np.zeros(n))
+    assert "steps in its new cell" not in rule  # once a tune
+
+
+def test_a_state_from_before_the_new_cell_steps_resumes_without_them():
+    configs, _ = _space()
+    assert resumed_from_before("polish_new_cell_steps", configs).params.polish_new_cell_steps is False
+
+
 def test_a_polish_pick_that_became_the_best_leaves_its_cell_open():
     configs, _ = _space(stages=(2, 3))
     same_cell = _index(configs, 128, 64, 32, 8, 3)

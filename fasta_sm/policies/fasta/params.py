@@ -85,6 +85,7 @@ class FastaParams:
     polish_new_cells: bool = True
     scale_up_skip_failed: bool = True
     scale_up_stop_slow: bool = True
+    polish_new_cell_steps: bool = True
     polish_rare_level: bool = True
     # --- stopping ---
     min_rounds: int = 3
@@ -322,6 +323,9 @@ DESCRIPTIONS: dict[str, str] = {
     "scale_up_skip_failed": "a scaled-up tile is not taken where the same config at more stages failed",
     "scale_up_stop_slow": "no further scaled-up tile once one ran more than `near_tol` slower than the best "
     "(its tile grew past the optimum, and so, most often, does the other direction)",
+    "polish_new_cell_steps": "once a spill twin or scaled-up tile polish pick ran within `near_tol` of the best, "
+    "the next polish pick (with no scaled-up tile to take) is one of its one-level steps in its own tile cell "
+    "(stages, BLOCK_K, ...), before the transposed tile and the local steps",
     "min_rounds": "guided rounds before the margin and histogram tests may stop",
     "margin_conv": "margin test: untried configs must all be bounded this much slower",
     "trust_rho": "margin test: LOO Spearman the model needs to be believed",

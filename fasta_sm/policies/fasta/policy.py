@@ -62,6 +62,8 @@ STATE_VERSION = 1
 _PHASES = ("start", "r1", "r2", "retime", "done")
 SCALED_UP = "tile scaled up with its warps"
 """How a polish decision and its history entry name the scaled-up tile rule (`_a_scaled_up_tile_ran_slow`)."""
+NEW_CELL_STEPS = "steps in its new cell"
+"""How a polish decision and its history entry name the new cell's steps (`_new_cell_steps`)."""
 
 
 def _stored_count(name: str, value: Any) -> int:
@@ -462,8 +464,9 @@ class FastaPolicy:
         the spill as a slow tile, then the best's tile scaled up with its warps
         (`scaled_up_tiles`; not below a failure at more stages,
         `scale_up_skip_failed`), both outside the cells where an earlier
-        polish pick failed or ran slow (`polish_new_cells`), then the
-        transposed tile (`transposed_tile`, two
+        polish pick failed or ran slow (`polish_new_cells`), then the steps
+        in its cell of a twin or scaled-up pick that ran near the best
+        (`polish_new_cell_steps`), then the transposed tile (`transposed_tile`, two
         columns away) of the first of the `transpose_centers` fastest configs
         that has one untried. On a space without BLOCK_M and BLOCK_N, the
         local steps to the level of a kernel kwarg outside the cell columns
@@ -549,12 +552,48 @@ class FastaPolicy:
                 larger = self._not_below_a_failure(larger, durations)
             if larger.size:
                 return f"config #{int(order[0])}'s {SCALED_UP}", larger
+        pick, steps = self._new_cell_steps(durations, runs)
+        if steps.size:
+            return f"config #{pick}'s {NEW_CELL_STEPS}", steps
         if params.polish_transpose and self._tile_pair is not None:
             for center in order[: params.transpose_centers]:
                 swapped = transposed_tile(self._space.raw, *self._tile_pair, int(center), runs)
                 if swapped.size:
                     return f"config #{int(center)}'s transposed tile", swapped
         return "", np.zeros(0, dtype=np.int64)
+
+    def _new_cell_steps(self, durations: np.ndarray, runs: np.ndarray) -> tuple[int, np.ndarray]:
+        """The untried one-level steps in its own tile cell of the last spill twin or scaled-up tile that the polish
+        picked and that ran within `near_tol` of the best (`polish_new_cell_steps`), once a tune.
+
+        Such a pick found a new cell near the best at one stage count and
+        `BLOCK_K`, chosen by a rule, not by the model, which still ranks the
+        cell by its slow neighbours: on mm_fp16_4096 the 8-warp twin of the
+        spilled 128 x 256 tile ran +2.9 % at 4 stages, and the best configs
+        are one step from it (3 stages, or `BLOCK_K` 32), while the last pick
+        went to the transposed tile or a step from the 256 x 128 best (+3.9 %).
+        A transposed tile is not followed: it is a cell away from the best's
+        (on mm_fp16_4096 seed 672 its steps took the pick that found the best).
+        `runs` are the candidates likely to run. Returns the pick and its
+        steps; no steps when off, with no cells, or when no pick qualifies.
+        """
+        none = (-1, np.zeros(0, dtype=np.int64))
+        if not self.params.polish_new_cell_steps or self._cells is None:
+            return none
+        picks = [h for h in self._history if "polish" in h]
+        if any(h["rule"].endswith(NEW_CELL_STEPS) for h in picks):
+            return none
+        near = durations[np.isfinite(durations)].min() * (1.0 + self.params.near_tol)
+        cellish = [
+            int(h["polish"]) for h in picks
+            if (h["rule"] == "a spilled tile at more warps" or h["rule"].endswith(SCALED_UP))
+            and durations[int(h["polish"])] <= near
+        ]
+        if not cellish:
+            return none
+        pick = cellish[-1]
+        steps = one_step_neighbours(self._space.levels, np.array([pick]), runs)
+        return pick, steps[self._cells[steps] == self._cells[pick]]
 
     def _a_scaled_up_tile_ran_slow(self, durations: np.ndarray) -> bool:
         """Whether an earlier polish pick, a scaled-up tile, ran more than `near_tol` slower than the best.
@@ -906,6 +945,7 @@ class FastaPolicy:
         stored.setdefault("polish_new_cells", False)  # written when a polish rule could go back to its cell
         stored.setdefault("scale_up_skip_failed", False)  # written when a scaled-up tile could sit below a failure
         stored.setdefault("scale_up_stop_slow", False)  # written when a slow scaled-up tile left the other open
+        stored.setdefault("polish_new_cell_steps", False)  # written before a near new cell's steps went first
         stored.setdefault("retime_rank", "mean")  # written when only the fastest means were re-timed
         stored.setdefault("failure_fit", True)  # written when the ridge fit of failures was always on
         stored.setdefault("peak_share", 0.0)  # written before a peaked R1 could raise the budget
