@@ -62,6 +62,8 @@ STATE_VERSION = 1
 _PHASES = ("start", "r1", "r2", "retime", "done")
 SCALED_UP = "tile scaled up with its warps"
 """How a polish decision and its history entry name the scaled-up tile rule (`_a_scaled_up_tile_ran_slow`)."""
+SPILL_TWIN = "a spilled tile at more warps"
+"""How a polish decision and its history entry name the spill twin (`_new_cell_steps`)."""
 NEW_CELL_STEPS = "steps in its new cell"
 """How a polish decision and its history entry name the new cell's steps (`_new_cell_steps`)."""
 
@@ -536,7 +538,7 @@ class FastaPolicy:
         fresh = self._outside_polished_cells(durations, candidates)
         twins = self._spill_twins(durations, fresh, scores, p_fail)
         if twins.size:
-            return "a spilled tile at more warps", twins
+            return SPILL_TWIN, twins
         runs = candidates[1.0 - p_fail[candidates] >= params.cell_min_run]
         if (
             params.polish_scale_up
@@ -586,7 +588,7 @@ class FastaPolicy:
         near = durations[np.isfinite(durations)].min() * (1.0 + self.params.near_tol)
         cellish = [
             int(h["polish"]) for h in picks
-            if (h["rule"] == "a spilled tile at more warps" or h["rule"].endswith(SCALED_UP))
+            if (h["rule"] == SPILL_TWIN or h["rule"].endswith(SCALED_UP))
             and durations[int(h["polish"])] <= near
         ]
         if not cellish:
