@@ -24,7 +24,7 @@ from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.cli import main, run
 from fasta_sm.errors import TuneFailed
 from fasta_sm.protocols import BenchmarkOutcome
-from fasta_sm.state import pack_state
+from fasta_sm.state import TuneState, pack_state
 from fasta_sm.store import StateStore
 from fasta_sm.tuner import open_tune
 from fasta_sm.tuner import tune as api_tune
@@ -974,15 +974,19 @@ def test_report_counts_no_savings_for_unfinished_tunes_and_names_unreadable_file
     assert rows[0]["saved_s"] == "" and float(rows[1]["saved_s"]) == 0.0
 
 
-def test_report_estimates_compile_seconds_per_config_compiled_not_per_config_tried(tmp_path):
-    """Mid-R1 benchmark: configs compiled but not yet timed are not `tried`, and their compiles are in `compile_s`."""
+def _report_row_of_corpus_file(name: str, tmp_path: Path) -> tuple[dict[str, str], TuneState]:
+    """`report --csv`'s row for one corpus state file alone in a state dir, and that state."""
     states = tmp_path / "s"
     states.mkdir()
-    shutil.copy(CORPUS / "v1-r1-benchmark.fsm", states / "a.fsm")
+    shutil.copy(CORPUS / name, states / "a.fsm")
     out_csv = tmp_path / "r.csv"
     assert fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv)).returncode == 0
-    row = next(csv.DictReader(out_csv.open()))
-    state = StateStore.read(states / "a.fsm")
+    return next(csv.DictReader(out_csv.open())), StateStore.read(states / "a.fsm")
+
+
+def test_report_estimates_compile_seconds_per_config_compiled_not_per_config_tried(tmp_path):
+    """Mid-R1 benchmark: configs compiled but not yet timed are not `tried`, and their compiles are in `compile_s`."""
+    row, state = _report_row_of_corpus_file("v1-r1-benchmark.fsm", tmp_path)
     compiled = len(set(state.compiled) | set(state.failed))
     assert int(row["tried"]) == len(state.durations) + len(state.failed) < compiled
     per_config = float(row["compile_s"]) / compiled * state.n_configs
@@ -990,13 +994,7 @@ def test_report_estimates_compile_seconds_per_config_compiled_not_per_config_tri
 
 
 def test_report_counts_carried_configs_as_tried_though_they_cost_the_tune_nothing(tmp_path):
-    states = tmp_path / "s"
-    states.mkdir()
-    shutil.copy(CORPUS / "v3-done-carried.fsm", states / "a.fsm")
-    out_csv = tmp_path / "r.csv"
-    assert fasta_sm("report", "--state-dir", str(states), "--csv", str(out_csv)).returncode == 0
-    row = next(csv.DictReader(out_csv.open()))
-    state = StateStore.read(states / "a.fsm")
+    row, state = _report_row_of_corpus_file("v3-done-carried.fsm", tmp_path)
     assert state.carried_taken, "the corpus file must hold results taken from a superseded tune"
     assert int(row["tried"]) == len(state.durations) + len(state.failed)
     assert float(row["tried_pct"]) > 2 * float(row["cost_pct"])
