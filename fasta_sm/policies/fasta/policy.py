@@ -848,17 +848,23 @@ class FastaPolicy:
     def _noise(self, leave_out: int | None = None) -> float:
         """Pooled relative standard deviation of one timing, over the configs timed more than once (all but
         `leave_out`)."""
+        squares, dof = self._pooled_squares(leave_out)
+        return math.sqrt(squares / dof) if dof else 0.0
+
+    def _noise_dof(self) -> int:
+        """How many timings `_noise` rests on past each re-timed config's first (its degrees of freedom)."""
+        return self._pooled_squares()[1]
+
+    def _pooled_squares(self, leave_out: int | None = None) -> tuple[float, int]:
+        """The squared relative deviations from their config's mean of the re-timed configs' timings (all but
+        `leave_out`), summed, and their degrees of freedom."""
         squares, dof = 0.0, 0
         for key, values in self._timings.items():
             if len(values) > 1 and key != str(leave_out):
                 v = np.array(values)
                 squares += float(np.sum((v / v.mean() - 1.0) ** 2))
                 dof += len(values) - 1
-        return math.sqrt(squares / dof) if dof else 0.0
-
-    def _noise_dof(self) -> int:
-        """How many timings `_noise` rests on past each re-timed config's first (its degrees of freedom)."""
-        return sum(len(values) - 1 for values in self._timings.values() if len(values) > 1)
+        return squares, dof
 
     def _wild_best(self, best: int) -> bool:
         """Whether the best's own timings scatter far more than the others': at least 3 of them, with a relative
