@@ -10,6 +10,7 @@ from fasta_sm.config import Config
 from fasta_sm.policies import make_policy
 from fasta_sm.policies.fasta import FastaPolicy
 from fasta_sm.policies.fasta.features import extract_features
+from fasta_sm.policies.fasta.policy import NEW_CELL_STEPS, SCALED_UP, SPILL_TWIN
 from fasta_sm.policies.fasta.sampling import (
     cell_retry_picks,
     one_step_neighbours,
@@ -364,41 +365,53 @@ def test_a_state_from_before_the_slow_scale_up_stop_resumes_without_it():
     assert resumed_from_before("scale_up_stop_slow", configs).params.scale_up_stop_slow is False
 
 
-def test_a_spill_twin_near_the_best_sends_the_next_pick_to_its_steps_in_its_cell():
+def _polish_after_a_spill_twin(pick_us, rule=SPILL_TWIN, **params):
+    """`_polish_first`'s rule and picks once the polish took 128 x 64 x 64 at 8 warps and 3 stages by `rule`."""
     configs, _ = _space(stages=(2, 3))
     n = len(configs)
-    scores = np.zeros(n)
-    steps = {_index(configs, 128, 64, 32, 8, 3), _index(configs, 128, 64, 64, 8, 2)}
-    for on, pick_us, takes in ((True, 4.1, True), (True, 3.0, True), (True, 5.0, False), (False, 4.1, False)):
-        policy, durations, best, first = _after_a_polish_pick(
-            configs, pick_us, polish_new_cell_steps=on, polish_scale_up=False
-        )
-        policy._history[-1]["rule"] = "a spilled tile at more warps"
-        order = np.array([first, best] if pick_us < 4.0 else [best, first])
-        candidates = np.flatnonzero(np.isnan(durations))
-        rule, picks = policy._polish_first(durations, candidates, order, scores, np.zeros(n))
-        assert ("steps in its new cell" in rule) is takes
-        if takes:
-            assert f"config #{first}'s" in rule and set(picks.tolist()) == steps
-        else:
-            assert "transposed tile" in rule
-    policy, durations, best, first = _after_a_polish_pick(
-        configs, 4.1, polish_new_cell_steps=True, polish_scale_up=False
-    )
-    policy._history[-1]["rule"] = f"config #{best}'s transposed tile"  # not followed: a cell away from the best's
+    policy, durations, best, first = _after_a_polish_pick(configs, pick_us, **params)
+    policy._history[-1]["rule"] = rule
+    order = np.array([first, best] if pick_us < 4.0 else [best, first])
     candidates = np.flatnonzero(np.isnan(durations))
-    rule, _ = policy._polish_first(durations, candidates, np.array([best, first]), scores, np.zeros(n))
-    assert "steps in its new cell" not in rule
-    policy, durations, best, first = _after_a_polish_pick(configs, 4.1, polish_new_cell_steps=True)
-    policy._history[-1]["rule"] = "a spilled tile at more warps"
-    candidates = np.flatnonzero(np.isnan(durations))
-    rule, _ = policy._polish_first(durations, candidates, np.array([best, first]), scores, np.zeros(n))
-    assert "scaled up" in rule  # a scaled-up tile still goes first
-    policy._history.append({"polish": min(steps), "basis": "rbf", "rule": f"config #{first}'s steps in its new cell"})
-    durations[min(steps)] = 4.2
-    rule, _ = policy._polish_first(durations, np.flatnonzero(np.isnan(durations)), np.array([best, first]),
-                                   scores, np.zeros(n))
-    assert "steps in its new cell" not in rule  # once a tune
+    rule, picks = policy._polish_first(durations, candidates, order, np.zeros(n), np.zeros(n))
+    return configs, policy, durations, order, rule, picks
+
+
+def test_a_spill_twin_near_the_best_sends_the_next_pick_to_its_steps_in_its_cell():
+    for pick_us in (4.1, 3.0):  # within near_tol of the best, or the best itself
+        configs, _, _, _, rule, picks = _polish_after_a_spill_twin(pick_us, polish_scale_up=False)
+        assert rule == f"config #{_index(configs, 128, 64, 64, 8, 3)}'s {NEW_CELL_STEPS}"
+        assert set(picks.tolist()) == {_index(configs, 128, 64, 32, 8, 3), _index(configs, 128, 64, 64, 8, 2)}
+
+
+def test_a_spill_twin_past_near_tol_leaves_the_pick_to_the_transposed_tile():
+    _, _, _, _, rule, _ = _polish_after_a_spill_twin(5.0, polish_scale_up=False)
+    assert "transposed tile" in rule
+
+
+def test_without_polish_new_cell_steps_a_near_spill_twin_leaves_the_pick_to_the_transposed_tile():
+    _, _, _, _, rule, _ = _polish_after_a_spill_twin(4.1, polish_scale_up=False, polish_new_cell_steps=False)
+    assert "transposed tile" in rule
+
+
+def test_a_transposed_tile_near_the_best_is_not_followed_into_its_cell():
+    _, _, _, _, rule, _ = _polish_after_a_spill_twin(4.1, rule="config #0's transposed tile", polish_scale_up=False)
+    assert NEW_CELL_STEPS not in rule
+
+
+def test_a_scaled_up_tile_still_goes_before_the_new_cell_steps():
+    _, _, _, _, rule, _ = _polish_after_a_spill_twin(4.1)
+    assert SCALED_UP in rule
+
+
+def test_the_new_cell_steps_are_taken_once_a_tune():
+    configs, policy, durations, order, rule, picks = _polish_after_a_spill_twin(4.1, polish_scale_up=False)
+    step = int(picks.min())
+    policy._history.append({"polish": step, "basis": "rbf", "rule": rule})
+    durations[step] = 4.2
+    n = len(configs)
+    rule, _ = policy._polish_first(durations, np.flatnonzero(np.isnan(durations)), order, np.zeros(n), np.zeros(n))
+    assert NEW_CELL_STEPS not in rule
 
 
 def test_a_state_from_before_the_new_cell_steps_resumes_without_them():
