@@ -150,10 +150,9 @@ class FastaParams:
             raise PolicyError(f"fasta: retime_cost={self.retime_cost!r} must be 0 (no cap) or a fraction in (0, 1]")
         if not 0.0 <= self.cell_min_run <= 1.0:
             raise PolicyError(f"fasta: cell_min_run={self.cell_min_run!r} must be in [0, 1]")
-        if 0.0 < self.cell_spill <= 1.0:
-            raise PolicyError(f"fasta: cell_spill={self.cell_spill!r} must be 0 (off) or a factor above 1")
-        if self.spill_load < 0 or 0.0 < self.spill_load <= 1.0:
-            raise PolicyError(f"fasta: spill_load={self.spill_load!r} must be 0 (off) or a factor above 1")
+        for name in ("cell_spill", "spill_load"):
+            if getattr(self, name) < 0 or 0.0 < getattr(self, name) <= 1.0:
+                raise PolicyError(f"fasta: {name}={getattr(self, name)!r} must be 0 (off) or a factor above 1")
         if self.retime_wild_cap < 1.0:
             raise PolicyError(f"fasta: retime_wild_cap={self.retime_wild_cap!r} must be at least 1")
         if not 0.0 < self.retime_decay <= 1.0:
