@@ -38,6 +38,7 @@ from .config import Config
 from .data import DEFAULT_TABLE, table_names, table_path
 from .env import env_value
 from .errors import FastaError, PolicyError, StateDirError, StateFileError, TableError
+from .explain import ConfigStory, check_index, explain_configs, picked_in, predicted_at_pick
 from .files import read_regular
 from .policies import make_policy, named_parameters, policy_names, require_listed, with_environment
 from .render import age_of, format_us, kernel_labels, key_values, printable, state_to_json, tune_label
@@ -408,8 +409,19 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
     type=click.IntRange(min=1),
     help="Measured configs to list (all with --json).",
 )
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    type=click.IntRange(min=0),
+    metavar="INDEX",
+    help="Only this config's part in the tune (repeatable): when it was measured, or why it never was "
+    "(its final prediction, and the rule that ruled it out, if one did).",
+)
 @state_dir_option
-def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir: Path | None) -> None:
+def show(
+    key_or_file: str, as_json: bool, plot: Path | None, top: int, configs: tuple[int, ...], state_dir: Path | None
+) -> None:
     """One state in full: position, rounds, measured configs by speed, failures, why it stopped."""
     _check_directory_of("--plot", plot)
     given = Path(key_or_file).expanduser()
@@ -433,6 +445,11 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
             missing = f"no state file for the key {key_or_file!r} (no state dir {directory}{not_dir})"
             raise click.ClickException(missing) from None
         path, state = _tune_of_kernel(StateStore(directory, lock_timeout_s=0), key_or_file, path)
+    for index in configs:
+        try:
+            check_index(state, index)
+        except ValueError as exc:
+            raise click.ClickException(f"--config {index}: {exc}") from None
     if plot is not None:
         from .plot import plot_tune
 
@@ -442,10 +459,29 @@ def show(key_or_file: str, as_json: bool, plot: Path | None, top: int, state_dir
         except (ImportError, ValueError) as exc:
             raise click.ClickException(f"--plot {plot}: {exc}") from None
         notes.print(f"wrote {written}")
+    stories = explain_configs(state, list(configs)) if configs else []
     if as_json:
-        click.echo(json.dumps(state_to_json(state), indent=2, sort_keys=True))
+        rendered = state_to_json(state)
+        if configs:
+            rendered["explained"] = [story.to_json() for story in stories]
+        click.echo(json.dumps(rendered, indent=2, sort_keys=True))
+        return
+    if configs:
+        _print_stories(state, path, stories)
         return
     _print_state(state, path, top)
+
+
+def _print_stories(state: TuneState, path: Path, stories: list[ConfigStory]) -> None:
+    """`show --config`: the tune in a line, then each config's part in it."""
+    head = Table.grid(padding=(0, 2))
+    head.add_row("file", printable(str(path)))
+    head.add_row("kernel", f"{printable(state.kernel)}   {state.position()}   best {_best_line(state)}")
+    for story in stories:
+        head.add_row(f"#{story.index}", f"{story.label}  ({story.status})")
+        for line in story.lines:
+            head.add_row("", line)
+    _print_table(head)
 
 
 def _is_json_object(path: Path) -> bool:
@@ -580,7 +616,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         )
     _print_table(rounds)
 
-    picked_in = _picked_in(state)
+    picked = picked_in(state)
     measured = Table(
         "#",
         "round",
@@ -593,12 +629,12 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
         "compile s",
         title=f"Measured, fastest first (top {min(top, state.measured_count())} of {state.measured_count()})",
     )
-    at_pick = _predicted_at_pick(state)
+    at_pick = predicted_at_pick(state)
     for index in sorted(state.durations, key=lambda i: (state.mean_us(i), i))[:top]:
         final = state.predicted_us[index] if state.predicted_us else None
         measured.add_row(
             str(index),
-            picked_in.get(index, "-"),
+            picked.get(index, "-"),
             state.configs[index].label(),
             format_us(state.mean_us(index)),
             str(len(state.durations[index])),
@@ -611,7 +647,7 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
     if state.failed:
         failed = Table("#", "round", "config", "error", title="Failed")
         for index in sorted(state.failed):
-            failed.add_row(str(index), picked_in.get(index, "-"), state.configs[index].label(), state.failed[index])
+            failed.add_row(str(index), picked.get(index, "-"), state.configs[index].label(), state.failed[index])
         _print_table(failed)
 
 
@@ -714,26 +750,6 @@ def _params_unlike_defaults(state: TuneState) -> tuple[dict[str, object], list[s
         if name in stored and defaults[name] != stored[name] and not (name in passed and passed[name] == stored[name])
     }
     return unlike, [name for name in own if name not in stored]
-
-
-def _picked_in(state: TuneState) -> dict[int, str]:
-    """The round that first picked each config: the Rounds table gives only batch sizes, so without it one cannot
-    tell which configs R1 sampled, which a guided or polish round proposed, or where a failure was met."""
-    picked: dict[int, str] = {}
-    for record in state.rounds:
-        for index in record.batch:
-            picked.setdefault(index, record.name)
-    return picked
-
-
-def _predicted_at_pick(state: TuneState) -> dict[int, float]:
-    """What the model predicted for each config in the round that first picked it (before it was measured)."""
-    at_pick: dict[int, float] = {}
-    for record in state.rounds:
-        for index, predicted in zip(record.batch, record.predicted_us):
-            if math.isfinite(predicted):
-                at_pick.setdefault(index, predicted)
-    return at_pick
 
 
 def _builds(policy: str, configs: list[Config]) -> bool:

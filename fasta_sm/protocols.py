@@ -141,6 +141,14 @@ class ChecksRound(Protocol):
 
 
 @runtime_checkable
+class RulesOut(Protocol):
+    """A policy that can say which untried configs its rules put out of reach, and why (`fasta-sm show --config`)."""
+
+    def ruled_out(self, observed: Observations) -> dict[int, str]:
+        """Per untried config out of the policy's reach on `observed`, why, in words."""
+
+
+@runtime_checkable
 class TakesPrior(Protocol):
     """A policy that can start from configs earlier tunes of the same kernel found fast.
 

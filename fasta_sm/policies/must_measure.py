@@ -9,7 +9,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import FastaError
-from ..protocols import ChecksRound, Decision, Observations, TakesPrior, as_index
+from ..protocols import ChecksRound, Decision, Observations, RulesOut, TakesPrior, as_index
 from . import make_policy, register, with_environment
 
 
@@ -66,6 +66,9 @@ class MustMeasure:
         if self.takes_prior:
             measured = set(self.must)
             self.inner.use_prior([i for i in indices if i not in measured])
+
+    def ruled_out(self, observed: Observations) -> dict[int, str]:
+        return self.inner.ruled_out(observed) if isinstance(self.inner, RulesOut) else {}
 
     def check_round(self, batch: Sequence[int]) -> None:
         if isinstance(self.inner, ChecksRound):  # R1's batch holds the inner plan and the configs added to it

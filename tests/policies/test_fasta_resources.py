@@ -16,8 +16,8 @@ from fasta_sm.failures import shared_memory_overshoot
 from fasta_sm.machine import Tune
 from fasta_sm.policies.fasta import FastaPolicy
 from fasta_sm.policies.fasta.feasibility import (
-    overshoot_bound,
-    resource_dominance,
+    overshoot_culprits,
+    resource_culprits,
     resource_pressure,
     shared_memory_columns,
 )
@@ -62,11 +62,12 @@ def test_everything_under_more_pressure_than_a_failure_fails():
     durations = np.full(len(configs), np.nan)
     durations[_index(configs, 128, 32, 8, 3)] = math.inf
     durations[_index(configs, 64, 64, 4, 2)] = 10.0
-    p = resource_dominance(pressure, durations, np.full(len(configs), 0.5))
-    assert p[_index(configs, 128, 64, 8, 3)] == 1.0  # larger tile, same warps and stages
-    assert p[_index(configs, 128, 32, 4, 3)] == 1.0  # same tile with fewer warps: more registers per thread
-    assert p[_index(configs, 128, 32, 8, 2)] == 0.5  # fewer stages: nothing implied
-    assert p[_index(configs, 64, 32, 8, 2)] == 0.5  # the ridge fit's guess stands elsewhere
+    by = resource_culprits(pressure, durations)
+    failure = _index(configs, 128, 32, 8, 3)
+    assert by[_index(configs, 128, 64, 8, 3)] == failure  # larger tile, same warps and stages
+    assert by[_index(configs, 128, 32, 4, 3)] == failure  # same tile with fewer warps: more registers per thread
+    assert by[_index(configs, 128, 32, 8, 2)] == -1  # fewer stages: nothing implied
+    assert by[_index(configs, 64, 32, 8, 2)] == -1
 
 
 def test_a_failure_below_a_config_that_ran_implies_nothing():
@@ -74,8 +75,7 @@ def test_a_failure_below_a_config_that_ran_implies_nothing():
     durations = np.full(len(configs), np.nan)
     durations[_index(configs, 64, 32, 8, 2)] = math.inf  # broke for a reason other than resources
     durations[_index(configs, 128, 64, 4, 3)] = 10.0
-    p = resource_dominance(pressure, durations, np.full(len(configs), 0.5))
-    assert np.all(p == 0.5)
+    assert np.all(resource_culprits(pressure, durations) == -1)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -107,6 +107,7 @@ def test_overshoot_is_read_from_tritons_shared_memory_error_only():
 
 
 def _bound(configs, failed_index, ratio, ran=()):
+    """Which configs the overshoot bound rules out after one failure `ratio` times over the limit."""
     space = extract_features(configs)
     sizes, stages = shared_memory_columns(space.names)
     durations = np.full(len(configs), np.nan)
@@ -114,36 +115,36 @@ def _bound(configs, failed_index, ratio, ran=()):
     durations[list(ran)] = 10.0
     overshoot = np.full(len(configs), np.nan)
     overshoot[failed_index] = ratio
-    return overshoot_bound(space.raw, sizes, stages, durations, overshoot, np.zeros(len(configs)))
+    return overshoot_culprits(space.raw, sizes, stages, durations, overshoot) >= 0
 
 
 def test_a_failure_far_over_the_limit_rules_out_smaller_tiles_too():
     configs, _ = _space()
     p = _bound(configs, _index(configs, 128, 64, 4, 3), 2.3)
-    assert p[_index(configs, 128, 32, 4, 3)] == 1.0  # half the BLOCK_K still needs 1.15× the limit
-    assert p[_index(configs, 64, 64, 4, 3)] == 1.0
-    assert p[_index(configs, 64, 32, 4, 3)] == 0.0  # a quarter of the tile may fit
+    assert p[_index(configs, 128, 32, 4, 3)]  # half the BLOCK_K still needs 1.15× the limit
+    assert p[_index(configs, 64, 64, 4, 3)]
+    assert not p[_index(configs, 64, 32, 4, 3)]  # a quarter of the tile may fit
 
 
 def test_the_bound_counts_pipelined_buffers_as_stages_minus_one():
     configs, _ = _space()
     failed = _index(configs, 128, 64, 4, 3)
-    assert _bound(configs, failed, 2.3)[_index(configs, 128, 64, 4, 2)] == 1.0  # half the buffers: 1.15×
-    assert _bound(configs, failed, 1.9)[_index(configs, 128, 64, 4, 2)] == 0.0  # 0.95×: may fit
+    assert _bound(configs, failed, 2.3)[_index(configs, 128, 64, 4, 2)]  # half the buffers: 1.15×
+    assert not _bound(configs, failed, 1.9)[_index(configs, 128, 64, 4, 2)]  # 0.95×: may fit
 
 
 def test_the_bound_rules_out_a_failed_tile_at_more_warps_which_dominance_leaves_open():
     configs, _ = _space()
     p = _bound(configs, _index(configs, 128, 64, 4, 3), 1.2)
-    assert p[_index(configs, 128, 64, 8, 3)] == 1.0
-    assert p[_index(configs, 128, 32, 4, 3)] == 0.0
+    assert p[_index(configs, 128, 64, 8, 3)]
+    assert not p[_index(configs, 128, 32, 4, 3)]
 
 
 def test_fewer_warps_count_as_a_smaller_size():
     configs, _ = _space()
     failed = _index(configs, 128, 64, 8, 3)
-    assert _bound(configs, failed, 1.2)[_index(configs, 128, 64, 4, 3)] == 0.0  # 0.6× at half the warps
-    assert _bound(configs, failed, 2.3)[_index(configs, 128, 64, 4, 3)] == 1.0
+    assert not _bound(configs, failed, 1.2)[_index(configs, 128, 64, 4, 3)]  # 0.6× at half the warps
+    assert _bound(configs, failed, 2.3)[_index(configs, 128, 64, 4, 3)]
 
 
 def test_a_column_neither_size_nor_stages_must_match_for_the_bound():
@@ -154,14 +155,14 @@ def test_a_column_neither_size_nor_stages_must_match_for_the_bound():
     ]
     failed = next(i for i, c in enumerate(configs) if c.kwargs["BLOCK"] == 128 and c.options["num_ctas"] == 1)
     p = _bound(configs, failed, 3.0)
-    assert [p[i] for i, c in enumerate(configs) if c.options["num_ctas"] == 2] == [0.0, 0.0]
-    assert [p[i] for i, c in enumerate(configs) if c.options["num_ctas"] == 1] == [1.0, 1.0]
+    assert [p[i] for i, c in enumerate(configs) if c.options["num_ctas"] == 2] == [False, False]
+    assert [p[i] for i, c in enumerate(configs) if c.options["num_ctas"] == 1] == [True, True]
 
 
 def test_a_failure_whose_bound_would_rule_out_a_config_that_ran_is_ignored():
     configs, _ = _space()
     p = _bound(configs, _index(configs, 128, 64, 4, 3), 2.3, ran=[_index(configs, 128, 32, 4, 3)])
-    assert np.all(p == 0.0)
+    assert not p.any()
 
 
 def test_the_policy_reads_the_overshoot_from_the_failures_it_is_shown():
@@ -265,7 +266,7 @@ def test_through_the_engine_no_config_a_recorded_failure_bounds_is_compiled_afte
     ruled_out = 0
     for record in (r for r in state.rounds if not r.retime):
         failures = {i: state.failed[i] for i in np.flatnonzero(np.isinf(durations))}
-        bound = overshoot_bound(space.raw, sizes, stages, durations, shared_memory_overshoot(failures, n), np.zeros(n))
+        bound = overshoot_culprits(space.raw, sizes, stages, durations, shared_memory_overshoot(failures, n)) >= 0
         if record.phase != "R1":
             assert not bound[list(record.batch)].any(), f"{record.phase}_{record.round}"
         ruled_out += int(bound.sum())
@@ -328,5 +329,5 @@ def test_a_kwarg_of_more_than_32767_values_rules_out_only_the_configs_above_its_
     pressure = resource_pressure(("kwargs.BLOCK",), np.arange(n).reshape(-1, 1))
     durations = np.full(n, np.nan)
     durations[33_000], durations[36_000] = 5.0, math.inf
-    ruled_out = resource_dominance(pressure, durations, np.zeros(n))
+    ruled_out = resource_culprits(pressure, durations) >= 0
     assert np.array_equal(np.flatnonzero(ruled_out), np.arange(36_000, n))

@@ -11,7 +11,7 @@ from fasta_sm.config import Config
 from fasta_sm.data import tables_dir
 from fasta_sm.errors import PolicyError
 from fasta_sm.policies.fasta import FastaPolicy
-from fasta_sm.policies.fasta.feasibility import resource_pressure, spill_dominance
+from fasta_sm.policies.fasta.feasibility import resource_pressure, spill_culprits
 from fasta_sm.policies.fasta.features import extract_features
 
 GELU = load_table(tables_dir() / "mm_bf16_gelu_4096.json")
@@ -46,32 +46,30 @@ def _measured(configs, timings):
 def test_everything_under_more_pressure_than_a_spill_is_taken_to_spill():
     configs, pressure, area, load = _space()
     durations = _measured(configs, {(64, 64, 8, 2): 10.0, (128, 64, 4, 2): 40.0})
-    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
-    assert p[_index(configs, 128, 128, 4, 2)] == 1.0  # a larger tile at the same warps
-    assert p[_index(configs, 128, 64, 4, 3)] == 1.0  # the same tile, deeper pipeline
-    assert p[_index(configs, 128, 64, 8, 2)] == 0.0  # more warps: fewer registers per thread (the spill twin)
-    assert p[_index(configs, 64, 128, 4, 2)] == 0.0  # not larger in every column
+    by = spill_culprits(pressure, area, load, durations, 3.0)
+    spill = _index(configs, 128, 64, 4, 2)
+    assert by[_index(configs, 128, 128, 4, 2)] == spill  # a larger tile at the same warps
+    assert by[_index(configs, 128, 64, 4, 3)] == spill  # the same tile, deeper pipeline
+    assert by[_index(configs, 128, 64, 8, 2)] == -1  # more warps: fewer registers per thread (the spill twin)
+    assert by[_index(configs, 64, 128, 4, 2)] == -1  # not larger in every column
 
 
 def test_a_slow_tile_smaller_than_the_best_implies_nothing():
     configs, pressure, area, load = _space()
     durations = _measured(configs, {(128, 128, 8, 3): 10.0, (64, 64, 4, 2): 40.0})  # too little work, not a spill
-    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
-    assert np.all(p == 0.0)
+    assert np.all(spill_culprits(pressure, area, load, durations, 3.0) == -1)
 
 
 def test_a_slow_tile_at_more_warps_than_the_best_implies_nothing():
     configs, pressure, area, load = _space()
     durations = _measured(configs, {(128, 64, 4, 2): 10.0, (128, 64, 8, 2): 40.0})  # too many warps, not a spill
-    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
-    assert np.all(p == 0.0)
+    assert np.all(spill_culprits(pressure, area, load, durations, 3.0) == -1)
 
 
 def test_a_tile_less_than_spill_times_slower_implies_nothing():
     configs, pressure, area, load = _space()
     durations = _measured(configs, {(64, 64, 8, 2): 10.0, (128, 64, 4, 2): 29.0})
-    p = spill_dominance(pressure, area, load, durations, 3.0, np.full(len(configs), 0.25))
-    assert np.all(p == 0.25)
+    assert np.all(spill_culprits(pressure, area, load, durations, 3.0) == -1)
 
 
 def _proposed_over_a_spill(params: dict, seed: int) -> list[int]:
@@ -96,16 +94,15 @@ def test_a_tune_resumed_from_before_spill_dominance_keeps_it_off():
 def test_a_slow_tile_of_smaller_area_at_the_same_tile_per_warp_implies_nothing():
     configs, pressure, area, load = _space()
     durations = _measured(configs, {(128, 64, 8, 2): 10.0, (64, 64, 4, 2): 40.0})  # 1,024 per warp each
-    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
-    assert np.all(p == 0.0)
+    assert np.all(spill_culprits(pressure, area, load, durations, 3.0) == -1)
 
 
 def test_fewer_stages_than_a_spill_stay_open():
     configs, pressure, area, load = _space()
     durations = _measured(configs, {(64, 64, 8, 2): 10.0, (128, 64, 4, 3): 40.0})
-    p = spill_dominance(pressure, area, load, durations, 3.0, np.zeros(len(configs)))
-    assert p[_index(configs, 128, 64, 4, 2)] == 0.0
-    assert p[_index(configs, 128, 128, 4, 3)] == 1.0
+    by = spill_culprits(pressure, area, load, durations, 3.0)
+    assert by[_index(configs, 128, 64, 4, 2)] == -1
+    assert by[_index(configs, 128, 128, 4, 3)] == _index(configs, 128, 64, 4, 3)
 
 
 def test_without_a_tile_kwarg_among_the_cell_columns_nothing_is_ruled_a_spill():

@@ -82,24 +82,25 @@ def register_pressure(names: tuple[str, ...], levels: np.ndarray) -> np.ndarray 
     return resource_pressure(tuple(names[j] for j in keep), levels[:, keep])
 
 
-def resource_dominance(pressure: np.ndarray, durations: np.ndarray, p_fail: np.ndarray) -> np.ndarray:
-    """`p_fail` raised to 1 for every config under at least the pressure of one that failed, in every column.
+def resource_culprits(pressure: np.ndarray, durations: np.ndarray) -> np.ndarray:
+    """Resource dominance: per config, a failed config whose pressure it has at least in every column (-1 for
+    none), which rules it out.
 
     `pressure` is `resource_pressure`. A failure that a config which ran
     dominates is not a resource failure (it broke for another reason) and
     implies nothing.
     """
-    failed = pressure[np.isinf(durations)]
-    if failed.size == 0:
-        return p_fail
-    failed = failed[~_dominated(failed, pressure[np.isfinite(durations)])]
-    return np.where(_dominated(-pressure, -failed), 1.0, p_fail)
+    failed = np.flatnonzero(np.isinf(durations))
+    if failed.size:
+        failed = failed[~_dominated(pressure[failed], pressure[np.isfinite(durations)])]
+    return _culprits(-pressure, -pressure[failed], failed)
 
 
-def spill_dominance(
-    pressure: np.ndarray, area: np.ndarray, load: np.ndarray, durations: np.ndarray, spill: float, p_fail: np.ndarray
+def spill_culprits(
+    pressure: np.ndarray, area: np.ndarray, load: np.ndarray, durations: np.ndarray, spill: float
 ) -> np.ndarray:
-    """`p_fail` raised to 1 for every config under at least the pressure of a spill, in every column.
+    """Spill dominance: per config, a spill whose pressure it has at least in every column (-1 for none), which
+    rules it out.
 
     A config that ran `spill` times slower than the best or more, with a
     tile `area` and a tile per warp (`load`, the area over the warps) at
@@ -115,15 +116,12 @@ def spill_dominance(
     is slow for other reasons. `pressure` is `resource_pressure`.
     """
     spilled = _spills(area, load, durations, spill)
-    if spilled.size == 0:
-        return p_fail
-    return np.where(_dominated(-pressure, -pressure[spilled]), 1.0, p_fail)
+    return _culprits(-pressure, -pressure[spilled], spilled)
 
 
-def load_dominance(
-    area: np.ndarray, load: np.ndarray, durations: np.ndarray, ratio: float, p_fail: np.ndarray
-) -> np.ndarray:
-    """`p_fail` raised to 1 for every config with at least the tile area and the tile per warp of a far spill.
+def load_culprits(area: np.ndarray, load: np.ndarray, durations: np.ndarray, ratio: float) -> np.ndarray:
+    """Load dominance: per config, a far spill whose tile area and tile per warp it has at least (-1 for none),
+    which rules it out.
 
     A far spill is a config that ran `ratio` times slower than the best or
     more, with a tile `area` and a tile per warp (`load`) at least the
@@ -139,10 +137,8 @@ def load_dominance(
     configs pass for spills against a mediocre best early in a tune.
     """
     spilled = _spills(area, load, durations, ratio)
-    if spilled.size == 0:
-        return p_fail
     tiles = -np.column_stack([area, load])
-    return np.where(_dominated(tiles, tiles[spilled]), 1.0, p_fail)
+    return _culprits(tiles, tiles[spilled], spilled)
 
 
 def _spills(area: np.ndarray, load: np.ndarray, durations: np.ndarray, ratio: float) -> np.ndarray:
@@ -157,16 +153,31 @@ def _spills(area: np.ndarray, load: np.ndarray, durations: np.ndarray, ratio: fl
 
 
 def _dominated(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
-    """Whether each row is at most some row of `by` in every column.
+    """Whether each row is at most some row of `by` in every column."""
+    return _dominance(rows, by).any(axis=0)
+
+
+def _culprits(rows: np.ndarray, by: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    """Per row, the first of `sources` (the configs of the rows of `by`) whose row it is at most in every
+    column; -1 for none."""
+    culprits = np.full(rows.shape[0], -1, dtype=np.int64)
+    if sources.size:
+        within = _dominance(rows, by)
+        hit = within.any(axis=0)
+        culprits[hit] = sources[within[:, hit].argmax(axis=0)]
+    return culprits
+
+
+def _dominance(rows: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """The table (by, rows) of whether each row is at most each row of `by` in every column.
 
     The costly call compares every config against the few failures, so the
-    comparison table is laid out (by, rows): numpy's inner loop runs along
-    the long side.
+    table is laid out (by, rows): numpy's inner loop runs along the long side.
     """
     within = np.ones((by.shape[0], rows.shape[0]), dtype=bool)
     for j in range(rows.shape[1]):
         within &= rows[:, j] <= by[:, j, None]
-    return within.any(axis=0)
+    return within
 
 
 def shared_memory_columns(names: tuple[str, ...]) -> tuple[np.ndarray, int | None]:
@@ -175,15 +186,11 @@ def shared_memory_columns(names: tuple[str, ...]) -> tuple[np.ndarray, int | Non
     return sizes, column_index(names, "num_stages")
 
 
-def overshoot_bound(
-    raw: np.ndarray,
-    sizes: np.ndarray,
-    stages: int | None,
-    durations: np.ndarray,
-    overshoot: np.ndarray,
-    p_fail: np.ndarray,
+def overshoot_culprits(
+    raw: np.ndarray, sizes: np.ndarray, stages: int | None, durations: np.ndarray, overshoot: np.ndarray
 ) -> np.ndarray:
-    """`p_fail` raised to 1 for every config whose shared memory a failure's overshoot bounds above the limit.
+    """The shared-memory bound: per config, an out-of-shared-memory failure whose overshoot bounds the config's
+    shared memory above the limit (-1 for none; the first where several do), which rules it out.
 
     Shared memory is a sum of buffers, each at most proportional to every
     tile size (and to the warps), the pipelined ones held num_stages − 1
@@ -203,6 +210,7 @@ def overshoot_bound(
     others = ~sizes
     if stages is not None:
         others[stages] = False
+    culprits = np.full(raw.shape[0], -1, dtype=np.int64)
     for failed in np.flatnonzero(overshoot > 1.0):
         reference = raw[failed]
         share = np.prod(_share(raw[:, sizes], reference[sizes]), axis=1)
@@ -211,8 +219,8 @@ def overshoot_bound(
         share = np.where((raw[:, others] == reference[others]).all(axis=1), share, 0.0)
         ruled_out = overshoot[failed] * share > 1.0
         if not (ruled_out & ran).any():
-            p_fail = np.where(ruled_out, 1.0, p_fail)
-    return p_fail
+            culprits = np.where(ruled_out & (culprits < 0), failed, culprits)
+    return culprits
 
 
 def _share(values: np.ndarray, reference: np.ndarray | float) -> np.ndarray:

@@ -29,14 +29,14 @@ from .budget import BudgetPlan, class_total, route_budget
 from .contract import check_observations
 from .feasibility import (
     failure_chance,
-    load_dominance,
-    overshoot_bound,
+    load_culprits,
+    overshoot_culprits,
     register_pressure,
-    resource_dominance,
+    resource_culprits,
     resource_pressure,
     run_penalty,
     shared_memory_columns,
-    spill_dominance,
+    spill_culprits,
 )
 from .features import column_index, extract_features
 from .params import LARGEST, FastaParams, check_expert_configs, environment_overrides, resolve_params
@@ -65,6 +65,15 @@ SCALED_UP = "tile scaled up with its warps"
 SPILL_TWIN = "a spilled tile at more warps"
 """How a polish decision and its history entry name the spill twin (`_new_cell_steps`)."""
 NEW_CELL_STEPS = "steps in its new cell"
+RULE_WORDS = {
+    "resource": "needs at least the resources of #{culprit}, which failed",
+    "spill": "holds at least the registers per thread of #{culprit}, which ran {ratio:.1f}x slower than the best "
+             "(a spill: cell_spill {params.cell_spill:g})",
+    "load": "has at least the tile area and the tile per warp of #{culprit}, which ran {ratio:.1f}x slower than "
+            "the best (a far spill: spill_load {params.spill_load:g})",
+    "shared memory": "needs more shared memory than the device has, by the figures of #{culprit}'s failure",
+}
+"""What each feasibility rule says of a config it rules out (`ruled_out`)."""
 """How a polish decision and its history entry name the new cell's steps (`_new_cell_steps`)."""
 
 
@@ -701,20 +710,53 @@ class FastaPolicy:
             tried = np.flatnonzero(~np.isnan(durations))
             failed = np.isinf(durations[tried])
             p_fail = failure_chance(self._feasibility_design, tried, failed, self.params.ridge_lambda)
-        if self._pressure is not None and self.params.failure_dominance:
-            p_fail = resource_dominance(self._pressure, durations, p_fail)
-        if self._spill_pressure is not None and self._tile_load is not None and self.params.spill_dominance:
-            p_fail = spill_dominance(
-                self._spill_pressure, self._cell_area, self._tile_load, durations, self.params.cell_spill, p_fail
-            )
-        if self._tile_load is not None and self.params.spill_load > 0:
-            p_fail = load_dominance(self._cell_area, self._tile_load, durations, self.params.spill_load, p_fail)
-        if self.params.failure_dominance:
-            overshoot = shared_memory_overshoot(failures, durations.size)
-            p_fail = overshoot_bound(
-                self._space.raw, self._memory_sizes, self._memory_stages, durations, overshoot, p_fail
-            )
+        for _, culprits in self._rule_culprits(durations, failures):
+            p_fail = np.where(culprits >= 0, 1.0, p_fail)
         return p_fail
+
+    def _rule_culprits(self, durations: np.ndarray, failures: Mapping[int, str]) -> list[tuple[str, np.ndarray]]:
+        """Each feasibility rule that is on, by its `RULE_WORDS` name, with the config that rules out each config
+        by it (-1 for none)."""
+        params, rules = self.params, []
+        if self._pressure is not None and params.failure_dominance:
+            rules.append(("resource", resource_culprits(self._pressure, durations)))
+        if self._spill_pressure is not None and self._tile_load is not None and params.spill_dominance:
+            rules.append(("spill", spill_culprits(
+                self._spill_pressure, self._cell_area, self._tile_load, durations, params.cell_spill
+            )))
+        if self._tile_load is not None and params.spill_load > 0:
+            rules.append(("load", load_culprits(self._cell_area, self._tile_load, durations, params.spill_load)))
+        if params.failure_dominance:
+            overshoot = shared_memory_overshoot(failures, durations.size)
+            rules.append(("shared memory", overshoot_culprits(
+                self._space.raw, self._memory_sizes, self._memory_stages, durations, overshoot
+            )))
+        return rules
+
+    def ruled_out(self, observed: Observations) -> dict[int, str]:
+        """Why each untried config that this policy puts out of reach on `observed` is out of it, in words.
+
+        A config the config optimizer left out is never proposed; one a
+        feasibility rule rules out (resource, spill or load dominance, the
+        shared-memory bound) gets no chance to run, so it is proposed only
+        over configs predicted far slower, and never as a cell pick or in
+        the polish. The words name the rule and the config that rules it
+        out: why a config an exhaustive tune crowned was never measured here
+        is more often a rule than a low rank (`fasta-sm show --config`).
+        """
+        durations = np.asarray(observed.duration_us, dtype=float)
+        untried = np.isnan(durations)
+        reasons = {int(i): "left out by the config optimizer" for i in np.flatnonzero(untried & ~self._active)}
+        if self.params.failure_weight <= 0:
+            return reasons
+        ran = np.isfinite(durations)
+        best = float(durations[ran].min()) if ran.any() else math.nan  # only spills, which need a best, say it
+        for rule, culprits in self._rule_culprits(durations, observed.failures):
+            for i in np.flatnonzero(untried & (culprits >= 0)):
+                culprit = int(culprits[i])
+                words = RULE_WORDS[rule].format(culprit=culprit, ratio=durations[culprit] / best, params=self.params)
+                reasons.setdefault(int(i), words)
+        return reasons
 
     def _round_size(self) -> int:
         plan = self.plan_budget

@@ -1,0 +1,137 @@
+"""`fasta-sm show --config`: one config's part in a tune, and why an untried one was never measured."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fasta_sm.cli import main
+from fasta_sm.explain import explain_configs
+from fasta_sm.policies.fasta.feasibility import resource_pressure
+from fasta_sm.policies.fasta.features import extract_features
+from fasta_sm.store import StateStore
+
+CORPUS = Path(__file__).resolve().parents[2] / "states"
+MID_ROUND = CORPUS / "v1-r2-benchmark.fsm"  # R2_2 benchmark, #132 and #133 in flight
+WITH_FAILURES = CORPUS / "v1-done-with-failures.fsm"  # the GELU matmul, four configs out of shared memory
+
+
+def show(path: Path, *args: str) -> str:
+    result = CliRunner().invoke(main, ["show", str(path), *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def story_lines(path: Path, index: int) -> list[str]:
+    [story] = explain_configs(StateStore.read(path), [index])
+    return story.lines
+
+
+def test_the_winner_is_named_the_winner_with_its_round_and_timings():
+    state = StateStore.read(WITH_FAILURES)
+    [line] = story_lines(WITH_FAILURES, state.best)
+    count = len(state.durations[state.best])
+    assert line.startswith("measured in R") and f": {count} timings, " in line
+    assert "the winner (fastest of 18 measured)" in line
+
+
+def test_a_measured_config_gives_its_gap_to_the_best_and_its_rank():
+    state = StateStore.read(WITH_FAILURES)
+    second = sorted(state.durations, key=lambda i: (state.mean_us(i), i))[1]
+    gap = (state.mean_us(second) / state.best_us - 1) * 100
+    [line] = story_lines(WITH_FAILURES, second)
+    assert f"+{gap:.2f} % from the best (2nd fastest of 18 measured)" in line
+
+
+def test_a_failed_config_gives_its_round_and_its_error():
+    state = StateStore.read(WITH_FAILURES)
+    [line] = story_lines(WITH_FAILURES, 107)
+    assert line == f"failed in R1: {state.failed[107]}"
+
+
+def test_a_config_of_the_round_in_flight_is_not_timed_yet():
+    assert story_lines(MID_ROUND, 133) == ["in the round in flight (R2_2), not timed yet"]
+
+
+def test_an_untried_config_above_a_failure_names_the_failure_that_rules_it_out():
+    state = StateStore.read(WITH_FAILURES)
+    space = extract_features(state.configs)
+    pressure = resource_pressure(space.names, space.levels)
+    ruled = {}
+    for story in explain_configs(state, [i for i in range(state.n_configs) if i not in state.durations]):
+        if story.ruled_out and story.ruled_out.startswith("needs at least the resources of #"):
+            ruled[story.index] = int(story.ruled_out.split("#")[1].split(",")[0])
+    assert ruled, "no config was ruled out by a failure: the test checks nothing"
+    for index, culprit in ruled.items():
+        assert culprit in state.failed
+        assert np.all(pressure[index] >= pressure[culprit]), f"#{index} is not above #{culprit}"
+
+
+def test_an_untried_config_gives_the_final_models_prediction_and_its_rank_among_the_untried():
+    state = StateStore.read(WITH_FAILURES)
+    untried = [i for i in range(state.n_configs) if i not in state.durations and i not in state.failed]
+    likeliest = min(untried, key=lambda i: (state.predicted_us[i], i))
+    [story] = explain_configs(state, [likeliest])
+    assert story.status == "untried" and story.predicted_us == state.predicted_us[likeliest]
+    assert f"(fastest of the {len(untried)} untried by that prediction)" in story.lines[0]
+
+
+def test_an_untried_config_no_rule_reaches_says_nothing_of_rules():
+    state = StateStore.read(WITH_FAILURES)
+    free = [s for s in explain_configs(state, list(range(state.n_configs))) if s.status == "untried"
+            and s.ruled_out is None]
+    assert free, "every untried config was ruled out: the test checks nothing"
+    assert all(len(story.lines) == 1 for story in free)
+
+
+def test_a_tune_whose_policy_has_no_rules_names_none():
+    exhaustive = StateStore.read(CORPUS / "v1-done-exhaustive.fsm")
+    stories = explain_configs(exhaustive, list(range(exhaustive.n_configs)))
+    assert all(story.ruled_out is None for story in stories)
+
+
+def test_a_policy_that_cannot_be_rebuilt_leaves_the_story_and_says_why_the_rules_are_missing():
+    state = StateStore.read(WITH_FAILURES)
+    broken = replace(state, policy_state={**state.policy_state, "version": 99})
+    untried = next(i for i in range(state.n_configs) if i not in state.durations and i not in state.failed)
+    [story] = explain_configs(broken, [untried])
+    assert story.lines[0].startswith("never tried; the final model predicts ")
+    assert story.lines[1].startswith("the 'fasta' policy could not be rebuilt from the state to read its rules: ")
+    assert "state version 99" in story.lines[1]
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.fsm")), ids=lambda p: p.name)
+def test_every_config_of_every_corpus_state_has_a_story(path):
+    state = StateStore.read(path)
+    stories = explain_configs(state, list(range(state.n_configs)))
+    assert [s.index for s in stories] == list(range(state.n_configs))
+    assert all(s.lines and "could not be rebuilt" not in " ".join(s.lines) for s in stories)
+
+
+def test_show_config_prints_the_tune_in_a_line_then_each_story():
+    out = show(WITH_FAILURES, "--config", "107", "--config", "0")
+    lines = out.splitlines()
+    assert lines[1].split()[:2] == ["kernel", "mm_bf16_gelu_4096"]
+    assert any(line.startswith("#107") and "(failed)" in line for line in lines)
+    assert any(line.startswith("#0 ") for line in lines)
+    assert "Rounds" not in out  # the focused view, not the whole state
+
+
+def test_show_config_json_adds_the_stories_to_the_documented_form():
+    plain = json.loads(show(WITH_FAILURES, "--json"))
+    told = json.loads(show(WITH_FAILURES, "--json", "--config", "107"))
+    assert {k: v for k, v in told.items() if k != "explained"} == plain
+    [story] = told["explained"]
+    assert story["index"] == 107 and story["status"] == "failed" and story["ruled_out"] is None
+    assert set(story) == {"index", "config", "status", "lines", "predicted_us", "ruled_out"}
+
+
+def test_a_config_outside_the_list_is_an_error_naming_the_range():
+    result = CliRunner().invoke(main, ["show", str(WITH_FAILURES), "--config", "216"])
+    assert result.exit_code != 0
+    assert "--config 216: config #216 is not one of the tune's 216 configs (#0 to #215" in result.output
