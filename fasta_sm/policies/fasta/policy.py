@@ -65,6 +65,7 @@ SCALED_UP = "tile scaled up with its warps"
 SPILL_TWIN = "a spilled tile at more warps"
 """How a polish decision and its history entry name the spill twin (`_new_cell_steps`)."""
 NEW_CELL_STEPS = "steps in its new cell"
+"""How a polish decision and its history entry name the new cell's steps (`_new_cell_steps`)."""
 RULE_WORDS = {
     "resource": "needs at least the resources of #{culprit}, which failed",
     "spill": "holds at least the registers per thread of #{culprit}, which ran {ratio:.1f}x slower than the best "
@@ -74,7 +75,6 @@ RULE_WORDS = {
     "shared memory": "needs more shared memory than the device has, by the figures of #{culprit}'s failure",
 }
 """What each feasibility rule says of a config it rules out (`ruled_out`)."""
-"""How a polish decision and its history entry name the new cell's steps (`_new_cell_steps`)."""
 
 
 def _stored_count(name: str, value: Any) -> int:
