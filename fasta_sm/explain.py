@@ -11,13 +11,15 @@ is measured.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from .errors import describe
 from .policies import make_policy
-from .protocols import RulesOut
+from .protocols import Observations, RulesOut
 from .render import format_us
-from .state import TuneState, round_name
+from .state import TuneState, round_name, sample_mean
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class ConfigStory:
     lines: list[str]
     predicted_us: float | None
     ruled_out: str | None
+    ruled_out_after: list[str] = field(default_factory=list)
+    """The finished rounds after whose results a rule ruled the config out (the end state's `ruled_out` aside)."""
 
     def to_json(self) -> dict:
         return {
@@ -39,6 +43,7 @@ class ConfigStory:
             "lines": list(self.lines),
             "predicted_us": self.predicted_us,
             "ruled_out": self.ruled_out,
+            "ruled_out_after": list(self.ruled_out_after),
         }
 
 
@@ -70,11 +75,14 @@ def check_index(state: TuneState, index: int) -> None:
 
 
 def explain_configs(state: TuneState, indices: list[int]) -> list[ConfigStory]:
-    """Each config's story in `state`, in the order asked. The policy's rules are read once for all of them."""
+    """Each config's story in `state`, in the order asked, each once. The policy's rules are read once for all."""
     for index in indices:
         check_index(state, index)
-    rules, unreadable = _rules_of(state) if any(_status(state, i) == "untried" for i in indices) else ({}, None)
-    return [_story(state, index, rules, unreadable) for index in indices]
+    indices = list(dict.fromkeys(indices))
+    rules, history, unreadable = ({}, {}, None)
+    if any(_status(state, i) == "untried" for i in indices):
+        rules, history, unreadable = _rules_of(state)
+    return [_story(state, index, rules, history.get(index, []), unreadable) for index in indices]
 
 
 def _status(state: TuneState, index: int) -> str:
@@ -85,20 +93,74 @@ def _status(state: TuneState, index: int) -> str:
     return "pending" if index in state.pending else "untried"
 
 
-def _rules_of(state: TuneState) -> tuple[dict[int, str], str | None]:
-    """The policy's reasons for the untried configs it put out of reach, rebuilt from the state; or why not."""
+Ruled = dict[int, str]
+History = dict[int, list[tuple[str, str]]]
+
+
+def _rules_of(state: TuneState) -> tuple[Ruled, History, str | None]:
+    """The policy's reasons for the untried configs it put out of reach, rebuilt from the state: at the end, and
+    after each finished round (`_history`); or why not."""
     try:
         policy = make_policy(state.policy, state.configs, state.policy_params)
         if state.policy_state:
             policy.load_state_dict(state.policy_state)
         if not isinstance(policy, RulesOut):
-            return {}, None
-        return policy.ruled_out(state.observed()), None
+            return {}, {}, None
+        return policy.ruled_out(state.observed()), _history(state, policy), None
     except Exception as exc:  # noqa: BLE001  a story without the rules beats no story: say why they are missing
-        return {}, f"the {state.policy!r} policy could not be rebuilt from the state to read its rules: {describe(exc)}"
+        why = f"the {state.policy!r} policy could not be rebuilt from the state to read its rules: {describe(exc)}"
+        return {}, {}, why
 
 
-def _story(state: TuneState, index: int, rules: dict[int, str], unreadable: str | None) -> ConfigStory:
+def _history(state: TuneState, policy: RulesOut) -> History:
+    """Per config never tried, the finished rounds after whose results a rule ruled it out, with its words then.
+
+    The rules read what the tune had measured when the policy chose the next
+    round, and a spill is slow against the best of that moment: a config
+    ruled out early, against a slower or smaller best, may be free at the
+    end, and the end state alone would call it merely ranked low.
+    """
+    history: History = {}
+    for name, observed in observed_after_rounds(state):
+        for index, words in policy.ruled_out(observed).items():
+            if _status(state, index) == "untried":
+                history.setdefault(index, []).append((name, words))
+    return history
+
+
+def observed_after_rounds(state: TuneState) -> list[tuple[str, Observations]]:
+    """What the policy saw after each finished round (its durations and failures; no compile seconds).
+
+    Each round adds one timing per config in its batch, after any carried
+    ones, so what the policy saw after round k is the state's timings less
+    those of the later rounds.
+    """
+    later: dict[int, int] = {}
+    for record in state.rounds:
+        for index in record.batch:
+            later[index] = later.get(index, 0) + 1
+    seen_after = []
+    for record in state.rounds:
+        if record.finished is None:
+            break
+        for index in record.batch:
+            later[index] -= 1
+        durations = np.full(state.n_configs, np.nan)
+        samples = np.zeros(state.n_configs, dtype=int)
+        for index, timings in state.durations.items():
+            seen = len(timings) - later.get(index, 0)
+            if seen > 0:
+                durations[index], samples[index] = sample_mean(timings[:seen]), seen
+        failures = {i: why for i, why in state.failed.items() if later.get(i, 0) == 0}
+        durations[list(failures)] = np.inf
+        seen_after.append((record.name, Observations(durations, samples, np.full(state.n_configs, np.nan), 0.0,
+                                                      failures)))
+    return seen_after
+
+
+def _story(
+    state: TuneState, index: int, rules: Ruled, history: list[tuple[str, str]], unreadable: str | None
+) -> ConfigStory:
     status = _status(state, index)
     predicted = state.predicted_us[index] if state.predicted_us else None
     predicted = predicted if predicted is not None and math.isfinite(predicted) else None
@@ -112,31 +174,69 @@ def _story(state: TuneState, index: int, rules: dict[int, str], unreadable: str 
         lines = [f"in the round in flight ({round_name(state.phase, state.round)}), not timed yet"]
     else:
         lines = [_untried_line(state, index, predicted)]
+        end = "at the end" if state.done else "now"
         if index in rules:
-            lines.append(f"ruled out: {rules[index]}")
+            since = _since(state, history)
+            first = next((words for name, words in history if name == since), rules[index])
+            same = _culprit(first) == _culprit(rules[index])  # the same rule and config, its ratio aside
+            lines.append(f"ruled out {f'since {since}' if since and same else end}: {rules[index]}")
+            if since and not same:
+                lines.append(f"(and since {since}, first as it {first})")
+        elif history:
+            lines.append(f"ruled out after {_rounds(history)} only, on what the tune had measured then "
+                         f"(not {end}): {history[-1][1]}")
         elif unreadable:
             lines.append(unreadable)
-    return ConfigStory(index, label, status, lines, predicted, rules.get(index) if status == "untried" else None)
+    ruled = rules.get(index) if status == "untried" else None
+    return ConfigStory(index, label, status, lines, predicted, ruled, [name for name, _ in history])
+
+
+def _culprit(words: str) -> str:
+    """A rule's words up to its culprit: a spill's ratio moves with the best, its rule and culprit do not."""
+    return words.split(", which ran")[0]
+
+
+def _since(state: TuneState, history: list[tuple[str, str]]) -> str | None:
+    """The first round of the unbroken run of rounds after which a rule ruled the config out, up to the last
+    finished one ('R1' for 'since R1'); None when the last finished round's results did not rule it out."""
+    finished = [record.name for record in state.rounds if record.finished is not None]
+    ruled = {name for name, _ in history}
+    if not finished or finished[-1] not in ruled:
+        return None
+    run = len(finished) - 1
+    while run > 0 and finished[run - 1] in ruled:
+        run -= 1
+    return finished[run]
+
+
+def _rounds(history: list[tuple[str, str]]) -> str:
+    """The rounds of `history`: 'R1', 'R1 and R2_1', 'R1 to R2_4 (5 rounds)'."""
+    names = [name for name, _ in history]
+    if len(names) <= 2:
+        return " and ".join(names)
+    return f"{names[0]} to {names[-1]} ({len(names)} rounds)"
 
 
 def _measured_line(state: TuneState, index: int, round_of: str | None) -> str:
     order = sorted(state.durations, key=lambda i: (state.mean_us(i), i))
     count = len(state.durations[index])
     mean = state.mean_us(index)
-    where = f"measured in {round_of}" if round_of else "carried from an earlier tune's state"
-    standing = "the winner" if index == state.best else f"{_gap(mean, state.best_us)} from the best"
+    where = f"{'first ' if count > 1 else ''}measured in {round_of}" if round_of else "carried from an earlier tune"
+    winner = "the winner" if state.done else "the best so far"
+    standing = winner if index == state.best else f"{_gap(mean, state.best_us)} from the best"
     return (f"{where}: {count} timing{'s' if count != 1 else ''}, mean {format_us(mean)}, {standing} "
             f"({_fastest(order.index(index) + 1)} of {len(order)} measured)")
 
 
 def _untried_line(state: TuneState, index: int, predicted: float | None) -> str:
+    never, model = ("never tried", "the final model") if state.done else ("not tried yet", "the latest model")
     if predicted is None:
-        return "never tried; the tune holds no final prediction for it (no model was fitted, or it has not stopped)"
+        return f"{never}; the tune holds no prediction for it (its policy fits no model, or has fitted none yet)"
     untried = [i for i in range(state.n_configs) if _status(state, i) == "untried" and state.predicted_us[i] is not None
                and math.isfinite(state.predicted_us[i])]
     rank = sorted(untried, key=lambda i: (state.predicted_us[i], i)).index(index) + 1
     gap = f", {_gap(predicted, state.best_us)} from the best measured" if state.best_us else ""
-    return (f"never tried; the final model predicts {format_us(predicted)}{gap} "
+    return (f"{never}; {model} predicts {format_us(predicted)}{gap} "
             f"({_fastest(rank)} of the {len(untried)} untried by that prediction)")
 
 

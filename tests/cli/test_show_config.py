@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fasta_sm.backends.replay import ReplayBackend, load_table
 from fasta_sm.cli import main
-from fasta_sm.explain import explain_configs
+from fasta_sm.data import tables_dir
+from fasta_sm.explain import explain_configs, observed_after_rounds
+from fasta_sm.machine import Tune
+from fasta_sm.policies.fasta import FastaPolicy
 from fasta_sm.policies.fasta.feasibility import resource_pressure
 from fasta_sm.policies.fasta.features import extract_features
 from fasta_sm.store import StateStore
@@ -36,7 +40,7 @@ def test_the_winner_is_named_the_winner_with_its_round_and_timings():
     state = StateStore.read(WITH_FAILURES)
     [line] = story_lines(WITH_FAILURES, state.best)
     count = len(state.durations[state.best])
-    assert line.startswith("measured in R") and f": {count} timings, " in line
+    assert count > 1 and line.startswith("first measured in R") and f": {count} timings, " in line
     assert "the winner (fastest of 18 measured)" in line
 
 
@@ -128,10 +132,79 @@ def test_show_config_json_adds_the_stories_to_the_documented_form():
     assert {k: v for k, v in told.items() if k != "explained"} == plain
     [story] = told["explained"]
     assert story["index"] == 107 and story["status"] == "failed" and story["ruled_out"] is None
-    assert set(story) == {"index", "config", "status", "lines", "predicted_us", "ruled_out"}
+    assert set(story) == {"index", "config", "status", "lines", "predicted_us", "ruled_out", "ruled_out_after"}
 
 
 def test_a_config_outside_the_list_is_an_error_naming_the_range():
     result = CliRunner().invoke(main, ["show", str(WITH_FAILURES), "--config", "216"])
     assert result.exit_code != 0
     assert "--config 216: config #216 is not one of the tune's 216 configs (#0 to #215" in result.output
+
+
+class Spy(FastaPolicy):
+    """The fasta policy, keeping what each refine saw."""
+
+    seen: list[tuple[np.ndarray, dict[int, str]]]
+
+    def refine(self, observed, rng):
+        self.seen.append((observed.duration_us.copy(), dict(observed.failures)))
+        return super().refine(observed, rng)
+
+
+def spied_tune(name: str, seed: int):
+    table = load_table(tables_dir() / f"{name}.json")
+    n = len(table.configs)
+    policy = Spy(table.configs)
+    policy.seen = []
+    tune = Tune.start(key=f"spied/{name}/{seed}", kernel=table.kernel, configs=table.configs,
+                      backend=ReplayBackend(table, noise=True, seed=seed), policy=policy, policy_params={},
+                      seed=seed, chunk_size=n, benchmark_chunk=n)
+    try:
+        return tune.drive(), policy.seen
+    finally:
+        tune.close()
+
+
+@pytest.mark.parametrize("name", ["mm_bf16_gelu_4096", "attention_fwd_bf16_d128"])
+def test_what_the_policy_saw_after_each_round_is_read_back_from_the_state(name):
+    state, seen = spied_tune(name, 0)
+    rebuilt = observed_after_rounds(state)
+    assert [name for name, _ in rebuilt] == [record.name for record in state.rounds]
+    assert len(seen) == len(rebuilt) and any(failures for _, failures in seen)
+    for (durations, failures), (_, observed) in zip(seen, rebuilt):
+        np.testing.assert_array_equal(observed.duration_us, durations)
+        assert observed.failures == failures
+
+
+def test_a_config_ruled_out_only_mid_tune_says_so_with_the_rounds():
+    state, _ = spied_tune("attention_fwd_bf16_d128", 0)  # R1's best is slow: its 4x spill is none at the end
+    stories = explain_configs(state, list(range(state.n_configs)))
+    earlier = [s for s in stories if s.ruled_out is None and s.ruled_out_after]
+    assert earlier, "no config was ruled out mid-tune alone: the test checks nothing"
+    for story in earlier:
+        [line] = [line for line in story.lines if line.startswith("ruled out")]
+        assert line.startswith(f"ruled out after {story.ruled_out_after[0]}")
+        assert " only, on what the tune had measured then (not at the end): " in line
+        assert story.ruled_out_after[-1] != state.rounds[-1].name
+
+
+def test_a_config_ruled_out_to_the_end_says_since_which_round():
+    state = StateStore.read(WITH_FAILURES)
+    ruled = [s for s in explain_configs(state, list(range(state.n_configs))) if s.ruled_out]
+    assert ruled, "no config was ruled out: the test checks nothing"
+    for story in ruled:  # a DONE tune's end is what the policy saw after its last round
+        assert story.ruled_out_after[-1] == state.rounds[-1].name
+        assert story.lines[1].startswith((f"ruled out since {story.ruled_out_after[0]}: ", "ruled out at the end: "))
+
+
+def test_an_unfinished_tune_says_not_tried_yet_the_latest_model_and_the_best_so_far():
+    state = StateStore.read(MID_ROUND)
+    untried = next(i for i in range(state.n_configs) if i not in state.durations and i not in state.failed
+                   and i not in state.pending)
+    [best, other] = explain_configs(state, [state.best, untried])
+    assert "the best so far (fastest of " in best.lines[0]
+    assert other.lines[0].startswith("not tried yet; the latest model predicts ")
+
+
+def test_an_index_asked_twice_is_told_once():
+    assert [s.index for s in explain_configs(StateStore.read(WITH_FAILURES), [107, 0, 107])] == [107, 0]
