@@ -221,7 +221,11 @@ def _measured_line(state: TuneState, index: int, round_of: str | None) -> str:
     order = sorted(state.durations, key=lambda i: (state.mean_us(i), i))
     count = len(state.durations[index])
     mean = state.mean_us(index)
+    carried = count - sum(record.batch.count(index) for record in state.rounds)  # each round adds one timing
     where = f"{'first ' if count > 1 else ''}measured in {round_of}" if round_of else "carried from an earlier tune"
+    if round_of and carried > 0:
+        plural = "s" if carried != 1 else ""
+        where = f"{carried} timing{plural} carried from an earlier tune, then timed from {round_of} on"
     winner = "the winner" if state.done else "the best so far"
     standing = winner if index == state.best else f"{_gap(mean, state.best_us)} from the best"
     return (f"{where}: {count} timing{'s' if count != 1 else ''}, mean {format_us(mean)}, {standing} "

@@ -208,3 +208,13 @@ def test_an_unfinished_tune_says_not_tried_yet_the_latest_model_and_the_best_so_
 
 def test_an_index_asked_twice_is_told_once():
     assert [s.index for s in explain_configs(StateStore.read(WITH_FAILURES), [107, 0, 107])] == [107, 0]
+
+
+def test_a_config_with_carried_timings_says_how_many_were_carried():
+    carried = CORPUS / "v3-done-carried.fsm"
+    state = StateStore.read(carried)
+    rounds = sum(record.batch.count(148) for record in state.rounds)
+    [line] = story_lines(carried, 148)
+    assert rounds < len(state.durations[148])
+    assert line.startswith(f"{len(state.durations[148]) - rounds} timings carried from an earlier tune, then timed "
+                           "from R")
