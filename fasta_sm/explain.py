@@ -179,9 +179,10 @@ def _story(
             since = _since(state, history)
             first = next((words for name, words in history if name == since), rules[index])
             same = _culprit(first) == _culprit(rules[index])  # the same rule and config, its ratio aside
-            lines.append(f"ruled out {f'since {since}' if since and same else end}: {rules[index]}")
             if since and not same:
-                lines.append(f"(and since {since}, first as it {first})")
+                lines.append(f"ruled out since {since}: first as it {first}; {end} as it {rules[index]}")
+            else:
+                lines.append(f"ruled out {f'since {since}' if since else end}: {rules[index]}")
         elif history:
             lines.append(f"ruled out after {_rounds(history)} only, on what the tune had measured then "
                          f"(not {end}): {history[-1][1]}")

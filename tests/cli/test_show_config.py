@@ -218,3 +218,15 @@ def test_a_config_with_carried_timings_says_how_many_were_carried():
     assert rounds < len(state.durations[148])
     assert line.startswith(f"{len(state.durations[148]) - rounds} timings carried from an earlier tune, then timed "
                            "from R")
+
+
+def test_a_config_ruled_out_first_by_one_rule_and_at_the_end_by_another_names_both():
+    state = StateStore.read(WITH_FAILURES)
+    both = [s for s in explain_configs(state, list(range(state.n_configs)))
+            if any("; at the end as it " in line for line in s.lines)]
+    assert both, "no config changed rules: the test checks nothing"
+    for story in both:
+        line = next(line for line in story.lines if line.startswith("ruled out since R"))
+        first, end = line.split(": first as it ", 1)[1].split("; at the end as it ")
+        assert end == story.ruled_out
+        assert first.split(", which ran")[0] != end.split(", which ran")[0]
