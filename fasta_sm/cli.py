@@ -413,7 +413,7 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
     "--config",
     "configs",
     multiple=True,
-    type=click.IntRange(min=0),
+    type=int,
     metavar="INDEX",
     help="Only this config's part in the tune (repeatable): when it was measured, or why it never was "
     "(its final prediction, and the rule that ruled it out, if one did).",

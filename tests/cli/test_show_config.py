@@ -135,10 +135,11 @@ def test_show_config_json_adds_the_stories_to_the_documented_form():
     assert set(story) == {"index", "config", "status", "lines", "predicted_us", "ruled_out", "ruled_out_after"}
 
 
-def test_a_config_outside_the_list_is_an_error_naming_the_range():
-    result = CliRunner().invoke(main, ["show", str(WITH_FAILURES), "--config", "216"])
+@pytest.mark.parametrize("index", ["216", "-1"])
+def test_a_config_outside_the_list_is_an_error_naming_the_range(index):
+    result = CliRunner().invoke(main, ["show", str(WITH_FAILURES), "--config", index])
     assert result.exit_code != 0
-    assert "--config 216: config #216 is not one of the tune's 216 configs (#0 to #215" in result.output
+    assert f"--config {index}: config #{index} is not one of the tune's 216 configs (#0 to #215" in result.output
 
 
 class Spy(FastaPolicy):
