@@ -82,7 +82,28 @@ def explain_configs(state: TuneState, indices: list[int]) -> list[ConfigStory]:
     rules, history, unreadable = ({}, {}, None)
     if any(_status(state, i) == "untried" for i in indices):
         rules, history, unreadable = _rules_of(state)
-    return [_story(state, index, rules, history.get(index, []), unreadable) for index in indices]
+    ranks = _Ranks.of(state)
+    return [_story(state, ranks, index, rules, history.get(index, []), unreadable) for index in indices]
+
+
+@dataclass(frozen=True)
+class _Ranks:
+    """What every story of one tune reads: the round that picked each config, the measured by mean, the untried
+    by prediction. Worked out once, not once a config."""
+
+    picked: dict[int, str]
+    measured: dict[int, int]
+    untried: dict[int, int]
+
+    @classmethod
+    def of(cls, state: TuneState) -> _Ranks:
+        measured = sorted(state.durations, key=lambda i: (state.mean_us(i), i))
+        predicted = state.predicted_us or [math.nan] * state.n_configs
+        ranked = (i for i in range(state.n_configs) if _status(state, i) == "untried"
+                  and predicted[i] is not None and math.isfinite(predicted[i]))
+        untried = sorted(ranked, key=lambda i: (predicted[i], i))
+        return cls(picked_in(state), {i: k + 1 for k, i in enumerate(measured)},
+                   {i: k + 1 for k, i in enumerate(untried)})
 
 
 def _status(state: TuneState, index: int) -> str:
@@ -159,21 +180,21 @@ def observed_after_rounds(state: TuneState) -> list[tuple[str, Observations]]:
 
 
 def _story(
-    state: TuneState, index: int, rules: Ruled, history: list[tuple[str, str]], unreadable: str | None
+    state: TuneState, ranks: _Ranks, index: int, rules: Ruled, history: list[tuple[str, str]], unreadable: str | None
 ) -> ConfigStory:
     status = _status(state, index)
     predicted = state.predicted_us[index] if state.predicted_us else None
     predicted = predicted if predicted is not None and math.isfinite(predicted) else None
     label = state.configs[index].label()
-    round_of = picked_in(state).get(index)
+    round_of = ranks.picked.get(index)
     if status == "measured":
-        lines = [_measured_line(state, index, round_of)]
+        lines = [_measured_line(state, ranks, index, round_of)]
     elif status == "failed":
         lines = [f"failed in {round_of or 'an earlier tune (carried)'}: {state.failed[index]}"]
     elif status == "pending":
         lines = [f"in the round in flight ({round_name(state.phase, state.round)}), not timed yet"]
     else:
-        lines = [_untried_line(state, index, predicted)]
+        lines = [_untried_line(state, ranks, index, predicted)]
         end = "at the end" if state.done else "now"
         if index in rules:
             since = _since(state, history)
@@ -218,8 +239,7 @@ def _rounds(history: list[tuple[str, str]]) -> str:
     return f"{names[0]} to {names[-1]} ({len(names)} rounds)"
 
 
-def _measured_line(state: TuneState, index: int, round_of: str | None) -> str:
-    order = sorted(state.durations, key=lambda i: (state.mean_us(i), i))
+def _measured_line(state: TuneState, ranks: _Ranks, index: int, round_of: str | None) -> str:
     count = len(state.durations[index])
     mean = state.mean_us(index)
     carried = count - sum(record.batch.count(index) for record in state.rounds)  # each round adds one timing
@@ -230,19 +250,16 @@ def _measured_line(state: TuneState, index: int, round_of: str | None) -> str:
     winner = "the winner" if state.done else "the best so far"
     standing = winner if index == state.best else f"{_gap(mean, state.best_us)} from the best"
     return (f"{where}: {count} timing{'s' if count != 1 else ''}, mean {format_us(mean)}, {standing} "
-            f"({_fastest(order.index(index) + 1)} of {len(order)} measured)")
+            f"({_fastest(ranks.measured[index])} of {len(ranks.measured)} measured)")
 
 
-def _untried_line(state: TuneState, index: int, predicted: float | None) -> str:
+def _untried_line(state: TuneState, ranks: _Ranks, index: int, predicted: float | None) -> str:
     never, model = ("never tried", "the final model") if state.done else ("not tried yet", "the latest model")
     if predicted is None:
         return f"{never}; the tune holds no prediction for it (its policy fits no model, or has fitted none yet)"
-    untried = [i for i in range(state.n_configs) if _status(state, i) == "untried" and state.predicted_us[i] is not None
-               and math.isfinite(state.predicted_us[i])]
-    rank = sorted(untried, key=lambda i: (state.predicted_us[i], i)).index(index) + 1
     gap = f", {_gap(predicted, state.best_us)} from the best measured" if state.best_us else ""
     return (f"{never}; {model} predicts {format_us(predicted)}{gap} "
-            f"({_fastest(rank)} of the {len(untried)} untried by that prediction)")
+            f"({_fastest(ranks.untried[index])} of the {len(ranks.untried)} untried by that prediction)")
 
 
 def _gap(value: float, best: float | None) -> str:
