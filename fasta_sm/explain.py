@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import describe
 from .policies import make_policy
-from .protocols import Observations, RulesOut
+from .protocols import Observations, RuledOut, RulesOut
 from .render import format_us
 from .state import TuneState, round_name, sample_mean
 
@@ -114,8 +114,8 @@ def _status(state: TuneState, index: int) -> str:
     return "pending" if index in state.pending else "untried"
 
 
-Ruled = dict[int, str]
-History = dict[int, list[tuple[str, str]]]
+Ruled = dict[int, RuledOut]
+History = dict[int, list[tuple[str, RuledOut]]]
 
 
 def _rules_of(state: TuneState) -> tuple[Ruled, History, str | None]:
@@ -143,9 +143,9 @@ def _history(state: TuneState, policy: RulesOut) -> History:
     """
     history: History = {}
     for name, observed in observed_after_rounds(state):
-        for index, words in policy.ruled_out(observed).items():
+        for index, why in policy.ruled_out(observed).items():
             if _status(state, index) == "untried":
-                history.setdefault(index, []).append((name, words))
+                history.setdefault(index, []).append((name, why))
     return history
 
 
@@ -180,7 +180,12 @@ def observed_after_rounds(state: TuneState) -> list[tuple[str, Observations]]:
 
 
 def _story(
-    state: TuneState, ranks: _Ranks, index: int, rules: Ruled, history: list[tuple[str, str]], unreadable: str | None
+    state: TuneState,
+    ranks: _Ranks,
+    index: int,
+    rules: Ruled,
+    history: list[tuple[str, RuledOut]],
+    unreadable: str | None,
 ) -> ConfigStory:
     status = _status(state, index)
     predicted = state.predicted_us[index] if state.predicted_us else None
@@ -198,27 +203,22 @@ def _story(
         end = "at the end" if state.done else "now"
         if index in rules:
             since = _since(state, history)
-            first = next((words for name, words in history if name == since), rules[index])
-            same = _culprit(first) == _culprit(rules[index])  # the same rule and config, its ratio aside
-            if since and not same:
-                lines.append(f"ruled out since {since}: first as it {first}; {end} as it {rules[index]}")
+            last = rules[index]
+            first = next((why for name, why in history if name == since), last)
+            if since and (first.rule, first.culprit) != (last.rule, last.culprit):
+                lines.append(f"ruled out since {since}: first as it {first.words}; {end} as it {last.words}")
             else:
-                lines.append(f"ruled out {f'since {since}' if since else end}: {rules[index]}")
+                lines.append(f"ruled out {f'since {since}' if since else end}: {last.words}")
         elif history:
             lines.append(f"ruled out after {_rounds(history)} only, on what the tune had measured then "
-                         f"(not {end}): {history[-1][1]}")
+                         f"(not {end}): {history[-1][1].words}")
         elif unreadable:
             lines.append(unreadable)
-    ruled = rules.get(index) if status == "untried" else None
+    ruled = rules[index].words if status == "untried" and index in rules else None
     return ConfigStory(index, label, status, lines, predicted, ruled, [name for name, _ in history])
 
 
-def _culprit(words: str) -> str:
-    """A rule's words up to its culprit: a spill's ratio moves with the best, its rule and culprit do not."""
-    return words.split(", which ran")[0]
-
-
-def _since(state: TuneState, history: list[tuple[str, str]]) -> str | None:
+def _since(state: TuneState, history: list[tuple[str, RuledOut]]) -> str | None:
     """The first round of the unbroken run of rounds after which a rule ruled the config out, up to the last
     finished one ('R1' for 'since R1'); None when the last finished round's results did not rule it out."""
     finished = [record.name for record in state.rounds if record.finished is not None]
@@ -231,7 +231,7 @@ def _since(state: TuneState, history: list[tuple[str, str]]) -> str | None:
     return finished[run]
 
 
-def _rounds(history: list[tuple[str, str]]) -> str:
+def _rounds(history: list[tuple[str, RuledOut]]) -> str:
     """The rounds of `history`: 'R1', 'R1 and R2_1', 'R1 to R2_4 (5 rounds)'."""
     names = [name for name, _ in history]
     if len(names) <= 2:

@@ -140,12 +140,21 @@ class ChecksRound(Protocol):
         """Raise PolicyError unless the restored state could have issued `batch`, the open round's configs."""
 
 
+@dataclass(frozen=True)
+class RuledOut:
+    """Why a policy puts an untried config out of reach: its rule, the config behind it (None for none), in words."""
+
+    rule: str
+    culprit: int | None
+    words: str
+
+
 @runtime_checkable
 class RulesOut(Protocol):
     """A policy that can say which untried configs its rules put out of reach, and why (`fasta-sm show --config`)."""
 
-    def ruled_out(self, observed: Observations) -> dict[int, str]:
-        """Per untried config out of the policy's reach on `observed`, why, in words."""
+    def ruled_out(self, observed: Observations) -> dict[int, RuledOut]:
+        """Per untried config out of the policy's reach on `observed`, why."""
 
 
 @runtime_checkable

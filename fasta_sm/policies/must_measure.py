@@ -9,7 +9,7 @@ import numpy as np
 
 from ..config import Config
 from ..errors import FastaError
-from ..protocols import ChecksRound, Decision, Observations, RulesOut, TakesPrior, as_index
+from ..protocols import ChecksRound, Decision, Observations, RuledOut, RulesOut, TakesPrior, as_index
 from . import make_policy, register, with_environment
 
 
@@ -67,7 +67,7 @@ class MustMeasure:
             measured = set(self.must)
             self.inner.use_prior([i for i in indices if i not in measured])
 
-    def ruled_out(self, observed: Observations) -> dict[int, str]:
+    def ruled_out(self, observed: Observations) -> dict[int, RuledOut]:
         return self.inner.ruled_out(observed) if isinstance(self.inner, RulesOut) else {}
 
     def check_round(self, batch: Sequence[int]) -> None:

@@ -52,7 +52,8 @@ def test_a_far_spill_is_named_with_how_much_slower_it_ran():
     observed = Observations(durations, np.where(np.isnan(durations), 0, 1), np.full(durations.size, np.nan), 1.0)
     reasons = FastaPolicy(GELU.configs, spill_dominance=False).ruled_out(observed)
     assert reasons, "the far spill ruled out nothing: the test checks nothing"
-    assert set(reasons.values()) == {
+    assert {(why.rule, why.culprit) for why in reasons.values()} == {("load", spill)}
+    assert {why.words for why in reasons.values()} == {
         f"has at least the tile area and the tile per warp of #{spill}, which ran 7.0x slower than the best "
         "(a far spill: spill_load 5)"
     }
@@ -65,7 +66,7 @@ def test_configs_the_config_optimizer_left_out_are_said_to_be():
     reasons = policy.ruled_out(observed)
     left_out = set(np.flatnonzero(~policy._active).tolist())
     assert left_out, "the optimizer kept every config: the test checks nothing"
-    assert {i for i, words in reasons.items() if words == "left out by the config optimizer"} == left_out
+    assert {i for i, why in reasons.items() if why.words == "left out by the config optimizer"} == left_out
 
 
 def test_without_the_failure_model_nothing_is_ruled_out_by_a_rule():

@@ -20,7 +20,7 @@ import numpy as np
 from ...config import Config
 from ...errors import ConfigError, PolicyError
 from ...failures import shared_memory_overshoot
-from ...protocols import Decision, Observations
+from ...protocols import Decision, Observations, RuledOut
 from .. import register
 from ..baseline import bought, check_budget
 from ..config_optimizer import optimize_configs
@@ -733,8 +733,8 @@ class FastaPolicy:
             )))
         return rules
 
-    def ruled_out(self, observed: Observations) -> dict[int, str]:
-        """Why each untried config that this policy puts out of reach on `observed` is out of it, in words.
+    def ruled_out(self, observed: Observations) -> dict[int, RuledOut]:
+        """Why each untried config that this policy puts out of reach on `observed` is out of it.
 
         A config the config optimizer left out is never proposed; one a
         feasibility rule rules out (resource, spill or load dominance, the
@@ -746,7 +746,8 @@ class FastaPolicy:
         """
         durations = np.asarray(observed.duration_us, dtype=float)
         untried = np.isnan(durations)
-        reasons = {int(i): "left out by the config optimizer" for i in np.flatnonzero(untried & ~self._active)}
+        left_out = RuledOut("config optimizer", None, "left out by the config optimizer")
+        reasons = {int(i): left_out for i in np.flatnonzero(untried & ~self._active)}
         if self.params.failure_weight <= 0:
             return reasons
         ran = np.isfinite(durations)
@@ -755,7 +756,7 @@ class FastaPolicy:
             for i in np.flatnonzero(untried & (culprits >= 0)):
                 culprit = int(culprits[i])
                 words = RULE_WORDS[rule].format(culprit=culprit, ratio=durations[culprit] / best, params=self.params)
-                reasons.setdefault(int(i), words)
+                reasons.setdefault(int(i), RuledOut(rule, culprit, words))
         return reasons
 
     def _round_size(self) -> int:
