@@ -34,6 +34,8 @@ class ConfigStory:
     ruled_out: str | None
     ruled_out_after: list[str] = field(default_factory=list)
     """The finished rounds after whose results a rule ruled the config out (the end state's `ruled_out` aside)."""
+    ruled_out_also: list[str] = field(default_factory=list)
+    """The other rules that rule it out at the end, after `ruled_out`'s: what still holds it with that one off."""
 
     def to_json(self) -> dict:
         return {
@@ -44,6 +46,7 @@ class ConfigStory:
             "predicted_us": self.predicted_us,
             "ruled_out": self.ruled_out,
             "ruled_out_after": list(self.ruled_out_after),
+            "ruled_out_also": list(self.ruled_out_also),
         }
 
 
@@ -114,8 +117,9 @@ def _status(state: TuneState, index: int) -> str:
     return "pending" if index in state.pending else "untried"
 
 
-Ruled = dict[int, RuledOut]
+Ruled = dict[int, tuple[RuledOut, ...]]
 History = dict[int, list[tuple[str, RuledOut]]]
+"""Per config, the finished rounds after which a rule ruled it out, each with its main rule then."""
 
 
 def _rules_of(state: TuneState) -> tuple[Ruled, History, str | None]:
@@ -134,7 +138,7 @@ def _rules_of(state: TuneState) -> tuple[Ruled, History, str | None]:
 
 
 def _history(state: TuneState, policy: RulesOut) -> History:
-    """Per config never tried, the finished rounds after whose results a rule ruled it out, with its words then.
+    """Per config never tried, the finished rounds after whose results a rule ruled it out, with its main rule then.
 
     The rules read what the tune had measured when the policy chose the next
     round, and a spill is slow against the best of that moment: a config
@@ -143,9 +147,9 @@ def _history(state: TuneState, policy: RulesOut) -> History:
     """
     history: History = {}
     for name, observed in observed_after_rounds(state):
-        for index, why in policy.ruled_out(observed).items():
+        for index, whys in policy.ruled_out(observed).items():
             if _status(state, index) == "untried":
-                history.setdefault(index, []).append((name, why))
+                history.setdefault(index, []).append((name, whys[0]))
     return history
 
 
@@ -203,19 +207,21 @@ def _story(
         end = "at the end" if state.done else "now"
         if index in rules:
             since = _since(state, history)
-            last = rules[index]
+            last, *also = rules[index]
             first = next((why for name, why in history if name == since), last)
             if since and (first.rule, first.culprit) != (last.rule, last.culprit):
                 lines.append(f"ruled out since {since}: first as it {first.words}; {end} as it {last.words}")
             else:
                 lines.append(f"ruled out {f'since {since}' if since else end}: {last.words}")
+            lines.extend(f"also ruled out {end} as it {why.words}" for why in also)
         elif history:
             lines.append(f"ruled out after {_rounds(history)} only, on what the tune had measured then "
                          f"(not {end}): {history[-1][1].words}")
         elif unreadable:
             lines.append(unreadable)
-    ruled = rules[index].words if status == "untried" and index in rules else None
-    return ConfigStory(index, label, status, lines, predicted, ruled, [name for name, _ in history])
+    whys = rules.get(index, ()) if status == "untried" else ()
+    return ConfigStory(index, label, status, lines, predicted, whys[0].words if whys else None,
+                       [name for name, _ in history], [why.words for why in whys[1:]])
 
 
 def _since(state: TuneState, history: list[tuple[str, RuledOut]]) -> str | None:

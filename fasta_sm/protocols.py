@@ -153,8 +153,10 @@ class RuledOut:
 class RulesOut(Protocol):
     """A policy that can say which untried configs its rules put out of reach, and why (`fasta-sm show --config`)."""
 
-    def ruled_out(self, observed: Observations) -> dict[int, RuledOut]:
-        """Per untried config out of the policy's reach on `observed`, why."""
+    def ruled_out(self, observed: Observations) -> dict[int, tuple[RuledOut, ...]]:
+        """Per untried config out of the policy's reach on `observed`, every rule that puts it there, in the
+        policy's order: the first is the main one; the rest hold it too, on the same measurements, so turning
+        the first off alone would not free it."""
 
 
 @runtime_checkable

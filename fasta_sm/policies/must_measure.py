@@ -67,7 +67,7 @@ class MustMeasure:
             measured = set(self.must)
             self.inner.use_prior([i for i in indices if i not in measured])
 
-    def ruled_out(self, observed: Observations) -> dict[int, RuledOut]:
+    def ruled_out(self, observed: Observations) -> dict[int, tuple[RuledOut, ...]]:
         return self.inner.ruled_out(observed) if isinstance(self.inner, RulesOut) else {}
 
     def check_round(self, batch: Sequence[int]) -> None:

@@ -132,7 +132,17 @@ def test_show_config_json_adds_the_stories_to_the_documented_form():
     assert {k: v for k, v in told.items() if k != "explained"} == plain
     [story] = told["explained"]
     assert story["index"] == 107 and story["status"] == "failed" and story["ruled_out"] is None
-    assert set(story) == {"index", "config", "status", "lines", "predicted_us", "ruled_out", "ruled_out_after"}
+    assert set(story) == {"index", "config", "status", "lines", "predicted_us", "ruled_out", "ruled_out_after",
+                          "ruled_out_also"}
+    assert story["ruled_out_also"] == []
+
+
+def test_show_config_json_lists_the_other_rules_after_ruled_out():
+    [story] = json.loads(show(WITH_FAILURES, "--json", "--config", "160"))["explained"]
+    assert story["ruled_out"] == "needs at least the resources of #142, which failed"
+    assert story["ruled_out_also"] == [
+        "needs more shared memory than the device has, by the figures of #107's failure"
+    ]
 
 
 @pytest.mark.parametrize("index", ["216", "-1"])
@@ -231,3 +241,22 @@ def test_a_config_ruled_out_first_by_one_rule_and_at_the_end_by_another_names_bo
         first, end = line.split(": first as it ", 1)[1].split("; at the end as it ")
         assert end == story.ruled_out
         assert first.split(", which ran")[0] != end.split(", which ran")[0]
+
+
+def test_a_config_two_rules_rule_out_at_the_end_names_the_others_after_the_first_in_their_order():
+    state = StateStore.read(WITH_FAILURES)
+    policy = FastaPolicy(state.configs)
+    policy.load_state_dict(state.policy_state)
+    reasons = policy.ruled_out(state.observed())
+    stories = [s for s in explain_configs(state, list(reasons)) if s.ruled_out_also]
+    assert stories, "no config had two rules: the test checks nothing"
+    for story in stories:
+        assert [story.ruled_out, *story.ruled_out_also] == [why.words for why in reasons[story.index]]
+        assert story.lines[2:] == [f"also ruled out at the end as it {words}" for words in story.ruled_out_also]
+
+
+def test_a_config_one_rule_rules_out_says_nothing_else():
+    state = StateStore.read(WITH_FAILURES)
+    single = [s for s in explain_configs(state, list(range(state.n_configs))) if s.ruled_out and not s.ruled_out_also]
+    assert single, "every ruled-out config had two rules: the test checks nothing"
+    assert all(len(story.lines) == 2 and story.lines[1].startswith("ruled out ") for story in single)

@@ -10,7 +10,7 @@ from fasta_sm.data import tables_dir
 from fasta_sm.machine import Tune
 from fasta_sm.policies import make_policy
 from fasta_sm.policies.fasta import FastaPolicy
-from fasta_sm.protocols import Observations
+from fasta_sm.protocols import Observations, RuledOut
 
 GELU = load_table(tables_dir() / "mm_bf16_gelu_4096.json")
 
@@ -42,7 +42,8 @@ def test_every_untried_config_given_no_chance_to_run_has_a_reason_and_no_other(n
     assert set(reasons) == untried & set(no_chance.tolist())
 
 
-def test_a_far_spill_is_named_with_how_much_slower_it_ran():
+def far_spill() -> tuple[Observations, int]:
+    """GELU with its best (128x256, 8 warps) at 100 µs and its 4-warp twin, the far spill, 7x slower."""
     best = next(i for i, c in enumerate(GELU.configs) if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps)
                 == (128, 256, 8) and GELU.errors[i] is None)
     spill = next(i for i, c in enumerate(GELU.configs) if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps)
@@ -50,12 +51,45 @@ def test_a_far_spill_is_named_with_how_much_slower_it_ran():
     durations = np.full(len(GELU.configs), np.nan)
     durations[best], durations[spill] = 100.0, 700.0
     observed = Observations(durations, np.where(np.isnan(durations), 0, 1), np.full(durations.size, np.nan), 1.0)
+    return observed, spill
+
+
+def test_a_far_spill_is_named_with_how_much_slower_it_ran():
+    observed, spill = far_spill()
     reasons = FastaPolicy(GELU.configs, spill_dominance=False).ruled_out(observed)
     assert reasons, "the far spill ruled out nothing: the test checks nothing"
-    assert {(why.rule, why.culprit) for why in reasons.values()} == {("load", spill)}
-    assert {why.words for why in reasons.values()} == {
-        f"has at least the tile area and the tile per warp of #{spill}, which ran 7.0x slower than the best "
-        "(a far spill: spill_load 5)"
+    assert set(reasons.values()) == {(RuledOut(
+        "load", spill, f"has at least the tile area and the tile per warp of #{spill}, which ran 7.0x slower than "
+        "the best (a far spill: spill_load 5)"
+    ),)}
+
+
+def test_a_config_two_rules_rule_out_names_both_in_the_order_of_the_rules():
+    observed, _ = far_spill()
+    reasons = FastaPolicy(GELU.configs).ruled_out(observed)
+    assert {tuple(why.rule for why in whys) for whys in reasons.values()} == {("spill", "load"), ("load",)}
+
+
+def test_each_rule_named_rules_the_config_out_with_the_other_off():
+    observed, _ = far_spill()
+    both = FastaPolicy(GELU.configs).ruled_out(observed)
+    spill_only = FastaPolicy(GELU.configs, spill_load=0.0).ruled_out(observed)
+    load_only = FastaPolicy(GELU.configs, spill_dominance=False).ruled_out(observed)
+    assert any(len(whys) == 2 for whys in both.values()), "no config had two rules: the test checks nothing"
+    for index, whys in both.items():
+        assert whys == spill_only.get(index, ()) + load_only.get(index, ())
+
+
+def test_a_config_the_config_optimizer_left_out_names_no_rule_after_it():
+    observed, _ = far_spill()
+    policy = FastaPolicy(GELU.configs, optimize_configs=True)
+    reasons = policy.ruled_out(observed)
+    untried = np.isnan(observed.duration_us)
+    ruled = np.any([culprits >= 0 for _, culprits in policy._rule_culprits(observed.duration_us, {})], axis=0)
+    left_out_and_ruled = np.flatnonzero(untried & ~policy._active & ruled)
+    assert left_out_and_ruled.size, "no config left out was ruled out too: the test checks nothing"
+    assert {reasons[int(i)] for i in left_out_and_ruled} == {
+        (RuledOut("config optimizer", None, "left out by the config optimizer"),)
     }
 
 
@@ -66,7 +100,7 @@ def test_configs_the_config_optimizer_left_out_are_said_to_be():
     reasons = policy.ruled_out(observed)
     left_out = set(np.flatnonzero(~policy._active).tolist())
     assert left_out, "the optimizer kept every config: the test checks nothing"
-    assert {i for i, why in reasons.items() if why.words == "left out by the config optimizer"} == left_out
+    assert {i for i, whys in reasons.items() if whys[0].words == "left out by the config optimizer"} == left_out
 
 
 def test_without_the_failure_model_nothing_is_ruled_out_by_a_rule():

@@ -733,8 +733,10 @@ class FastaPolicy:
             )))
         return rules
 
-    def ruled_out(self, observed: Observations) -> dict[int, RuledOut]:
-        """Why each untried config that this policy puts out of reach on `observed` is out of it.
+    def ruled_out(self, observed: Observations) -> dict[int, tuple[RuledOut, ...]]:
+        """Why each untried config that this policy puts out of reach on `observed` is out of it: every rule
+        that does, in `_rule_culprits`' order (the first as before), so a user turning the first off sees
+        what still holds it on these measurements.
 
         A config the config optimizer left out is never proposed; one a
         feasibility rule rules out (resource, spill or load dominance, the
@@ -743,21 +745,24 @@ class FastaPolicy:
         the polish. The words name the rule and the config that rules it
         out: why a config an exhaustive tune crowned was never measured here
         is more often a rule than a low rank (`fasta-sm show --config`).
+        The optimizer's reason stands alone: a config it left out is out of
+        the space, whatever the rules say of it.
         """
         durations = np.asarray(observed.duration_us, dtype=float)
         untried = np.isnan(durations)
         left_out = RuledOut("config optimizer", None, "left out by the config optimizer")
-        reasons = {int(i): left_out for i in np.flatnonzero(untried & ~self._active)}
+        reasons = {int(i): (left_out,) for i in np.flatnonzero(untried & ~self._active)}
         if self.params.failure_weight <= 0:
             return reasons
         ran = np.isfinite(durations)
         best = float(durations[ran].min()) if ran.any() else math.nan  # only spills, which need a best, say it
+        ruled: dict[int, list[RuledOut]] = {}
         for rule, culprits in self._rule_culprits(durations, observed.failures):
-            for i in np.flatnonzero(untried & (culprits >= 0)):
+            for i in np.flatnonzero(untried & self._active & (culprits >= 0)):
                 culprit = int(culprits[i])
                 words = RULE_WORDS[rule].format(culprit=culprit, ratio=durations[culprit] / best, params=self.params)
-                reasons.setdefault(int(i), RuledOut(rule, culprit, words))
-        return reasons
+                ruled.setdefault(int(i), []).append(RuledOut(rule, culprit, words))
+        return reasons | {i: tuple(whys) for i, whys in ruled.items()}
 
     def _round_size(self) -> int:
         plan = self.plan_budget
