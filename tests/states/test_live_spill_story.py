@@ -21,6 +21,7 @@ def test_a_far_spill_names_the_slow_config_and_spill_load():
     assert far.status == "untried"
     assert "tile per warp of #119" in far.ruled_out and "spill_load 5" in far.ruled_out
     assert far.ruled_out_after[0] == "R2_7"
+    assert far.ruled_out_also == []
 
 
 def test_a_register_spill_names_the_slow_config_and_cell_spill():
@@ -38,3 +39,9 @@ def test_the_slow_config_behind_both_rules_was_measured_in_the_round_after_which
 def test_a_config_past_a_failure_names_the_failed_config():
     beyond = story(80)
     assert "resources of #83, which failed" in beyond.ruled_out
+
+
+def test_a_config_both_spill_rules_hold_names_the_far_spill_after_the_spill():
+    both = story(117)
+    assert len(both.ruled_out_also) == 1
+    assert "tile per warp of #119" in both.ruled_out_also[0] and "spill_load 5" in both.ruled_out_also[0]
