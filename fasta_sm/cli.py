@@ -44,7 +44,7 @@ from .policies import make_policy, named_parameters, policy_names, require_liste
 from .render import age_of, format_us, kernel_labels, key_values, printable, state_to_json, tune_label
 from .report import tune_costs
 from .state import SEED_MAX, RoundRecord, TuneState
-from .store import STATE_DIR_ENV, STATE_SUFFIX, StateStore, default_state_dir, is_superseded
+from .store import STATE_DIR_ENV, STATE_SUFFIX, StateStore, default_state_dir, is_superseded, store_file_kind
 from .triton.cli import record_command
 
 console = Console(markup=False, emoji=False)
@@ -774,6 +774,24 @@ def _check_directory_of(option: str, path: Path | None) -> None:
             raise click.ClickException(f"{option} {path}: the file is not writable")
     elif not os.access(target.parent, os.W_OK):
         raise click.ClickException(f"{option} {path}: the directory {path.parent} is not writable")
+    _check_not_a_tune(option, path, target)
+
+
+def _check_not_a_tune(option: str, path: Path, target: Path) -> None:
+    """A usage error for an output over a tune's file, wherever it lies: a name a state dir gives its files (a
+    state file, one set aside, a lock), or a file that holds a tune under another name. Writing it would destroy
+    that tune, or another process's lock on one."""
+    kind = store_file_kind(target.name)
+    if kind is not None:
+        raise click.BadParameter(f"{path}: a name fasta-sm gives {kind}; writing it could destroy a tune: "
+                                 "write elsewhere", param_hint=option)
+    if target.is_file():
+        try:
+            held = StateStore.read(target)
+        except (FastaError, OSError):
+            return
+        raise click.BadParameter(f"{path} holds the tune of key {held.key!r}; writing it would destroy that tune: "
+                                 "write elsewhere", param_hint=option)
 
 
 def _given_state_dir(state_dir: Path | None) -> Path | None:
@@ -860,9 +878,8 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
     """Where the tuning time went, per tune and in total, against exhaustive tuning."""
     from .report import REPORT_COLUMNS, report_rows
 
-    store = _existing_store(state_dir)
     _check_directory_of("--csv", csv_out)
-    _check_not_a_state_file(store, csv_out)
+    store = _existing_store(state_dir)
     rows, unreadable = report_rows(store) if store is not None else ([], [])  # a first run: a CSV of no rows
     if rows:
         table = Table(*REPORT_COLUMNS, title=printable(f"Tuning cost in {store.path}"))
@@ -881,14 +898,6 @@ def report(csv_out: Path | None, state_dir: Path | None) -> None:
             writer.writeheader()
             writer.writerows(rows)
         notes.print(f"wrote {csv_out}")
-
-
-def _check_not_a_state_file(store: StateStore | None, path: Path | None) -> None:
-    """A usage error for an output named as a file of `store` (a state file, one set aside, a lock): writing it
-    would destroy the tune it names."""
-    if store is not None and path is not None and store.names_own_file(path):
-        raise click.BadParameter(f"{path} is a state file in {store.path}; writing it would destroy that tune: "
-                                 "write elsewhere", param_hint="--csv")
 
 
 def _finite_or_null(value: object) -> object:

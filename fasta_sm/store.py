@@ -124,6 +124,18 @@ def refuse_non_directory(path: Path) -> None:
         raise StateDirError(f"state dir {path} exists and is not a directory")
 
 
+def store_file_kind(name: str) -> str | None:
+    """What a file of this name is to a state dir: "a state file", "a state file set aside", "a lock", or None for
+    a name no store gives its files."""
+    if any(fnmatch.fnmatchcase(name, pattern) for pattern in SET_ASIDE_PATTERNS):
+        return "a state file set aside"
+    if name.endswith(STATE_SUFFIX):
+        return "a state file"
+    if name.endswith(LOCK_SUFFIX):
+        return "a lock"
+    return None
+
+
 class StateStore:
     """A directory of state files, one per kernel key."""
 
@@ -397,14 +409,6 @@ class StateStore:
         or lock file (`x.fsm.corrupt-1.fsm` is a state file, which `ls` lists and `clean` must leave alone)."""
         aside = {path for pattern in SET_ASIDE_PATTERNS for path in self.path.glob(pattern)}
         return sorted(path for path in aside if not path.name.endswith((STATE_SUFFIX, LOCK_SUFFIX)))
-
-    def names_own_file(self, path: Path) -> bool:
-        """Whether `path` names a file of this store's own, there yet or not: a state file, one set aside, or a
-        lock. Anything else written there is left alone by the store, and one of these overwritten loses a tune."""
-        name = path.name
-        return path.expanduser().resolve().parent == self.path.resolve() and (
-            name.endswith((STATE_SUFFIX, LOCK_SUFFIX)) or any(fnmatch.fnmatchcase(name, p) for p in SET_ASIDE_PATTERNS)
-        )
 
     def remove_set_aside(self, path: Path) -> bool:
         """Delete one set-aside state file; False, deleting nothing, when its key is being tuned right now.

@@ -313,6 +313,33 @@ def test_show_of_a_key_with_undecodable_bytes_is_no_state_file_not_a_traceback(t
     assert "Traceback" not in done.stderr
 
 
+def a_copied_state_file(table_file: Path, state_dir: Path, target: Path) -> bytes:
+    tune(table_file, state_dir)
+    (state_file,) = state_dir.glob("*.fsm")
+    shutil.copyfile(state_file, target)
+    return target.read_bytes()
+
+
+def test_report_refuses_to_write_its_csv_over_a_state_file_outside_the_state_dir(table_file, state_dir, tmp_path):
+    kept = tmp_path / "kept.fsm"
+    before = a_copied_state_file(table_file, state_dir, kept)
+    assert "a name fasta-sm gives a state file" in refused("report", "--state-dir", str(state_dir), "--csv", str(kept))
+    assert kept.read_bytes() == before
+
+
+def test_an_output_over_a_file_holding_a_tune_under_another_name_is_refused(table_file, state_dir, tmp_path):
+    kept = tmp_path / "kept.bin"
+    before = a_copied_state_file(table_file, state_dir, kept)
+    said = refused("show", "toy_mm", "--state-dir", str(state_dir), "--plot", str(kept))
+    assert "holds the tune of key" in said and "toy_mm" in said
+    assert kept.read_bytes() == before
+
+
+def test_an_output_named_as_a_lock_is_refused_as_a_lock(state_dir, tmp_path):
+    said = refused("report", "--state-dir", str(state_dir), "--csv", str(tmp_path / "k.lock"))
+    assert "a name fasta-sm gives a lock" in said and "tune of key" not in said
+
+
 def test_report_writes_csv_with_a_total_row(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     out_csv = tmp_path / "report.csv"
