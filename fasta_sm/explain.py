@@ -156,20 +156,20 @@ def _history(state: TuneState, policy: RulesOut) -> History:
 def observed_after_rounds(state: TuneState) -> list[tuple[str, Observations]]:
     """What the policy saw after each finished round (its durations and failures; no compile seconds).
 
-    Each round adds one timing per config in its batch, after any carried
-    ones, so what the policy saw after round k is the state's timings less
-    those of the later rounds.
+    What the policy saw after round k is the state's timings less those the
+    later rounds added.
     """
+    added = _timings_added(state)
     later: dict[int, int] = {}
-    for record in state.rounds:
-        for index in record.batch:
-            later[index] = later.get(index, 0) + 1
+    for counts in added:
+        for index, count in counts.items():
+            later[index] = later.get(index, 0) + count
     seen_after = []
-    for record in state.rounds:
+    for record, counts in zip(state.rounds, added):
         if record.finished is None:
             break
-        for index in record.batch:
-            later[index] -= 1
+        for index, count in counts.items():
+            later[index] -= count
         durations = np.full(state.n_configs, np.nan)
         samples = np.zeros(state.n_configs, dtype=int)
         for index, timings in state.durations.items():
@@ -204,6 +204,8 @@ def _story(
         lines = [f"in the round in flight ({round_name(state.phase, state.round)}), not timed yet"]
     else:
         lines = [_untried_line(state, ranks, index, predicted)]
+        if index in state.carried:
+            lines.append(_carried_line(state.carried[index], state.done))
         end = "at the end" if state.done else "now"
         if index in rules:
             since = _since(state, history)
@@ -245,18 +247,47 @@ def _rounds(history: list[tuple[str, RuledOut]]) -> str:
     return f"{names[0]} to {names[-1]} ({len(names)} rounds)"
 
 
+def _timings_added(state: TuneState) -> list[dict[int, int]]:
+    """Per round, the timings it added to each config of its batch: one per time the batch holds it, but all of a
+    config's carried timings (`carried_taken`) in the round that took them from an earlier tune instead of timing
+    it."""
+    carried = {index: taken for index, taken in state.carried_taken.items() if taken}
+    added = []
+    for record in state.rounds:
+        counts: dict[int, int] = {}
+        for index in record.batch:
+            counts[index] = counts.get(index, 0) + (carried.pop(index, 0) or 1)
+        added.append(counts)
+    return added
+
+
 def _measured_line(state: TuneState, ranks: _Ranks, index: int, round_of: str | None) -> str:
     count = len(state.durations[index])
     mean = state.mean_us(index)
-    carried = count - sum(record.batch.count(index) for record in state.rounds)  # each round adds one timing
+    carried = state.carried_taken.get(index, 0)
     where = f"{'first ' if count > 1 else ''}measured in {round_of}" if round_of else "carried from an earlier tune"
     if round_of and carried > 0:
         plural = "s" if carried != 1 else ""
-        where = f"{carried} timing{plural} carried from an earlier tune, then timed from {round_of} on"
+        more = f", then {count - carried} more" if count > carried else ""
+        where = f"{carried} timing{plural} carried from an earlier tune and taken in {round_of}{more}"
     winner = "the winner" if state.done else "the best so far"
     standing = winner if index == state.best else f"{_gap(mean, state.best_us)} from the best"
     return (f"{where}: {count} timing{'s' if count != 1 else ''}, mean {format_us(mean)}, {standing} "
             f"({_fastest(ranks.measured[index])} of {len(ranks.measured)} measured)")
+
+
+def _carried_line(carried: dict, done: bool) -> str:
+    """An untried config's result carried from an earlier tune, which the policy never asked for: it would have
+    cost nothing, so it is no reason the config was not tried."""
+    asked = "the policy never asked for it" if done else "not asked for yet"
+    if carried.get("error") is not None:
+        return f"an earlier tune's result is carried for it ({asked}): it failed there: {carried['error']}"
+    timings = carried.get("durations_us") or []
+    if not timings:
+        return f"an earlier tune's result is carried for it ({asked}): compiled there, never timed"
+    plural = "s" if len(timings) != 1 else ""
+    return (f"an earlier tune's result is carried for it ({asked}): {len(timings)} timing{plural} there, "
+            f"mean {format_us(sample_mean(timings))}")
 
 
 def _untried_line(state: TuneState, ranks: _Ranks, index: int, predicted: float | None) -> str:

@@ -221,14 +221,32 @@ def test_an_index_asked_twice_is_told_once():
     assert [s.index for s in explain_configs(StateStore.read(WITH_FAILURES), [107, 0, 107])] == [107, 0]
 
 
-def test_a_config_with_carried_timings_says_how_many_were_carried():
-    carried = CORPUS / "v3-done-carried.fsm"
-    state = StateStore.read(carried)
-    rounds = sum(record.batch.count(148) for record in state.rounds)
-    [line] = story_lines(carried, 148)
-    assert rounds < len(state.durations[148])
-    assert line.startswith(f"{len(state.durations[148]) - rounds} timings carried from an earlier tune, then timed "
-                           "from R")
+def test_a_config_with_carried_timings_says_how_many_were_carried_and_how_many_timed_after():
+    [line] = story_lines(CORPUS / "v3-done-carried.fsm", 148)  # carried_taken: 12 of its 13 timings
+    assert line.startswith("12 timings carried from an earlier tune and taken in R2_2, then 1 more: 13 timings, ")
+
+
+def test_the_rules_history_sees_carried_timings_from_the_round_that_took_them():
+    seen = dict(observed_after_rounds(StateStore.read(CORPUS / "v3-done-carried.fsm")))
+    assert seen["R2_1"].samples[148] == 0 and seen["R2_2"].samples[148] == 12 and seen["R2_10"].samples[148] == 13
+
+
+def test_an_untried_config_says_the_timing_an_earlier_tune_left_it_unused():
+    lines = story_lines(CORPUS / "v3-done-carried.fsm", 83)  # carried: one timing, never asked for
+    assert lines[0].startswith("never tried; ")
+    assert lines[1] == ("an earlier tune's result is carried for it (the policy never asked for it): "
+                        "1 timing there, mean 289.27 µs")
+
+
+def test_an_untried_config_says_an_earlier_tune_saw_it_fail():
+    lines = story_lines(CORPUS / "v3-done-carried.fsm", 139)  # carried: an out-of-shared-memory failure
+    assert lines[1].startswith("an earlier tune's result is carried for it (the policy never asked for it): "
+                               "it failed there: OutOfResources")
+
+
+def test_a_config_whose_only_timing_was_carried_is_not_called_measured_in_its_round():
+    [line] = story_lines(CORPUS / "v3-done-carried.fsm", 1)  # carried_taken: its 1 timing
+    assert line.startswith("1 timing carried from an earlier tune and taken in R1: 1 timing, ")
 
 
 def test_a_config_ruled_out_first_by_one_rule_and_at_the_end_by_another_names_both():
