@@ -52,6 +52,30 @@ def _parse_params(items: tuple[str, ...]) -> dict[str, object]:
     return params
 
 
+def _check_device(torch: Any, device: str, interpreted: bool) -> None:
+    """`--device` as a usage error before any recording (the out folder not even made): a string torch takes for
+    no device, cpu without Triton's interpreter, or a CUDA device this host lacks. `record` would refuse each of
+    them kernel by kernel."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise click.BadParameter(f"{device}: not a device torch knows ({exc})", param_hint="--device") from None
+    if parsed.type == "cpu" and not interpreted:
+        raise click.BadParameter("cpu needs Triton's interpreter: run with TRITON_INTERPRET=1", param_hint="--device")
+    if parsed.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise click.BadParameter(
+            f"{device}: torch sees no CUDA device here; recording needs a GPU (on a CPU, TRITON_INTERPRET=1 with"
+            " --device cpu records a smoke table whose timings mean nothing)",
+            param_hint="--device",
+        )
+    count = torch.cuda.device_count()
+    if parsed.index is not None and parsed.index >= count:
+        raise click.BadParameter(f"{device}: this host has {count} CUDA device{'s' if count != 1 else ''} "
+                                 f"(cuda:0 to cuda:{count - 1})", param_hint="--device")
+
+
 def _spec_path(spec: str) -> str:
     """A zoo short name (`mm_fp16`) or a `module:function` path."""
     if ":" in spec:
@@ -239,14 +263,7 @@ def record_command(
     from .record import record
 
     check_settings()
-    if device == "cpu" and not interpreting():
-        raise click.BadParameter("cpu needs Triton's interpreter: run with TRITON_INTERPRET=1", param_hint="--device")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise click.BadParameter(
-            f"{device}: torch sees no CUDA device here; recording needs a GPU (on a CPU, TRITON_INTERPRET=1 with"
-            " --device cpu records a smoke table whose timings mean nothing)",
-            param_hint="--device",
-        )
+    _check_device(torch, device, interpreting())
 
     spec_params = _parse_params(params)
     for name in specs:  # each recording costs GPU minutes: a typo in the last spec must not cost the ones before

@@ -182,6 +182,22 @@ def test_record_without_a_gpu_says_how_to_record_on_a_cpu(tmp_path, monkeypatch)
     assert "TRITON_INTERPRET=1 with --device cpu" in result.output and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("device", ["cpu0", "bogus"])
+def test_record_refuses_a_device_torch_does_not_know_before_making_the_out_folder(device, tmp_path):
+    result = CliRunner().invoke(record_command, ["row_sum", "--out", str(tmp_path / "out"), "--device", device,
+                                                 "--limit", "1"])
+    assert result.exit_code == 2, result.output
+    assert f"{device}: not a device torch knows" in result.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the count of GPUs is what is checked")
+def test_record_refuses_a_gpu_this_host_lacks_naming_the_ones_it_has(tmp_path):
+    missing = f"cuda:{torch.cuda.device_count()}"
+    result = CliRunner().invoke(record_command, ["row_sum", "--out", str(tmp_path / "out"), "--device", missing,
+                                                 "--limit", "1"])
+    assert result.exit_code == 2 and "(cuda:0 to cuda:" in result.output and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--warmup-ms", "inf"), ("--warmup-ms", "-5"), ("--rep-ms", "nan"), ("--rep-ms", "-1"), ("--workers", "0"),
