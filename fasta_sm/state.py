@@ -408,13 +408,26 @@ def unpack_state(blob: bytes, source: str = "<bytes>") -> TuneState:
     except (StateFileError, MemoryError):
         raise
     except Exception as exc:  # msgpack raises many types on damaged input
-        raise StateFileError(f"{source}: not a msgpack state file ({type(exc).__name__}: {exc})") from None
+        raise StateFileError(f"{source}: not a msgpack state file{_damage(blob, exc)} "
+                             f"({type(exc).__name__}: {exc})") from None
     try:
         return _state_from_data(data, source)
     except (StateFileError, MemoryError):
         raise
     except Exception as exc:
         raise StateFileError(f"{source}: malformed state ({type(exc).__name__}: {exc})") from None
+
+
+def _damage(blob: bytes, exc: Exception) -> str:
+    """What msgpack's error means for a file, in words a user acts on: an empty file, one cut short (a copy or a
+    disk that stopped mid-write), or one that is not a single value (a text file, or bytes added after a state)."""
+    if not blob:
+        return ": the file is empty"
+    if isinstance(exc, msgpack.OutOfData) or "incomplete input" in str(exc):
+        return ": its bytes end inside a value (cut short, or not a state file at all)"
+    if isinstance(exc, msgpack.ExtraData):
+        return ": more bytes follow its first value (a text file, say, or bytes added after a state)"
+    return ""
 
 
 @dataclass(frozen=True)

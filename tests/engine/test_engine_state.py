@@ -737,3 +737,19 @@ def test_the_timings_given_are_the_carried_ones_of_configs_still_measured():
     state = sample_state(carried_taken={1: 1, 2: 0}, durations={0: [10.5], 1: [9.25, 9.5]})
     assert state.timings_given() == 1
     assert sample_state(carried_taken={2: 0}).timings_given() == 0  # a failed config holds no timing
+
+
+def test_an_empty_file_is_called_empty():
+    with pytest.raises(StateFileError, match=r"^f\.fsm: not a msgpack state file: the file is empty "):
+        unpack_state(b"", source="f.fsm")
+
+
+def test_a_state_cut_short_is_called_cut_short():
+    blob = pack_state(sample_state())
+    with pytest.raises(StateFileError, match=r"^f\.fsm: not a msgpack state file: its bytes end inside a value"):
+        unpack_state(blob[: len(blob) // 2], source="f.fsm")
+
+
+def test_a_text_file_is_told_from_a_state_by_the_bytes_after_its_first_value():
+    with pytest.raises(StateFileError, match=r"^notes\.txt: not a msgpack state file: more bytes follow its first"):
+        unpack_state(b"hello\n", source="notes.txt")
