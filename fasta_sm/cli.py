@@ -430,6 +430,9 @@ def show(
     path = StateStore(directory, lock_timeout_s=0).resolve(key_or_file) if in_store else given
     if in_store and not os.path.lexists(path):  # a file name as `ls` prints it, a control character escaped
         path = _listed_as_printed(StateStore(directory, lock_timeout_s=0), key_or_file) or path
+    with_suffix = Path(key_or_file + STATE_SUFFIX).expanduser()
+    if "/" in key_or_file and not os.path.lexists(path) and with_suffix.is_file():  # a path typed without `.fsm`
+        path = with_suffix
     try:
         state = StateStore.read_listed(path)
     except StateFileError as exc:  # there, as `ls` lists it, but unreadable: said as `ls` says it

@@ -1796,3 +1796,9 @@ def test_show_gives_the_range_of_a_re_timed_configs_timings(monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")
     out = invoke("show", str(CORPUS / "v1-live-h200-inductor-layernorm.fsm"))
     assert "24.03 µs – 37.50 µs" in _table_row(out, 2)
+
+
+def test_show_takes_a_state_file_path_typed_without_its_suffix(tmp_path):
+    corpus_file = CORPUS / "v1-done-with-failures.fsm"
+    shown = invoke("show", str(corpus_file.with_suffix("")), "--state-dir", str(tmp_path))
+    assert "corpus/v1-done-with-failures" in shown and "v1-done-with-failures.fsm" in shown
