@@ -40,6 +40,7 @@ from .env import env_value
 from .errors import FastaError, PolicyError, StateDirError, StateFileError, TableError
 from .explain import ConfigStory, check_index, explain_configs, picked_in, predicted_at_pick
 from .files import read_regular
+from .plot import PLOT_SUFFIXES
 from .policies import make_policy, named_parameters, policy_names, require_listed, with_environment
 from .render import age_of, format_us, kernel_labels, key_values, printable, state_to_json, tune_label
 from .report import tune_costs
@@ -301,8 +302,8 @@ def list_states(state_dir: Path | None) -> None:
     for path, state in read:
         locked = {True: "yes", False: "no", None: "?"}[store.is_locked(path)]
         if not isinstance(state, TuneState):
-            table.add_row(printable(path.name), Text(printable(f"unreadable: {state}"), style="red"), "", "", "",
-                          "", "", "", locked)
+            table.add_row(printable(path.name), Text(printable(_unreadable_cell(path, state)), style="red"), "", "",
+                          "", "", "", "", locked)
             continue
         table.add_row(
             printable(path.name),
@@ -393,6 +394,12 @@ def clean(superseded: bool, dry_run: bool, state_dir: Path | None) -> None:
         raise click.ClickException("; ".join(failed))
 
 
+def _unreadable_cell(path: Path, error: Exception) -> str:
+    """Why `ls` cannot read a file, said once: the row already names the file, and some errors say unreadable."""
+    why = str(error).removeprefix(f"{path}: ")
+    return why if why.startswith("unreadable") else f"unreadable: {why}"
+
+
 @main.command()
 @click.argument("key_or_file")
 @click.option("--json", "as_json", is_flag=True, help="The stable JSON form (docs/state-format.md).")
@@ -423,6 +430,8 @@ def show(
     key_or_file: str, as_json: bool, plot: Path | None, top: int, configs: tuple[int, ...], state_dir: Path | None
 ) -> None:
     """One state in full: position, rounds, measured configs by speed, failures, why it stopped."""
+    if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
+        raise click.BadParameter(f"{plot}: name a file ending in .png or .svg", param_hint="--plot")
     _check_directory_of("--plot", plot)
     given = Path(key_or_file).expanduser()
     directory = _state_dir_path(state_dir)

@@ -19,10 +19,13 @@ import numpy as np
 
 from .state import TuneState
 
+PLOT_SUFFIXES = (".png", ".svg")
+"""What `plot_tune` draws, by the file's suffix."""
+
 
 def plot_tune(state: TuneState, out: Path) -> Path:
     """Draw `state` to `out` (PNG or SVG, by its suffix); needs matplotlib."""
-    if Path(out).suffix.lower() not in (".png", ".svg"):
+    if Path(out).suffix.lower() not in PLOT_SUFFIXES:
         raise ValueError("name a file ending in .png or .svg")
     if state.no_winner:  # not "nothing timed yet": running it again stops the same way
         raise ValueError(f"{state.kernel}: the tune stopped with no config run ({state.position()}), so there is "
