@@ -655,7 +655,10 @@ def _print_state(state: TuneState, path: Path, top: int) -> None:
             format_us(final),
             f"{state.compiled.get(index, float('nan')):.2f}",
         )
-    _print_table(measured)
+    if state.durations:
+        _print_table(measured)
+    else:
+        console.print(f"Measured: none ({'no config ran' if state.no_winner else 'no config timed yet'})")
     if state.failed:
         failed = Table("#", "round", "config", "error", title="Failed")
         for index in sorted(state.failed):

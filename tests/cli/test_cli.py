@@ -811,6 +811,11 @@ def test_two_tables_of_one_kernel_name_are_two_tunes(table_file, tmp_path, state
     assert "reused" not in tune(second, state_dir)
 
 
+def test_show_of_a_tune_where_no_config_ran_says_so_instead_of_an_empty_table(tmp_path, state_dir):
+    shown = invoke("show", str(tune_where_nothing_compiles(tmp_path, state_dir)))
+    assert "Measured: none (no config ran)" in shown and "Measured, fastest first" not in shown
+
+
 def test_show_plot_in_an_unknown_format_is_a_clear_error(table_file, state_dir, tmp_path):
     tune(table_file, state_dir)
     state_file = next(state_dir.glob("*.fsm"))
