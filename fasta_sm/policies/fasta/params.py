@@ -270,7 +270,9 @@ DESCRIPTIONS: dict[str, str] = {
     "min_viable_np": "R1 points per linear parameter below which no model is fitted (coverage path)",
     "ridge_lambda": "ridge penalty, on unit-scaled features and log durations",
     "bases": "bases that compete each round",
-    "incumbent_basis": "the basis the others must beat by `challenger_handicap` in LOO Spearman",
+    "incumbent_basis": "the basis the others must beat by `challenger_handicap` in LOO Spearman; one not among "
+    "`bases` leaves none incumbent: every basis competes alike, and a polish with no guided round's basis fits "
+    "the first of `bases`",
     "challenger_handicap": "LOO Spearman margin a challenger needs over the incumbent basis",
     "log2_features": "take all-positive columns in log2",
     "failure_weight": "softmax weights are multiplied by P(config runs) to this power (0: no failure model)",
@@ -381,7 +383,7 @@ included), None where unbounded. Written into the parameter table; tests/policie
 _OTHER_VALUES = {
     "cell_spill": "0, or > 1",
     "spill_load": "0, or > 1",
-    "incumbent_basis": "one of the bases' names",
+    "incumbent_basis": "a basis name",
     "cell_columns": "column names",
     "retime_rank": "`'lower'` or `'mean'`",
     "expert_configs": "config indices, 0 to N − 1",
