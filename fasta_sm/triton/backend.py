@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..config import Config
-from ..errors import add_note
+from ..errors import BackendError, add_note
 from ..protocols import BenchmarkOutcome, CompileOutcome
 from .compile_pool import LOCAL_THREADS, CompilePool, shared_pool
 from .fork_server import interpreting
@@ -97,11 +97,14 @@ def host_bench(call: Callable[[], Any], rep_ms: float, min_runs: int = 3, max_ru
     return statistics.median(times) * 1e3
 
 
-def _first(value: Any) -> float:
-    """do_bench returns a float or a list (quantiles); the median comes first."""
-    if isinstance(value, (list, tuple)):
-        return float(value[0])
-    return float(value)
+def _first(value: Any, source: str) -> float:
+    """do_bench returns a float or a list (quantiles); the median comes first. Anything else is the `source`'s
+    fault, said so: `float()`'s own error names neither it nor what it should have returned."""
+    first = value[0] if isinstance(value, (list, tuple)) and value else value
+    if isinstance(first, bool) or not hasattr(first, "__float__"):  # a number, numpy's or a 0-d tensor too
+        raise BackendError(f"{source} returned {value!r:.80}, not a time in ms (a number, or a list whose first "
+                           "item is one)")
+    return float(first)
 
 
 class TritonBackend:
@@ -399,12 +402,13 @@ class TritonBackend:
                 restore_args(nargs, saved)
 
         if self.user_do_bench is not None:
-            return _first(self.user_do_bench(call, quantiles=(0.5, 0.2, 0.8)))
+            return _first(self.user_do_bench(call, quantiles=(0.5, 0.2, 0.8)), "do_bench")
         if self.interpreting:
             return host_bench(call, self.rep_ms)
         import triton.testing
 
-        return _first(triton.testing.do_bench(call, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=(0.5,)))
+        timed = triton.testing.do_bench(call, warmup=self.warmup_ms, rep=self.rep_ms, quantiles=(0.5,))
+        return _first(timed, "triton.testing.do_bench")
 
     # ------------------------------------------------------------------ internals
 

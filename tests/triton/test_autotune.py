@@ -26,7 +26,7 @@ from kernels import CONFIGS, accumulate_kernel, grid, make_tuned
 from triton_device import DEVICE, HAS_CUDA
 
 import fasta_sm
-from fasta_sm.errors import PolicyError, StateDirError, TuneFailed, notes_of
+from fasta_sm.errors import BackendError, PolicyError, StateDirError, TuneFailed, notes_of
 from fasta_sm.policies import make_policy
 from fasta_sm.store import StateStore
 from fasta_sm.triton.autotune import _source_hash, to_fasta_config, to_triton_config
@@ -512,6 +512,15 @@ def test_a_do_bench_that_times_every_config_as_infinite_fails_the_tune_saying_so
 
     with pytest.raises(TuneFailed, match="no config ran: 3 of 3 failed.*first error: do_bench returned inf"):
         launch(small_tuned(tmp_path, do_bench=infinite))
+
+
+def test_a_do_bench_that_returns_no_number_is_named_with_what_it_returned(tmp_path):
+    def words(fn, quantiles=None):
+        fn()
+        return "fast"
+
+    with pytest.raises(BackendError, match=r"do_bench returned 'fast', not a time in ms \(a number, or a list"):
+        launch(small_tuned(tmp_path, do_bench=words))
 
 
 def test_a_configs_own_pre_hook_runs_before_each_of_its_timings_and_its_launch(tmp_path):
