@@ -193,7 +193,7 @@ class Autotuner(TritonAutotuner):
         budget: float | None = None,
         policy_params: Mapping[str, Any] | None = None,
         seed: int = 0,
-        state_dir: str | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.fn = fn
         self.arg_names = list(fn.arg_names)
@@ -850,7 +850,7 @@ def autotune(
     policy: str | None = "fasta",
     budget: float | None = None,
     seed: int = 0,
-    state_dir: str | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
     policy_params: Mapping[str, Any] | None = None,
 ) -> Callable[[Any], Autotuner]:
     """Decorate a `@triton.jit` kernel like `triton.autotune`; tune each key durably with `policy`.
@@ -860,8 +860,9 @@ def autotune(
     `do_bench`, `use_cuda_graph` times with `do_bench_cudagraph` as Triton
     does, and `cache_results` changes nothing: a tune's results are always
     kept, in its state file. `configs` are `triton.Config`s (or fasta_sm
-    Configs); `budget` is the fraction of configs the policy may measure
-    (None: the policy's own routing); `state_dir` holds the state files
+    Configs); `policy` names the policy (None: `fasta`); `budget` is the
+    fraction of configs the policy may measure (None: the policy's own
+    routing); `state_dir` (a str or a path) holds the state files
     (default: `$FASTA_SM_STATE_DIR` or the user cache dir). The fasta
     policy's `policy_params` start from `LIVE_DEFAULTS` (re-timing sized for
     a tune the user waits on).
