@@ -26,3 +26,8 @@ def __getattr__(name: str):
 
         return autotune
     raise AttributeError(f"module 'fasta_sm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """`autotune` among the names, though loaded on first use: tab completion and `dir()` show it."""
+    return sorted([*globals(), "autotune"])

@@ -523,6 +523,12 @@ def test_import_and_help_load_neither_torch_nor_triton():
     assert out.strip() == "[]"
 
 
+def test_dir_of_fasta_sm_lists_autotune_without_loading_triton():
+    probe = "import sys, fasta_sm\nprint('autotune' in dir(fasta_sm), 'triton' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False"]
+
+
 def fasta_sm(*args: str, env: dict[str, str] | None = None,
              timeout: float | None = None) -> subprocess.CompletedProcess:
     """The installed entry point, as a user runs it (into a pipe): errors handled by `run`, not by the test runner."""
