@@ -61,6 +61,7 @@ def add_note(error: BaseException, note: str) -> None:
 
 
 def notes_of(error: BaseException) -> list[str]:
+    """The notes added to `error` (PEP 678), as text: where it happened, which config."""
     return [str(note) for note in getattr(error, "__notes__", ())]
 
 

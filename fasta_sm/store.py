@@ -66,6 +66,7 @@ def default_state_dir() -> Path:
 
 
 def default_lock_timeout() -> float:
+    """Seconds a tune waits for another process's lock on its key: `$FASTA_SM_LOCK_TIMEOUT`, else the default."""
     raw = env_value(LOCK_TIMEOUT_ENV)
     return DEFAULT_LOCK_TIMEOUT_S if raw is None else real_from_env(LOCK_TIMEOUT_ENV, raw, infinite=True)
 

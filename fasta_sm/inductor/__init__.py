@@ -153,6 +153,7 @@ def turned_off() -> bool:
 
 
 def is_enabled() -> bool:
+    """Whether fasta-sm tunes Inductor's kernels now: after `enable()` (until `disable()`), or inside `enabled()`."""
     return _settings is not None
 
 

@@ -42,8 +42,9 @@ from ..driver import integration_params, plain_literal, seed_setting, to_fasta_c
 from ..errors import ConfigError, FastaError, StateDirError, add_note
 from ..policies import check_arguments
 from ..policies.fasta.params import LIVE_DEFAULTS, check_expert_configs
+from ..prior import prior_enabled
 from ..state import TuneState, remember_configs
-from ..store import StateStore, refuse_non_directory, state_dir_path
+from ..store import StateStore, default_lock_timeout, refuse_non_directory, state_dir_path
 from ..tuner import TuneResult, tune
 from .backend import REP_MS, WARMUP_MS, TritonBackend, device_name, zero_args
 from .compile_pool import check_settings, shared_pool
@@ -59,6 +60,7 @@ def _compiles_in_pool(fn: Any) -> bool:
 
 
 def to_triton_config(config: Config) -> triton.Config:
+    """The `triton.Config` a fasta-sm config stands for: what a tune's winner is launched with."""
     return triton.Config(
         dict(config.kwargs), num_warps=config.num_warps, num_stages=config.num_stages, **dict(config.options)
     )
@@ -259,6 +261,8 @@ class Autotuner(TritonAutotuner):
             self._check_expert_configs()
             self.seed = seed_setting(seed)
             check_settings()
+            prior_enabled()  # read again at each tune; a bad value is refused where the decorator is written
+            default_lock_timeout()
         except (FastaError, ValueError) as exc:
             raise ValueError(f"fasta_sm.autotune({self.kernel_name}): {exc}") from None
         # one given is made absolute now, as the program may change directory before its first launch; the default

@@ -791,8 +791,9 @@ def test_a_parameter_set_by_triton_heuristics_needs_no_config_to_set_it(tmp_path
 
 
 @pytest.mark.parametrize("name, value", [("FASTA_PREWARM", "flase"), ("FASTA_WORKER_TORCH", "ture"),
-                                         ("FASTA_COMPILE_WORKERS", "x")])
-def test_a_misspelt_compile_setting_is_refused_when_decorating_even_under_the_interpreter(name, value, tmp_path,
+                                         ("FASTA_COMPILE_WORKERS", "x"), ("FASTA_SM_PRIOR", "maybe"),
+                                         ("FASTA_SM_LOCK_TIMEOUT", "-1")])
+def test_a_misspelt_setting_is_refused_when_decorating_even_under_the_interpreter(name, value, tmp_path,
                                                                                         monkeypatch):
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=rf"accumulate_kernel\): \${name}='{value}'"):
