@@ -190,6 +190,7 @@ def test_record_refuses_a_device_torch_does_not_know_before_making_the_out_folde
     assert f"{device}: not a device torch knows" in result.output and not (tmp_path / "out").exists()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the count of GPUs is what is checked")
 def test_record_refuses_a_gpu_this_host_lacks_naming_the_ones_it_has(tmp_path):
     missing = f"cuda:{torch.cuda.device_count()}"
