@@ -205,8 +205,8 @@ def _story(
     else:
         lines = [_untried_line(state, ranks, index, predicted)]
         if index in state.carried:
-            lines.append(_carried_line(state.carried[index], state.done))
-        end = "at the end" if state.done else "now"
+            lines.append(_carried_line(state.carried[index], _over(state)))
+        end = "at the end" if _over(state) else "now"
         if index in rules:
             since = _since(state, history)
             last, *also = rules[index]
@@ -290,8 +290,13 @@ def _carried_line(carried: dict, done: bool) -> str:
             f"mean {format_us(sample_mean(timings))}")
 
 
+def _over(state: TuneState) -> bool:
+    """Whether the tune will try nothing more: DONE, or stopped with no config run (a rerun stops the same way)."""
+    return state.done or state.no_winner
+
+
 def _untried_line(state: TuneState, ranks: _Ranks, index: int, predicted: float | None) -> str:
-    never, model = ("never tried", "the final model") if state.done else ("not tried yet", "the latest model")
+    never, model = ("never tried", "the final model") if _over(state) else ("not tried yet", "the latest model")
     if predicted is None:
         return f"{never}; the tune holds no prediction for it (its policy fits no model, or has fitted none yet)"
     gap = f", {_gap(predicted, state.best_us)} from the best measured" if state.best_us else ""

@@ -213,7 +213,8 @@ def test_show_marks_the_last_error_of_a_tune_that_has_moved_on_past_it_as_histor
     assert "R1 benchmark: BackendError" in shown and "(resumed since)" in shown
 
 
-def tune_where_nothing_compiles(tmp_path: Path, state_dir: Path) -> Path:
+def tune_where_nothing_compiles(tmp_path: Path, state_dir: Path, policy: str = "exhaustive",
+                                params: dict | None = None) -> Path:
     """The state file of a tune that ended with no config run: every compile failed."""
     from fasta_sm.backends.replay import ReplayBackend, load_table
     from fasta_sm.errors import TuneFailed
@@ -226,8 +227,17 @@ def tune_where_nothing_compiles(tmp_path: Path, state_dir: Path) -> Path:
 
     table, store = load_table(write_table(tmp_path / "t.json")), StateStore(state_dir)
     with pytest.raises(TuneFailed):
-        run_tune("k", "toy_mm", table.configs, NothingCompiles(table), policy="exhaustive", store=store)
+        run_tune("k", "toy_mm", table.configs, NothingCompiles(table), policy=policy, policy_params=params,
+                 store=store)
     return store.file_for("k")
+
+
+def test_a_config_a_tune_with_no_config_run_left_untried_is_never_tried_not_yet(tmp_path, state_dir):
+    state_file = tune_where_nothing_compiles(tmp_path, state_dir, "random", {"budget": 0.1})
+    state = StateStore.read(state_file)
+    untried = next(i for i in range(state.n_configs) if i not in state.failed)
+    shown = invoke("show", str(state_file), "--config", str(untried))
+    assert f"#{untried}" in shown and "never tried; " in shown and "not tried yet" not in shown
 
 
 def test_a_tune_that_ended_with_no_config_run_is_shown_as_such_not_as_resumable(tmp_path, state_dir):
