@@ -190,10 +190,9 @@ class StateStore:
                 f"kernel {kernel!r}: {self._holder(key)} has held {lock.lock_file} for over {timeout:g} s "
                 f"(raise {LOCK_TIMEOUT_ENV} to wait longer)"
             ) from None
-        except OSError as exc:  # not writable, read-only, full
+        except OSError as exc:  # not writable, read-only, full; or something else in the lock's place
             raise StateDirError(
-                f"kernel {kernel!r}: cannot create lock {exc.filename or lock.lock_file}: "
-                f"state dir is not writable ({exc.strerror or exc})"
+                f"kernel {kernel!r}: cannot create lock {exc.filename or lock.lock_file}: {_lock_trouble(path, exc)}"
             ) from None
         _HELD[held_key] = (me, _held_identity(lock))
         try:
@@ -461,6 +460,18 @@ class StateStore:
             if _entry(in_store) or in_store in listed:
                 return in_store
         return self.file_for(key_or_file)
+
+
+def _lock_trouble(path: Path, error: OSError) -> str:
+    """Why a lock could not be made, by what stands at its path: a lock file of the wrong permissions or something
+    that is no lock file at all, which no tune holds and which only its removal mends, or else the dir itself."""
+    why = error.strerror or str(error)
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_file()):
+        kind = "a symbolic link" if path.is_symlink() else "a directory" if path.is_dir() else "no regular file"
+        return f"{kind} stands in its place ({why}); no tune holds it: remove it"
+    if path.is_file():
+        return f"the lock file cannot be opened ({why}); make it writable, or remove it while no tune of the key runs"
+    return f"state dir is not writable ({why})"
 
 
 def _entry(path: Path) -> bool:

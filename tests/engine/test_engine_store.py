@@ -707,6 +707,17 @@ def test_a_lock_file_the_state_dir_cannot_hold_is_a_state_dir_error_at_once_not_
             pass
 
 
+@pytest.mark.parametrize("make", [Path.mkdir, lambda path: path.symlink_to(path.parent / "nowhere")],
+                         ids=["a directory", "a link to nothing"])
+def test_something_in_a_locks_place_is_named_and_not_blamed_on_the_state_dir(make, state_dir):
+    store = StateStore(state_dir, lock_timeout_s=30)
+    make(store.lock_path_for("k"))
+    with pytest.raises(StateDirError, match=r"stands in its place .*no tune holds it: remove it") as caught:
+        with store.lock("k", "k"):
+            pass
+    assert "state dir is not writable" not in str(caught.value)
+
+
 def test_a_tune_that_must_wait_for_the_lock_says_so_before_waiting(table, backend, state_dir, caplog):
     store = StateStore(state_dir, lock_timeout_s=0.2)
     with holding_lock(store.lock_path_for(KEY)), caplog.at_level("INFO", logger="fasta_sm.store"):
