@@ -392,9 +392,21 @@ class StateStore:
                 raise StateDirError(
                     f"cannot keep outdated state file {path} as {target.name}: {exc.strerror or exc}"
                 ) from None
-            log.warning("state file %s kept as %s: %s; the tune starts afresh", path, target, why)
+            log.warning("state file %s kept as %s: %s", path, target, why)
             return target
         raise StateDirError(f"cannot keep outdated state file {path}: every name for stamp {stamp} is taken")
+
+    def reinstate(self, key: str, superseded: Path) -> None:
+        """Put one of the key's superseded states back as its state file: written in place as any checkpoint is
+        (the file there now must be kept first, `supersede`), then its superseded name removed. A crash in
+        between leaves it under both names, which costs nothing."""
+        try:
+            blob = read_regular(superseded, most=MOST_STATE_BYTES)
+        except OSError as exc:
+            raise StateDirError(f"cannot reinstate {superseded}: {exc.strerror or exc}") from None
+        self.write(key, blob)
+        self._unlink(superseded)
+        log.warning("state file %s reinstated from %s", self.file_for(key), superseded.name)
 
     def superseded_files(self, key: str) -> list[Path]:
         """The key's superseded states, newest first (`-10` after `-9` within one stamp, not before `-2`)."""

@@ -5,7 +5,9 @@ config list and settings (policy, its parameters, seed) is reused without
 taking the lock, compiling or benchmarking. A process that finds the kernel
 being tuned waits for the lock, then reuses or resumes what the other
 process left. A state over another list or other settings is superseded:
-the new tune carries its measurements.
+the new tune carries its measurements, unless the key's superseded files
+hold a finished tune of the very list and settings asked for, which is put
+back and reused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -160,6 +163,10 @@ def open_tune(
     carried: dict[int, dict] = {}
     fresh: Policy | None = None
     if state is None:  # none yet, or quarantined: what the key's superseded files hold is still sound
+        finished = _finished_as_asked(store, key, kernel, wanted, policy, params, seed)
+        if finished is not None:
+            store.reinstate(key, finished[0])
+            return finished[1]
         carried = _with_superseded(store, key, kernel, configs, {})
         if carried:
             notes.append(f"results of {len(carried)} kept from the key's superseded state files")
@@ -170,6 +177,11 @@ def open_tune(
             why = _settings_changed(state, policy, params, seed)
         if why:
             fresh = fresh_policy()
+            finished = _finished_as_asked(store, key, kernel, wanted, policy, params, seed)
+            if finished is not None:
+                store.supersede(key, why)
+                store.reinstate(key, finished[0])
+                return finished[1]
             carried = _supersede(store, key, state, configs, why, notes)
             state = None
     if state is not None and state.done:
@@ -229,6 +241,30 @@ def _supersede(
     why = f"{why}; results of {len(carried)} kept"
     notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
     return carried
+
+
+def _finished_as_asked(
+    store: StateStore, key: str, kernel: str, wanted: str, policy: str, params: Mapping[str, Any], seed: int
+) -> tuple[Path, TuneState] | None:
+    """The newest of the key's superseded files that holds a finished tune of these very configs and settings.
+
+    A setting switched back (an environment knob, a seed, a config list
+    edited and reverted) asks for a tune the key has finished already: it is
+    reused, as a finished tune is, not tuned again from the results it
+    carries, which would take other decisions. A superseded file that cannot
+    be read for now stops the tune (StateDirError), as for the results.
+    """
+    for path in store.superseded_files(key):
+        try:
+            earlier = store.read(path)
+        except StateDirError:
+            raise
+        except (OSError, StateFileError):
+            continue
+        if (earlier.done and earlier.key == key and earlier.kernel == kernel and earlier.configs_hash == wanted
+                and _settings_changed(earlier, policy, params, seed) is None):
+            return path, earlier
+    return None
 
 
 def _with_superseded(

@@ -124,6 +124,45 @@ def test_a_done_tune_asked_for_with_another_seed_is_tuned_again_keeping_its_resu
     assert not set(backend.compiled) & {table.configs[i] for i in first.state.compiled}
 
 
+def random_tune(table, store, seed, backend=None):
+    return tune("k", "toy_mm", table.configs, backend or ReplayBackend(table), policy="random",
+                policy_params={"budget": 0.3}, seed=seed, store=store)
+
+
+def test_a_setting_switched_back_reuses_the_finished_tune_it_made_as_it_was(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = random_tune(table, store, seed=1)
+    random_tune(table, store, seed=2)
+    backend = CountingBackend(table)
+    again = random_tune(table, store, seed=1, backend=backend)
+    assert again.reused and backend.compiled == [] and backend.timed == []
+    assert (again.state.best, again.state.durations, again.state.rounds) == (
+        first.state.best, first.state.durations, first.state.rounds)
+
+
+def test_the_tune_a_switched_back_setting_replaces_is_kept_superseded(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    random_tune(table, store, seed=1)
+    random_tune(table, store, seed=2)
+    random_tune(table, store, seed=1)
+    assert [store.read(path).seed for path in store.superseded_files("k")] == [2]
+    assert store.read(store.file_for("k")).seed == 1
+
+
+def test_a_finished_tune_is_reinstated_in_place_of_a_key_file_set_aside_as_damaged(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = random_tune(table, store, seed=1)
+    random_tune(table, store, seed=2)
+    store.file_for("k").write_bytes(b"damaged")
+    backend = CountingBackend(table)
+    again = random_tune(table, store, seed=1, backend=backend)
+    assert again.reused and backend.timed == [] and again.state.best == first.state.best
+    assert list(state_dir.glob("*.corrupt-*"))
+
+
 def test_a_done_tune_asked_for_with_another_policy_is_not_reused(table_file, state_dir):
     table = load_table(table_file)
     store = StateStore(state_dir)
