@@ -802,11 +802,12 @@ def _check_not_a_tune(option: str, path: Path, target: Path) -> None:
                                  "write elsewhere", param_hint=option)
     if target.is_file():
         try:
-            held = StateStore.read(target)
-        except (FastaError, OSError):
+            kernel = StateStore.read_kernel(target)  # a look at its first bytes: an output can be large
+        except OSError:
             return
-        raise click.BadParameter(f"{path} holds the tune of key {held.key!r}; writing it would destroy that tune: "
-                                 "write elsewhere", param_hint=option)
+        if kernel is not None:
+            raise click.BadParameter(f"{path} holds a tune of kernel {kernel!r}; writing it would destroy that "
+                                     "tune: write elsewhere", param_hint=option)
 
 
 def _given_state_dir(state_dir: Path | None) -> Path | None:

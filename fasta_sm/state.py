@@ -425,7 +425,7 @@ def _damage(blob: bytes, exc: Exception) -> str:
         return ": the file is empty"
     if isinstance(exc, msgpack.OutOfData) or "incomplete input" in str(exc):
         return ": its bytes end inside a value (cut short, or not a state file at all)"
-    if isinstance(exc, msgpack.ExtraData):
+    if isinstance(exc, msgpack.ExtraData) or "extra data after the state" in str(exc):
         return ": more bytes follow its first value (a text file, say, or bytes added after a state)"
     return ""
 

@@ -313,7 +313,7 @@ class StateStore:
             os.replace(path, target)
         except OSError as exc:
             raise StateDirError(f"cannot move bad state file {path} aside ({why}): {exc.strerror or exc}") from None
-        log.warning("quarantined state file %s as %s (%s); the tune starts afresh", path, target, why)
+        log.warning("quarantined state file %s as %s (%s)", path, target, why)
         if notes is not None:
             notes.append(f"previous state quarantined as {target.name}: {why}")
         return target
@@ -396,16 +396,17 @@ class StateStore:
             return target
         raise StateDirError(f"cannot keep outdated state file {path}: every name for stamp {stamp} is taken")
 
-    def reinstate(self, key: str, superseded: Path) -> None:
-        """Put one of the key's superseded states back as its state file: written in place as any checkpoint is
-        (the file there now must be kept first, `supersede`), then its superseded name removed. A crash in
-        between leaves it under both names, which costs nothing."""
-        try:
-            blob = read_regular(superseded, most=MOST_STATE_BYTES)
-        except OSError as exc:
-            raise StateDirError(f"cannot reinstate {superseded}: {exc.strerror or exc}") from None
+    def reinstate(self, key: str, superseded: Path, blob: bytes) -> None:
+        """Put one of the key's superseded states (`blob`, as read and checked) back as its state file: written in
+        place as any checkpoint is (the file there now must be kept first, `supersede`), then its superseded name
+        removed. A crash in between, or a name that will not go, leaves it under both names, which costs nothing."""
         self.write(key, blob)
-        self._unlink(superseded)
+        try:
+            superseded.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("state file %s reinstated; its superseded copy %s stays (%s)", self.file_for(key),
+                        superseded.name, exc.strerror or exc)
+            return
         log.warning("state file %s reinstated from %s", self.file_for(key), superseded.name)
 
     def superseded_files(self, key: str) -> list[Path]:
@@ -475,15 +476,20 @@ class StateStore:
 
 
 def _lock_trouble(path: Path, error: OSError) -> str:
-    """Why a lock could not be made, by what stands at its path: a lock file of the wrong permissions or something
-    that is no lock file at all, which no tune holds and which only its removal mends, or else the dir itself."""
+    """Why a lock could not be made, by what stands at its path: something that is no lock file, which no tune
+    holds and only its removal mends, or a lock file this process cannot open; else (nothing there, a dir it
+    cannot search, a read-only mount) the state dir itself."""
     why = error.strerror or str(error)
-    if path.is_symlink() or (os.path.lexists(path) and not path.is_file()):
-        kind = "a symbolic link" if path.is_symlink() else "a directory" if path.is_dir() else "no regular file"
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is None or error.errno == errno.EROFS:
+        return f"state dir is not writable ({why})"
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "no regular file"
         return f"{kind} stands in its place ({why}); no tune holds it: remove it"
-    if path.is_file():
-        return f"the lock file cannot be opened ({why}); make it writable, or remove it while no tune of the key runs"
-    return f"state dir is not writable ({why})"
+    return f"the lock file cannot be opened ({why}); make it writable, or remove it while no tune of the key runs"
 
 
 def _entry(path: Path) -> bool:

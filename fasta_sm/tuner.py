@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from .machine import DEFAULT_BENCHMARK_CHUNK, DEFAULT_CHUNK, Tune, check_seed
 from .policies import make_policy, with_environment
 from .prior import earlier_winners, prior_enabled
 from .protocols import Backend, Policy, TakesPrior
-from .state import TuneState
+from .state import TuneState, pack_state
 from .store import StateStore, is_wait
 
 log = logging.getLogger("fasta_sm.tuner")
@@ -165,8 +165,7 @@ def open_tune(
     if state is None:  # none yet, or quarantined: what the key's superseded files hold is still sound
         finished = _finished_as_asked(store, key, kernel, wanted, policy, params, seed)
         if finished is not None:
-            store.reinstate(key, finished[0])
-            return finished[1]
+            return _reinstated(store, key, *finished)
         carried = _with_superseded(store, key, kernel, configs, {})
         if carried:
             notes.append(f"results of {len(carried)} kept from the key's superseded state files")
@@ -176,12 +175,11 @@ def open_tune(
         else:
             why = _settings_changed(state, policy, params, seed)
         if why:
-            fresh = fresh_policy()
             finished = _finished_as_asked(store, key, kernel, wanted, policy, params, seed)
-            if finished is not None:
+            if finished is not None:  # its settings are a finished tune's: no policy to check them with
                 store.supersede(key, why)
-                store.reinstate(key, finished[0])
-                return finished[1]
+                return _reinstated(store, key, *finished)
+            fresh = fresh_policy()
             carried = _supersede(store, key, state, configs, why, notes)
             state = None
     if state is not None and state.done:
@@ -243,48 +241,51 @@ def _supersede(
     return carried
 
 
-def _finished_as_asked(
-    store: StateStore, key: str, kernel: str, wanted: str, policy: str, params: Mapping[str, Any], seed: int
-) -> tuple[Path, TuneState] | None:
-    """The newest of the key's superseded files that holds a finished tune of these very configs and settings.
-
-    A setting switched back (an environment knob, a seed, a config list
-    edited and reverted) asks for a tune the key has finished already: it is
-    reused, as a finished tune is, not tuned again from the results it
-    carries, which would take other decisions. A superseded file that cannot
-    be read for now stops the tune (StateDirError), as for the results.
-    """
-    for path in store.superseded_files(key):
-        try:
-            earlier = store.read(path)
-        except StateDirError:
-            raise
-        except (OSError, StateFileError):
-            continue
-        if (earlier.done and earlier.key == key and earlier.kernel == kernel and earlier.configs_hash == wanted
-                and _settings_changed(earlier, policy, params, seed) is None):
-            return path, earlier
-    return None
-
-
-def _with_superseded(
-    store: StateStore, key: str, kernel: str, configs: Sequence[Config], carried: dict[int, dict]
-) -> dict[int, dict]:
-    """`carried`, and for the configs it has no result of, the results the key's superseded files hold, newest first.
-
-    A superseded file that cannot be read for now stops the tune (StateDirError)
-    rather than be passed over: its configs would be measured again.
-    """
+def _superseded_states(store: StateStore, key: str, kernel: str) -> Iterator[tuple[Path, TuneState]]:
+    """The key's superseded states of `kernel`, newest first, with their files; one that cannot be decoded is
+    passed over, one that cannot be read for now stops the tune (StateDirError): what it holds would be measured
+    again."""
     for path in store.superseded_files(key):
         try:
             earlier = store.read(path)
         except StateDirError:
             raise
         except (OSError, StateFileError) as exc:
-            log.info("kernel %s: nothing carried from %s: %s", kernel, path.name, exc)
+            log.info("kernel %s: nothing taken from %s: %s", kernel, path.name, exc)
             continue
         if earlier.key == key and earlier.kernel == kernel:
-            carried = {**carry_results(earlier, configs), **carried}
+            yield path, earlier
+
+
+def _finished_as_asked(
+    store: StateStore, key: str, kernel: str, wanted: str, policy: str, params: Mapping[str, Any], seed: int
+) -> tuple[Path, TuneState] | None:
+    """The newest of the key's superseded states that is a finished tune of these very configs and settings.
+
+    A setting switched back (an environment knob, a seed, a config list
+    edited and reverted) asks for a tune the key has finished already: it is
+    reused, as a finished tune is, not tuned again from the results it
+    carries, which would take other decisions.
+    """
+    for path, earlier in _superseded_states(store, key, kernel):
+        if earlier.done and earlier.configs_hash == wanted and _settings_changed(earlier, policy, params, seed) is None:
+            return path, earlier
+    return None
+
+
+def _reinstated(store: StateStore, key: str, path: Path, finished: TuneState) -> TuneState:
+    """`finished`, read from the superseded file at `path`, put back as the key's state file, to be reused."""
+    store.reinstate(key, path, pack_state(finished))
+    return finished
+
+
+def _with_superseded(
+    store: StateStore, key: str, kernel: str, configs: Sequence[Config], carried: dict[int, dict]
+) -> dict[int, dict]:
+    """`carried`, and for the configs it has no result of, the results the key's superseded files hold, newest
+    first."""
+    for _, earlier in _superseded_states(store, key, kernel):
+        carried = {**carry_results(earlier, configs), **carried}
     return carried
 
 

@@ -98,13 +98,17 @@ def host_bench(call: Callable[[], Any], rep_ms: float, min_runs: int = 3, max_ru
 
 
 def _first(value: Any, source: str) -> float:
-    """do_bench returns a float or a list (quantiles); the median comes first. Anything else is the `source`'s
-    fault, said so: `float()`'s own error names neither it nor what it should have returned."""
-    first = value[0] if isinstance(value, (list, tuple)) and value else value
-    if isinstance(first, bool) or not hasattr(first, "__float__"):  # a number, numpy's or a 0-d tensor too
+    """do_bench returns a float or a sequence (quantiles: a list, an array, a tensor); the median comes first.
+    Anything else is the `source`'s fault, said so: `float()`'s own error names neither it nor what it should have
+    returned."""
+    try:
+        first = value[0] if getattr(value, "ndim", 1) >= 1 and hasattr(value, "__getitem__") else value
+        if isinstance(first, (bool, str, bytes)):
+            raise TypeError
+        return float(first)
+    except (TypeError, ValueError, LookupError, RuntimeError):
         raise BackendError(f"{source} returned {value!r:.80}, not a time in ms (a number, or a list whose first "
-                           "item is one)")
-    return float(first)
+                           "item is one)") from None
 
 
 class TritonBackend:

@@ -642,7 +642,8 @@ def test_kwargs_or_options_that_are_no_mapping_are_a_config_error_naming_them(ch
 
 def test_bytes_after_a_whole_state_are_refused():
     """The checksum covers the map, not what follows it: a file with bytes appended is damaged all the same."""
-    with pytest.raises(StateFileError, match="some/file.fsm: not a msgpack state file .*1 bytes of extra data"):
+    with pytest.raises(StateFileError, match="some/file.fsm: not a msgpack state file: more bytes follow its first "
+                                             "value .*1 bytes of extra data"):
         unpack_state(pack_state(sample_state()) + b"\xc0", source="some/file.fsm")
 
 

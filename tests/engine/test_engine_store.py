@@ -718,6 +718,21 @@ def test_something_in_a_locks_place_is_named_and_not_blamed_on_the_state_dir(mak
     assert "state dir is not writable" not in str(caught.value)
 
 
+def test_a_lock_in_a_dir_this_process_cannot_search_blames_the_state_dir_not_a_traceback(state_dir, monkeypatch):
+    """As another user's 0700 state dir does to a process that is not root: the lock's path cannot be looked at."""
+    store = StateStore(state_dir, lock_timeout_s=30)
+    denied = PermissionError(13, "Permission denied", str(store.lock_path_for("k")))
+
+    def refuse(*args, **kwargs):
+        raise denied
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", refuse)
+    monkeypatch.setattr(os, "lstat", refuse)
+    with pytest.raises(StateDirError, match=r"cannot create lock .*: state dir is not writable \(Permission denied\)"):
+        with store.lock("k", "k"):
+            pass
+
+
 def test_a_tune_that_must_wait_for_the_lock_says_so_before_waiting(table, backend, state_dir, caplog):
     store = StateStore(state_dir, lock_timeout_s=0.2)
     with holding_lock(store.lock_path_for(KEY)), caplog.at_level("INFO", logger="fasta_sm.store"):

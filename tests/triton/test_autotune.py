@@ -514,6 +514,16 @@ def test_a_do_bench_that_times_every_config_as_infinite_fails_the_tune_saying_so
         launch(small_tuned(tmp_path, do_bench=infinite))
 
 
+def test_a_do_bench_that_returns_its_quantiles_as_an_array_is_read_for_the_median(tmp_path):
+    def as_array(fn, quantiles=None):
+        fn()
+        return np.array([1.0, 0.9, 1.1])
+
+    kernel = small_tuned(tmp_path, do_bench=as_array)
+    launch(kernel)
+    assert all(result.state.done for result in kernel.results.values())
+
+
 def test_a_do_bench_that_returns_no_number_is_named_with_what_it_returned(tmp_path):
     def words(fn, quantiles=None):
         fn()

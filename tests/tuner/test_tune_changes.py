@@ -163,6 +163,39 @@ def test_a_finished_tune_is_reinstated_in_place_of_a_key_file_set_aside_as_damag
     assert list(state_dir.glob("*.corrupt-*"))
 
 
+def test_a_config_list_edited_and_reverted_reuses_the_finished_tune_of_that_list(table_file, state_dir):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    first = tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="random", policy_params={"budget": 0.3},
+                 store=store)
+    tune("k", "toy_mm", table.configs[:20], ReplayBackend(table), policy="random", policy_params={"budget": 0.3},
+         store=store)
+    again = tune("k", "toy_mm", table.configs, ReplayBackend(table), policy="random", policy_params={"budget": 0.3},
+                 store=store)
+    assert again.reused and (again.state.best, again.state.rounds) == (first.state.best, first.state.rounds)
+
+
+def test_a_superseded_copy_that_will_not_go_once_its_tune_is_put_back_costs_nothing(table_file, state_dir,
+                                                                                    monkeypatch, caplog):
+    table = load_table(table_file)
+    store = StateStore(state_dir)
+    random_tune(table, store, seed=1)
+    random_tune(table, store, seed=2)
+    real_unlink = Path.unlink
+
+    def stuck(path, *args, **kwargs):
+        if ".superseded-" in path.name:
+            raise PermissionError(13, "Permission denied")
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", stuck)
+    with caplog.at_level("WARNING", logger="fasta_sm.store"):
+        assert random_tune(table, store, seed=1).reused
+    assert "its superseded copy" in caplog.text and "stays (Permission denied)" in caplog.text
+    monkeypatch.undo()
+    assert random_tune(table, store, seed=1).reused
+
+
 def test_a_done_tune_asked_for_with_another_policy_is_not_reused(table_file, state_dir):
     table = load_table(table_file)
     store = StateStore(state_dir)
