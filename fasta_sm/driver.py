@@ -72,10 +72,16 @@ def integration_params(
     earlier may not have them, and both must open the tune with the same
     settings.
     """
+    plain = {name: plain_literal(f"policy_params[{name!r}]", value) for name, value in params_mapping(params).items()}
+    return with_environment(policy, {**(fasta_defaults if policy == "fasta" else {}), **plain})
+
+
+def params_mapping(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An integration's `policy_params` as a dict of its own; a ValueError naming anything that is no mapping (a
+    list of pairs, a string), which `dict()` would take or fail on without naming it."""
     if params is not None and not isinstance(params, Mapping):
         raise ValueError(f"policy_params={params!r} must be a mapping of parameter names to values")
-    plain = {name: plain_literal(f"policy_params[{name!r}]", value) for name, value in (params or {}).items()}
-    return with_environment(policy, {**(fasta_defaults if policy == "fasta" else {}), **plain})
+    return dict(params or {})
 
 
 def plain_literal(name: str, value: Any) -> Any:

@@ -31,6 +31,7 @@ from ..driver import (
     cancel_after_import,
     default_policy,
     integration_params,
+    params_mapping,
     seed_setting,
     whole_number,
 )
@@ -79,22 +80,24 @@ def enable(
     *,
     policy: str | None = None,
     policy_params: Mapping[str, Any] | None = None,
-    optimize_configs: bool = False,
+    optimize_configs: bool | None = None,
     state_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     chunk_size: int = DEFAULT_CHUNK,
 ) -> DriverSettings:
     """Tune torch_npu's generated kernels with fasta-sm; call before the first torch.compile.
 
-    `optimize_configs` switches on the FASTA config optimizer over NPU spaces
-    (prunes by circle count and sub-block size before sampling).
+    `optimize_configs` switches the FASTA config optimizer over NPU spaces on
+    or off (it prunes by circle count and sub-block size before sampling; the
+    fasta policy's knob); None leaves it to `policy_params` and
+    `FASTA_CONFIG_OPTIMIZER`.
     """
     global _saved_env, _turned_off
-    if not isinstance(optimize_configs, bool):
-        raise ValueError(f"optimize_configs={optimize_configs!r} must be True or False")
-    params = dict(policy_params or {})
-    if optimize_configs:
-        params["optimize_configs"] = True
+    if optimize_configs is not None and not isinstance(optimize_configs, bool):
+        raise ValueError(f"optimize_configs={optimize_configs!r} must be True, False or None")
+    params = params_mapping(policy_params)
+    if optimize_configs is not None:
+        params["optimize_configs"] = optimize_configs
     settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size)
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1", UB_BITS_ENV: "1"}
     before = {name: os.environ.get(name) for name in wanted}
@@ -206,6 +209,8 @@ def _checked_settings(raw: str) -> DriverSettings:
     unknown = sorted(name for name in data if name not in known)
     if unknown:
         raise ValueError(f"unknown settings {', '.join(map(repr, unknown))}; the settings are {', '.join(known)}")
+    if "prior" not in data:  # as `enable()` reads it: the prior on whatever FASTA_SM_PRIOR says
+        data = {**data, "prior": prior_enabled()}
     return DriverSettings.from_dict(data).checked()
 
 

@@ -37,9 +37,42 @@ def test_enable_without_torch_npu_raises_a_clear_error(monkeypatch):
 def test_optimize_configs_must_be_a_flag(value):
     import fasta_sm.npu
 
-    with pytest.raises(ValueError, match=f"optimize_configs={value!r} must be True or False"):
+    with pytest.raises(ValueError, match=f"optimize_configs={value!r} must be True, False or None"):
         fasta_sm.npu.enable(optimize_configs=value)
     assert fasta_sm.npu.current_settings() is None
+
+
+@pytest.mark.parametrize("params", [[("rounds", 1)], "abc"], ids=["pairs", "a string"])
+def test_enable_refuses_policy_params_that_are_no_mapping_naming_them(params):
+    import fasta_sm.npu
+
+    with pytest.raises(ValueError, match=r"policy_params=.* must be a mapping of parameter names to values"):
+        fasta_sm.npu.enable(policy_params=params)
+
+
+def test_optimize_configs_false_switches_the_optimizer_off_whatever_the_environment_says(monkeypatch, tmp_path):
+    import fasta_sm.npu
+
+    monkeypatch.setenv("FASTA_CONFIG_OPTIMIZER", "1")
+    handed: list[dict] = []
+
+    def no_torch_npu():  # what enable() hands torch_npu's workers, read where it imports torch_npu
+        handed.append(json.loads(os.environ[fasta_sm.npu.SETTINGS_ENV]))
+        raise fasta_sm.npu.NPUUnavailable("no torch_npu here")
+
+    monkeypatch.setattr(fasta_sm.npu, "_import_torch_npu", no_torch_npu)
+    with pytest.raises(fasta_sm.npu.NPUUnavailable):
+        fasta_sm.npu.enable(optimize_configs=False, state_dir=str(tmp_path))
+    assert handed[0]["policy_params"]["optimize_configs"] is False
+
+
+def test_hand_written_settings_that_leave_out_the_prior_take_the_prior_switch(monkeypatch):
+    import fasta_sm.npu
+
+    monkeypatch.setenv(fasta_sm.npu.ENV_VAR, "1")
+    monkeypatch.setenv(fasta_sm.npu.SETTINGS_ENV, json.dumps({"policy": "fasta"}))
+    monkeypatch.setenv("FASTA_SM_PRIOR", "0")
+    assert fasta_sm.npu.current_settings()["prior"] is False
 
 
 def test_settings_reach_a_worker_through_the_environment(monkeypatch, tmp_path):
