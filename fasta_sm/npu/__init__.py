@@ -98,13 +98,15 @@ def enable(
     params = params_mapping(policy_params)
     if optimize_configs is not None:
         params["optimize_configs"] = optimize_configs
-    settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size)
+    settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size,
+                         make_dir=False)
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1", UB_BITS_ENV: "1"}
     before = {name: os.environ.get(name) for name in wanted}
     switch_before = _switch_now(before[NPU_SWITCH_ENV])
     os.environ.update(wanted)  # first: torch_npu sets up its FastA path when it is imported with the switch on
     try:
         _import_torch_npu()
+        StateStore(settings.state_dir)  # made once torch_npu is there: an enable() that fails leaves no folder
         from .autotuner import install
 
         install(switch_before)
@@ -167,8 +169,10 @@ def _settings(
     seed: int = 0,
     state_dir: str | os.PathLike[str] | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    make_dir: bool = True,
 ) -> DriverSettings:
-    """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone."""
+    """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone (whose state dir is made
+    here; `enable()` makes it once torch_npu imports)."""
     policy = default_policy() if policy is None else policy
     settings = DriverSettings(
         policy=policy,
@@ -179,7 +183,8 @@ def _settings(
         prior=prior_enabled(),
     )
     check_arguments(settings.policy, settings.policy_params)
-    StateStore(settings.state_dir)  # made only once every setting is known good
+    if make_dir:
+        StateStore(settings.state_dir)  # made only once every setting is known good
     return settings
 
 

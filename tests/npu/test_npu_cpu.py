@@ -135,6 +135,14 @@ def test_settings_in_the_environment_whose_state_dir_is_a_file_leave_kernels_to_
     assert f"state dir {blocker} exists and is not a directory" in caplog.text
 
 
+def test_an_enable_without_torch_npu_makes_no_state_dir(tmp_path):
+    import fasta_sm.npu
+
+    with pytest.raises(fasta_sm.npu.NPUUnavailable):
+        fasta_sm.npu.enable(state_dir=tmp_path / "tunes")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(
     "setting",
     [{"chunk_size": 0}, {"policy": "no-such-policy"}, {"policy_params": {"no_such_knob": 1}}],
