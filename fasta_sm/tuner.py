@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,10 +163,11 @@ def open_tune(
     carried: dict[int, dict] = {}
     fresh: Policy | None = None
     if state is None:  # none yet, or quarantined: what the key's superseded files hold is still sound
-        finished = _finished_as_asked(store, key, kernel, wanted, policy, params, seed)
+        earlier = _superseded_states(store, key, kernel)
+        finished = _finished_as_asked(earlier, wanted, policy, params, seed)
         if finished is not None:
             return _reinstated(store, key, *finished)
-        carried = _with_superseded(store, key, kernel, configs, {})
+        carried = _with_superseded(earlier, configs, {})
         if carried:
             notes.append(f"results of {len(carried)} kept from the key's superseded state files")
     else:
@@ -175,12 +176,13 @@ def open_tune(
         else:
             why = _settings_changed(state, policy, params, seed)
         if why:
-            finished = _finished_as_asked(store, key, kernel, wanted, policy, params, seed)
+            earlier = _superseded_states(store, key, kernel)
+            finished = _finished_as_asked(earlier, wanted, policy, params, seed)
             if finished is not None:  # its settings are a finished tune's: no policy to check them with
                 store.supersede(key, why)
                 return _reinstated(store, key, *finished)
             fresh = fresh_policy()
-            carried = _supersede(store, key, state, configs, why, notes)
+            carried = _supersede(store, key, state, configs, why, notes, earlier)
             state = None
     if state is not None and state.done:
         return state
@@ -202,7 +204,7 @@ def open_tune(
             # The measurements are sound (the loader checked them); only the policy's own state is not.
             fresh = fresh_policy()
             why = f"its policy cannot resume from it ({describe(exc)})"
-            carried = _supersede(store, key, state, configs, why, notes)
+            carried = _supersede(store, key, state, configs, why, notes, _superseded_states(store, key, kernel))
     chosen = fresh if fresh is not None else fresh_policy()
     if prior and isinstance(chosen, TakesPrior) and chosen.takes_prior:
         earlier = earlier_winners(store, key, kernel, configs, backend.describe())
@@ -227,24 +229,31 @@ def open_tune(
 
 
 def _supersede(
-    store: StateStore, key: str, old: TuneState, configs: Sequence[Config], why: str, notes: list[str]
+    store: StateStore,
+    key: str,
+    old: TuneState,
+    configs: Sequence[Config],
+    why: str,
+    notes: list[str],
+    earlier: list[tuple[Path, TuneState]],
 ) -> dict[int, dict]:
     """Set `key`'s file (holding `old`) aside as superseded; return the results to carry for `configs`.
 
-    They come from `old` and then from the key's older superseded files, so a
-    config dropped by one list change and brought back by the next is not
-    measured again.
+    They come from `old` and then from the key's older superseded states
+    (`earlier`), so a config dropped by one list change and brought back by
+    the next is not measured again.
     """
-    carried = _with_superseded(store, key, old.kernel, configs, carry_results(old, configs))
+    carried = _with_superseded(earlier, configs, carry_results(old, configs))
     why = f"{why}; results of {len(carried)} kept"
     notes.append(f"previous state superseded as {store.supersede(key, why).name}: {why}")
     return carried
 
 
-def _superseded_states(store: StateStore, key: str, kernel: str) -> Iterator[tuple[Path, TuneState]]:
-    """The key's superseded states of `kernel`, newest first, with their files; one that cannot be decoded is
-    passed over, one that cannot be read for now stops the tune (StateDirError): what it holds would be measured
-    again."""
+def _superseded_states(store: StateStore, key: str, kernel: str) -> list[tuple[Path, TuneState]]:
+    """The key's superseded states of `kernel`, newest first, with their files, each read once; one that cannot
+    be decoded is passed over, one that cannot be read for now stops the tune (StateDirError): what it holds would
+    be measured again."""
+    found = []
     for path in store.superseded_files(key):
         try:
             earlier = store.read(path)
@@ -254,22 +263,24 @@ def _superseded_states(store: StateStore, key: str, kernel: str) -> Iterator[tup
             log.info("kernel %s: nothing taken from %s: %s", kernel, path.name, exc)
             continue
         if earlier.key == key and earlier.kernel == kernel:
-            yield path, earlier
+            found.append((path, earlier))
+    return found
 
 
 def _finished_as_asked(
-    store: StateStore, key: str, kernel: str, wanted: str, policy: str, params: Mapping[str, Any], seed: int
+    earlier: list[tuple[Path, TuneState]], wanted: str, policy: str, params: Mapping[str, Any], seed: int
 ) -> tuple[Path, TuneState] | None:
-    """The newest of the key's superseded states that is a finished tune of these very configs and settings.
+    """The newest of the key's superseded states (`earlier`) that is a finished tune of these very configs and
+    settings.
 
     A setting switched back (an environment knob, a seed, a config list
     edited and reverted) asks for a tune the key has finished already: it is
     reused, as a finished tune is, not tuned again from the results it
     carries, which would take other decisions.
     """
-    for path, earlier in _superseded_states(store, key, kernel):
-        if earlier.done and earlier.configs_hash == wanted and _settings_changed(earlier, policy, params, seed) is None:
-            return path, earlier
+    for path, state in earlier:
+        if state.done and state.configs_hash == wanted and _settings_changed(state, policy, params, seed) is None:
+            return path, state
     return None
 
 
@@ -280,12 +291,12 @@ def _reinstated(store: StateStore, key: str, path: Path, finished: TuneState) ->
 
 
 def _with_superseded(
-    store: StateStore, key: str, kernel: str, configs: Sequence[Config], carried: dict[int, dict]
+    earlier: list[tuple[Path, TuneState]], configs: Sequence[Config], carried: dict[int, dict]
 ) -> dict[int, dict]:
-    """`carried`, and for the configs it has no result of, the results the key's superseded files hold, newest
-    first."""
-    for _, earlier in _superseded_states(store, key, kernel):
-        carried = {**carry_results(earlier, configs), **carried}
+    """`carried`, and for the configs it has no result of, the results the key's superseded states (`earlier`)
+    hold, newest first."""
+    for _, state in earlier:
+        carried = {**carry_results(state, configs), **carried}
     return carried
 
 
