@@ -98,8 +98,7 @@ def enable(
     params = params_mapping(policy_params)
     if optimize_configs is not None:
         params["optimize_configs"] = optimize_configs
-    settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size,
-                         make_dir=False)
+    settings = _settings(policy=policy, policy_params=params, seed=seed, state_dir=state_dir, chunk_size=chunk_size)
     wanted = {ENV_VAR: "1", SETTINGS_ENV: json.dumps(settings.to_dict()), NPU_SWITCH_ENV: "1", UB_BITS_ENV: "1"}
     before = {name: os.environ.get(name) for name in wanted}
     switch_before = _switch_now(before[NPU_SWITCH_ENV])
@@ -169,10 +168,9 @@ def _settings(
     seed: int = 0,
     state_dir: str | os.PathLike[str] | None = None,
     chunk_size: int = DEFAULT_CHUNK,
-    make_dir: bool = True,
 ) -> DriverSettings:
-    """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone (whose state dir is made
-    here; `enable()` makes it once torch_npu imports)."""
+    """The settings of `enable()`, and of a process switched on by FASTA_SM_NPU=1 alone; their state dir is made
+    by the caller, once every setting is known good."""
     policy = default_policy() if policy is None else policy
     settings = DriverSettings(
         policy=policy,
@@ -183,8 +181,6 @@ def _settings(
         prior=prior_enabled(),
     )
     check_arguments(settings.policy, settings.policy_params)
-    if make_dir:
-        StateStore(settings.state_dir)  # made only once every setting is known good
     return settings
 
 
@@ -195,7 +191,11 @@ def current_settings() -> dict[str, Any] | None:
         return None
     raw = env_value(SETTINGS_ENV)  # set to nothing or to blanks: unset, as every variable is read
     try:
-        return _checked_settings(raw).to_dict() if raw else _settings().to_dict()
+        if raw:
+            return _checked_settings(raw).to_dict()
+        settings = _settings()
+        StateStore(settings.state_dir)
+        return settings.to_dict()
     except Exception as exc:  # noqa: BLE001  bad JSON, not a map, a bad state dir: torch_npu keeps its kernels
         _warn_unusable(f"{'$' + SETTINGS_ENV + ': ' if raw else ''}{type(exc).__name__}: {exc}")
         return None
